@@ -49,6 +49,10 @@ class TransferKind(StrEnum):
     JACKPOT_PAYOUT = "jackpot_payout"
     JACKPOT_STAKE = "jackpot_stake"
     FEE = "fee"
+    # Red-envelope bull: the dealer's three per-round fees, one transfer each to FEES.
+    DEALER_FEE = "dealer_fee"
+    SERVICE_FEE = "service_fee"
+    ENVELOPE_FEE = "envelope_fee"
 
 
 @dataclass(frozen=True, slots=True)

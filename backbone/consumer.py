@@ -1,0 +1,174 @@
+"""Consumers with exactly-once effects on top of at-least-once delivery.
+
+For every record the handler's effects, the event id and the partition position
+are written in ONE PostgreSQL transaction. A record whose offset is below the
+stored position, or whose event id was already applied (the relay may publish an
+event twice), changes nothing. Kafka's committed offsets are only a hint for
+where to resume and for lag dashboards: they are committed after the database,
+so they can lag behind it, never run ahead of it. That makes the consumer safe
+across crashes, restarts and group rebalances.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Awaitable, Callable, Sequence
+from typing import Any
+
+import psycopg
+from kafka import KafkaConsumer, TopicPartition
+from kafka.structs import OffsetAndMetadata
+from niuniu.v1 import events_pb2
+from psycopg_pool import AsyncConnectionPool
+
+from backbone import logs, metrics
+from backbone.db import run_ddl
+
+log = logging.getLogger(__name__)
+
+Handler = Callable[[psycopg.AsyncConnection, events_pb2.EventEnvelope], Awaitable[None]]
+
+TRACKING_SCHEMA = (
+    """
+    CREATE TABLE IF NOT EXISTS consumer_positions (
+        consumer     TEXT NOT NULL,
+        topic        TEXT NOT NULL,
+        partition    INT NOT NULL,
+        next_offset  BIGINT NOT NULL,
+        PRIMARY KEY (consumer, topic, partition)
+    )
+    """,
+    """
+    CREATE TABLE IF NOT EXISTS processed_events (
+        consumer    TEXT NOT NULL,
+        event_id    UUID NOT NULL,
+        topic       TEXT NOT NULL,
+        partition   INT NOT NULL,
+        "offset"    BIGINT NOT NULL,
+        applied_at  TIMESTAMPTZ NOT NULL DEFAULT now(),
+        PRIMARY KEY (consumer, event_id)
+    )
+    """,
+)
+
+MAX_RETRY_SLEEP_S = 5.0
+
+
+class ExactlyOnceConsumer:
+    """Apply events from ``topics`` through ``handler``, each effect exactly once."""
+
+    def __init__(
+        self,
+        name: str,
+        topics: Sequence[str],
+        pool: AsyncConnectionPool,
+        handler: Handler,
+        kafka_consumer: KafkaConsumer,
+        *,
+        poll_timeout_ms: int = 200,
+    ) -> None:
+        self.name = name
+        self.topics = list(topics)
+        self._pool = pool
+        self._handler = handler
+        self._kafka = kafka_consumer
+        self._poll_timeout_ms = poll_timeout_ms
+        self._subscribed = False
+        # Test seam: called after a record's transaction committed.
+        self.after_commit: Callable[[Any], Awaitable[None]] | None = None
+
+    @staticmethod
+    async def setup(conn: psycopg.AsyncConnection) -> None:
+        await run_ddl(conn, TRACKING_SCHEMA)
+
+    async def poll_once(self) -> int:
+        """Poll once and apply what came; returns the number of events applied (duplicates excluded)."""
+        if not self._subscribed:
+            self._kafka.subscribe(self.topics)
+            self._subscribed = True
+        batches = await asyncio.to_thread(self._kafka.poll, self._poll_timeout_ms)
+        applied = 0
+        for tp, records in batches.items():
+            applied += await self._apply_partition(tp, records)
+        self._record_lag()
+        return applied
+
+    async def _apply_partition(self, tp: TopicPartition, records: list[Any]) -> int:
+        applied = 0
+        next_offset = await self._stored_position(tp)
+        for record in records:
+            if record.offset < next_offset:
+                metrics.CONSUMER_DUPLICATES.labels(self.name, tp.topic).inc()
+                continue
+            try:
+                if await self._apply(tp, record):
+                    applied += 1
+            except Exception:
+                metrics.CONSUMER_FAILURES.labels(self.name, tp.topic).inc()
+                log.exception("handler failed; will retry", extra={"topic": tp.topic, "offset": record.offset})
+                # Re-read this record on the next poll; nothing of it was committed.
+                self._kafka.seek(tp, record.offset)
+                await asyncio.sleep(min(MAX_RETRY_SLEEP_S, 0.5))
+                return applied
+            next_offset = record.offset + 1
+            if self.after_commit is not None:
+                await self.after_commit(record)
+        await asyncio.to_thread(self._kafka.commit, {tp: OffsetAndMetadata(next_offset, "", -1)})
+        return applied
+
+    async def _apply(self, tp: TopicPartition, record: Any) -> bool:
+        envelope = events_pb2.EventEnvelope()
+        envelope.ParseFromString(record.value)
+        token = logs.correlation_id.set(envelope.correlation_id)
+        try:
+            async with self._pool.connection() as conn, conn.transaction():
+                cur = await conn.execute(
+                    "INSERT INTO processed_events (consumer, event_id, topic, partition, \"offset\")"
+                    " VALUES (%s, %s, %s, %s, %s) ON CONFLICT DO NOTHING",
+                    (self.name, envelope.event_id, tp.topic, tp.partition, record.offset),
+                )
+                duplicate = cur.rowcount == 0
+                if not duplicate:
+                    await self._handler(conn, envelope)
+                await conn.execute(
+                    "INSERT INTO consumer_positions (consumer, topic, partition, next_offset) VALUES (%s, %s, %s, %s)"
+                    " ON CONFLICT (consumer, topic, partition) DO UPDATE SET next_offset = EXCLUDED.next_offset",
+                    (self.name, tp.topic, tp.partition, record.offset + 1),
+                )
+        finally:
+            logs.correlation_id.reset(token)
+        if duplicate:
+            metrics.CONSUMER_DUPLICATES.labels(self.name, tp.topic).inc()
+        else:
+            metrics.CONSUMER_APPLIED.labels(self.name, tp.topic).inc()
+        return not duplicate
+
+    async def _stored_position(self, tp: TopicPartition) -> int:
+        async with self._pool.connection() as conn:
+            cur = await conn.execute(
+                "SELECT next_offset FROM consumer_positions WHERE consumer = %s AND topic = %s AND partition = %s",
+                (self.name, tp.topic, tp.partition),
+            )
+            row = await cur.fetchone()
+        return int(row[0]) if row else 0
+
+    def _record_lag(self) -> None:
+        for tp in self._kafka.assignment():
+            high = self._kafka.highwater(tp)
+            if high is None:
+                continue
+            try:
+                position = self._kafka.position(tp, timeout_ms=1000)
+            except Exception:  # position unknown during a rebalance; skip this sample
+                continue
+            metrics.CONSUMER_LAG.labels(self.name, tp.topic, str(tp.partition)).set(max(0, high - position))
+
+    async def run(self, stop: asyncio.Event) -> None:
+        while not stop.is_set():
+            try:
+                await self.poll_once()
+            except Exception:
+                log.exception("consumer poll failed; retrying")
+                await asyncio.sleep(1.0)
+        await asyncio.to_thread(self._kafka.close)

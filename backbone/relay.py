@@ -1,0 +1,130 @@
+"""The outbox relay: publishes committed events to Kafka, at least once, in store order.
+
+One relay per service publishes at a time (a Redis lease), so a stream's events
+reach its partition in version order. A relay that dies after Kafka
+acknowledged a batch but before marking it published sends that batch again on
+restart; consumers recognise the duplicates by event id.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+
+from kafka import KafkaProducer
+from psycopg_pool import AsyncConnectionPool
+
+from backbone import metrics
+from backbone.lease import RedisLease
+
+log = logging.getLogger(__name__)
+
+MAX_BATCH_EVENTS = 1_000
+
+
+@dataclass(frozen=True, slots=True)
+class PendingRecord:
+    position: int
+    topic: str
+    key: str
+    value: bytes
+
+
+class OutboxRelay:
+    def __init__(
+        self,
+        service: str,
+        pool: AsyncConnectionPool,
+        producer: KafkaProducer,
+        *,
+        lease: RedisLease | None = None,
+        batch_size: int = 500,
+        idle_sleep_s: float = 0.05,
+        send_timeout_s: float = 60.0,
+    ) -> None:
+        if not 0 < batch_size <= MAX_BATCH_EVENTS:
+            raise ValueError(f"batch_size must be 1..{MAX_BATCH_EVENTS}")
+        self.service = service
+        self._pool = pool
+        self._producer = producer
+        self._lease = lease
+        self._batch_size = batch_size
+        self._idle_sleep_s = idle_sleep_s
+        self._send_timeout_s = send_timeout_s
+        # Test seam: called after Kafka acknowledged a batch, before it is marked published.
+        self.after_publish: Callable[[list[PendingRecord]], Awaitable[None]] | None = None
+
+    async def publish_once(self) -> int:
+        """Publish one batch of unpublished events; returns how many."""
+        async with self._pool.connection() as conn, conn.transaction():
+            cur = await conn.execute(
+                "SELECT o.position, o.topic, o.record_key, e.envelope FROM outbox o"
+                " JOIN events e USING (position)"
+                " WHERE o.published_at IS NULL ORDER BY o.position LIMIT %s FOR UPDATE OF o SKIP LOCKED",
+                (self._batch_size,),
+            )
+            batch = [PendingRecord(int(r[0]), r[1], r[2], bytes(r[3])) for r in await cur.fetchall()]
+            if not batch:
+                return 0
+            await asyncio.to_thread(self._send_all, batch)
+            if self.after_publish is not None:
+                await self.after_publish(batch)
+            await conn.execute(
+                "UPDATE outbox SET published_at = now() WHERE position = ANY(%s)", ([r.position for r in batch],)
+            )
+        for record in batch:
+            metrics.OUTBOX_PUBLISHED.labels(self.service, record.topic).inc()
+        return len(batch)
+
+    def _send_all(self, batch: list[PendingRecord]) -> None:
+        futures = [self._producer.send(r.topic, key=r.key.encode(), value=r.value) for r in batch]
+        self._producer.flush(timeout=self._send_timeout_s)
+        for future in futures:
+            future.get(timeout=self._send_timeout_s)  # raises if the broker refused a record
+
+    async def pending(self) -> tuple[int, float]:
+        """(unpublished events, age in seconds of the oldest one)."""
+        async with self._pool.connection() as conn:
+            cur = await conn.execute(
+                "SELECT count(*), coalesce(extract(epoch FROM now() - min(e.occurred_at)), 0)"
+                " FROM outbox o JOIN events e USING (position) WHERE o.published_at IS NULL"
+            )
+            row = await cur.fetchone()
+        assert row is not None
+        return int(row[0]), float(row[1])
+
+    async def run(self, stop: asyncio.Event) -> None:
+        """Publish until ``stop`` is set; only while holding the lease, when one is given."""
+        while not stop.is_set():
+            try:
+                if not await self._is_leader():
+                    await _sleep_or_stop(stop, 1.0)
+                    continue
+                published = await self.publish_once()
+                count, age = await self.pending()
+                metrics.OUTBOX_PENDING.labels(self.service).set(count)
+                metrics.OUTBOX_LAG_SECONDS.labels(self.service).set(age)
+                if published == 0:
+                    await _sleep_or_stop(stop, self._idle_sleep_s)
+            except Exception:
+                log.exception("outbox relay failed; retrying")
+                await _sleep_or_stop(stop, 1.0)
+        if self._lease is not None:
+            await self._lease.release()
+            metrics.RELAY_LEADER.labels(self.service).set(0)
+
+    async def _is_leader(self) -> bool:
+        if self._lease is None:
+            return True
+        held = await self._lease.renew() or await self._lease.acquire() is not None
+        metrics.RELAY_LEADER.labels(self.service).set(1 if held else 0)
+        return held
+
+
+async def _sleep_or_stop(stop: asyncio.Event, seconds: float) -> None:
+    try:
+        await asyncio.wait_for(stop.wait(), timeout=seconds)
+    except TimeoutError:
+        pass

@@ -1,0 +1,107 @@
+"""Runs one service: settings, logs, metrics, database, event store, relay, consumers, gRPC.
+
+Each service describes itself with a ``ServiceSpec``; ``run`` wires it to the
+real PostgreSQL, Kafka and Redis named by the environment.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import os
+import socket
+from collections.abc import Awaitable, Callable, Sequence
+from dataclasses import dataclass, field
+
+import grpc
+import psycopg
+from psycopg_pool import AsyncConnectionPool
+from redis.asyncio import Redis
+
+from backbone import logs
+from backbone.config import Settings
+from backbone.consumer import ExactlyOnceConsumer, Handler
+from backbone.db import open_pool
+from backbone.eventstore import EventStore
+from backbone.grpcserver import BackgroundTask, RunningServer, serve_forever, start_server
+from backbone.kafka import TopicSpec, ensure_topics, make_consumer, make_producer
+from backbone.lease import RedisLease
+from backbone.metrics import serve_metrics
+from backbone.relay import OutboxRelay
+
+log = logging.getLogger(__name__)
+
+RELAY_LEASE_TTL_MS = 10_000
+
+
+@dataclass
+class ServiceContext:
+    """What a running service hands to its servicers and consumers."""
+
+    settings: Settings
+    pool: AsyncConnectionPool
+    store: EventStore
+    redis: Redis
+
+
+@dataclass(frozen=True)
+class ConsumerSpec:
+    name: str
+    topics: Sequence[str]
+    handler: Callable[[ServiceContext], Handler]
+
+
+@dataclass(frozen=True)
+class ServiceSpec:
+    name: str
+    grpc_port: int
+    metrics_port: int
+    default_topic: str
+    topics: Sequence[TopicSpec]
+    register: Callable[[grpc.aio.Server, ServiceContext], Sequence[str]]
+    setup: Callable[[psycopg.AsyncConnection], Awaitable[None]] | None = None
+    consumers: Sequence[ConsumerSpec] = field(default_factory=tuple)
+    background: Sequence[Callable[[ServiceContext], BackgroundTask]] = field(default_factory=tuple)
+
+
+async def start(spec: ServiceSpec, settings: Settings) -> tuple[RunningServer, ServiceContext]:
+    ensure_topics(settings.kafka_bootstrap_servers, spec.topics)
+    pool = await open_pool(settings.dsn)
+    store = EventStore(spec.name, spec.default_topic)
+    async with pool.connection() as conn:
+        await store.setup(conn)
+        await ExactlyOnceConsumer.setup(conn)
+        if spec.setup is not None:
+            await spec.setup(conn)
+    redis = Redis.from_url(settings.redis_url)
+    ctx = ServiceContext(settings, pool, store, redis)
+    owner = f"{socket.gethostname()}-{os.getpid()}"
+    lease = RedisLease(redis, f"relay:{spec.name}", owner, RELAY_LEASE_TTL_MS)
+    relay = OutboxRelay(spec.name, pool, make_producer(settings.kafka_bootstrap_servers, f"{spec.name}-relay"), lease=lease)
+    tasks: list[BackgroundTask] = [relay.run]
+    for consumer_spec in spec.consumers:
+        kafka = make_consumer(settings.kafka_bootstrap_servers, consumer_spec.name, f"{spec.name}-{consumer_spec.name}")
+        consumer = ExactlyOnceConsumer(consumer_spec.name, consumer_spec.topics, pool, consumer_spec.handler(ctx), kafka)
+        tasks.append(consumer.run)
+    tasks.extend(make(ctx) for make in spec.background)
+    running = await start_server(
+        lambda server: spec.register(server, ctx), port=settings.grpc_port, host="0.0.0.0", background=tasks
+    )
+    return running, ctx
+
+
+async def _run(spec: ServiceSpec) -> None:
+    settings = Settings.from_env(spec.name, grpc_port=spec.grpc_port, metrics_port=spec.metrics_port)
+    serve_metrics(settings.metrics_port)
+    running, ctx = await start(spec, settings)
+    log.info("serving", extra={"grpc_port": running.port, "metrics_port": settings.metrics_port})
+    try:
+        await serve_forever(running)
+    finally:
+        await ctx.redis.aclose()
+        await ctx.pool.close()
+
+
+def run(spec: ServiceSpec) -> None:
+    logs.configure(spec.name, os.environ.get("NIUNIU_LOG_LEVEL", "INFO"))
+    asyncio.run(_run(spec))

@@ -1,0 +1,32 @@
+"""The ledger service process: `niuniu-ledger`."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import grpc
+
+from backbone import service, topics
+from backbone.service import ServiceContext, ServiceSpec
+
+
+def register(server: grpc.aio.Server, ctx: ServiceContext) -> Sequence[str]:
+    return []
+
+
+SPEC = ServiceSpec(
+    name="ledger",
+    grpc_port=50054,
+    metrics_port=9104,
+    default_topic=topics.LEDGER_EVENTS,
+    topics=topics.ALL,
+    register=register,
+)
+
+
+def main() -> None:
+    service.run(SPEC)
+
+
+if __name__ == "__main__":
+    main()

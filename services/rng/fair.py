@@ -1,0 +1,398 @@
+"""Provably-fair derivation of deck orders and red-envelope splits.
+
+Everything here is a pure function of its arguments except ``new_server_seed``,
+the single entry point for randomness (the OS CSPRNG through ``secrets``).
+The derivation is a published contract, specified in ``docs/fairness.md``;
+any change to the bytes it produces must bump ``SPEC_VERSION``, which is mixed
+into every stream so that old and new derivations can never be confused.
+
+Lifecycle of a round, as the rng service uses this module::
+
+    seed = new_server_seed()                       # kept secret until settlement
+    published = commit(seed)                       # shown before betting opens
+    cards = shuffle(seed, round_id, client_seed, 52)
+    split = split_envelope(seed, round_id, client_seed, total_minor, shares, min_minor)
+    ...                                            # after settlement reveal seed
+    verify_round(published, seed, round_id, client_seed, deck_size=52, dealt=cards).ok
+"""
+
+from __future__ import annotations
+
+import functools
+import hashlib
+import hmac
+import secrets
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
+from typing import TypeVar
+
+from services.table.rules.cards import Card, CardError, deck
+
+SPEC_VERSION = "niuniu-fair-v1"
+SEED_BYTES = 32
+BLOCK_BYTES = 32
+COUNTER_BYTES = 8
+LENGTH_PREFIX_BYTES = 4
+PURPOSE_DECK = "deck"
+PURPOSE_ENVELOPE = "envelope"
+
+MAX_FIELD_BYTES = 1024
+MAX_SHARES = 10_000
+MAX_TOTAL_MINOR = 10**15
+DECK_SIZES = (52, 54)
+# Each candidate is accepted with probability > 1/2, so 1024 rejections in a
+# row has probability < 2**-1024: reaching the bound means a broken stream.
+MAX_REJECTIONS_PER_DRAW = 1024
+
+_T = TypeVar("_T")
+
+
+class FairInputError(ValueError):
+    """An argument to the derivation is malformed (seed length, field size, deck size)."""
+
+
+class EnvelopeError(FairInputError):
+    """Envelope parameters that cannot be split (too few minor units, too many shares)."""
+
+
+# --------------------------------------------------------------------------- seeds
+
+
+def new_server_seed() -> bytes:
+    """A fresh 32-byte server seed from the OS CSPRNG: the only source of randomness."""
+    return secrets.token_bytes(SEED_BYTES)
+
+
+def commit(server_seed: bytes) -> str:
+    """The commitment published before betting: SHA-256(server_seed), lowercase hex."""
+    _check_seed(server_seed)
+    return hashlib.sha256(server_seed).hexdigest()
+
+
+def parse_commitment(text: str) -> str:
+    """Normalise a commitment to 64 lowercase hex digits, or raise ``FairInputError``."""
+    value = text.strip().lower()
+    if len(value) != 2 * hashlib.sha256().digest_size or any(c not in "0123456789abcdef" for c in value):
+        raise FairInputError(f"commitment must be 64 hex digits, got {text!r}")
+    return value
+
+
+def parse_seed(text: str) -> bytes:
+    """A server seed from its hex form (64 hex digits), or raise ``FairInputError``."""
+    try:
+        seed = bytes.fromhex(text.strip())
+    except ValueError:
+        raise FairInputError(f"server seed must be hex, got {text!r}") from None
+    _check_seed(seed)
+    return seed
+
+
+def _check_seed(server_seed: bytes) -> None:
+    if not isinstance(server_seed, bytes | bytearray) or len(server_seed) != SEED_BYTES:
+        size = len(server_seed) if isinstance(server_seed, bytes | bytearray) else type(server_seed).__name__
+        raise FairInputError(f"server seed must be exactly {SEED_BYTES} bytes, got {size}")
+
+
+# --------------------------------------------------------------------------- stream
+
+
+def _field(value: str, name: str, *, allow_empty: bool) -> bytes:
+    if not isinstance(value, str):
+        raise FairInputError(f"{name} must be a string, got {type(value).__name__}")
+    data = value.encode("utf-8")
+    if not data and not allow_empty:
+        raise FairInputError(f"{name} must not be empty")
+    if len(data) > MAX_FIELD_BYTES:
+        raise FairInputError(f"{name} is {len(data)} bytes of UTF-8, at most {MAX_FIELD_BYTES} allowed")
+    return len(data).to_bytes(LENGTH_PREFIX_BYTES, "big") + data
+
+
+def stream_prefix(purpose: str, round_id: str, client_seed: str = "") -> bytes:
+    """The HMAC message of a stream, without its trailing 8-byte counter."""
+    return (
+        _field(SPEC_VERSION, "version", allow_empty=False)
+        + _field(purpose, "purpose", allow_empty=False)
+        + _field(round_id, "round id", allow_empty=False)
+        + _field(client_seed, "client seed", allow_empty=True)
+    )
+
+
+def stream_message(purpose: str, round_id: str, client_seed: str, counter: int) -> bytes:
+    """The full HMAC message for block ``counter`` of a stream."""
+    if not 0 <= counter < 1 << (8 * COUNTER_BYTES):
+        raise FairInputError(f"counter must fit in {COUNTER_BYTES} bytes, got {counter}")
+    return stream_prefix(purpose, round_id, client_seed) + counter.to_bytes(COUNTER_BYTES, "big")
+
+
+class Stream:
+    """The deterministic bit stream of one (server seed, purpose, round id, client seed).
+
+    Block ``i`` is HMAC-SHA256(server_seed, prefix || u64be(i)); the stream is the
+    blocks in counter order, read bit by bit, most significant bit of each byte first.
+    """
+
+    __slots__ = ("_acc", "_counter", "_keyed", "_nbits")
+
+    def __init__(self, server_seed: bytes, purpose: str, round_id: str, client_seed: str = "") -> None:
+        _check_seed(server_seed)
+        # The key and the constant prefix are absorbed once; each block copies that state.
+        self._keyed = hmac.new(bytes(server_seed), stream_prefix(purpose, round_id, client_seed), hashlib.sha256)
+        self._counter = 0
+        self._acc = 0  # unread bits, the next one most significant
+        self._nbits = 0
+
+    def block(self, counter: int) -> bytes:
+        """Block ``counter`` of the stream (random access; does not move the read position)."""
+        keyed = self._keyed.copy()
+        keyed.update(counter.to_bytes(COUNTER_BYTES, "big"))
+        return keyed.digest()
+
+    def blocks(self, start: int = 0) -> Iterator[bytes]:
+        """Blocks ``start``, ``start + 1``, ... (independent of the read position)."""
+        counter = start
+        while counter < 1 << (8 * COUNTER_BYTES):
+            yield self.block(counter)
+            counter += 1
+
+    def bits(self, k: int) -> int:
+        """The next ``k`` bits of the stream as an unsigned big-endian integer."""
+        if k < 0:
+            raise ValueError(f"cannot read {k} bits")
+        while self._nbits < k:
+            self._acc = (self._acc << (8 * BLOCK_BYTES)) | int.from_bytes(self.block(self._counter), "big")
+            self._counter += 1
+            self._nbits += 8 * BLOCK_BYTES
+        self._nbits -= k
+        value = self._acc >> self._nbits
+        self._acc &= (1 << self._nbits) - 1
+        return value
+
+    def uniform(self, n: int) -> int:
+        """An unbiased integer in ``[0, n)``: draw bit_length(n - 1) bits, reject values >= n."""
+        if n < 1:
+            raise ValueError(f"uniform needs n >= 1, got {n}")
+        if n == 1:
+            return 0
+        k = (n - 1).bit_length()
+        for _ in range(MAX_REJECTIONS_PER_DRAW):
+            value = self.bits(k)
+            if value < n:
+                return value
+        raise AssertionError(f"{MAX_REJECTIONS_PER_DRAW} rejections in a row drawing from [0, {n}): broken stream")
+
+    def shuffle_in_place(self, items: list[_T]) -> None:
+        """Fisher-Yates: for i from len - 1 down to 1, j = uniform(i + 1), swap items i and j.
+
+        Bit for bit the same as calling ``uniform`` in that loop; inlined because the
+        statistics tests and the service shuffle hundreds of thousands of decks.
+        """
+        acc, nbits, counter = self._acc, self._nbits, self._counter
+        block, from_bytes = self.block, int.from_bytes
+        for i, k, mask in _fisher_yates_plan(len(items)):
+            j = i + 1
+            rejections = -1
+            while j > i:
+                rejections += 1
+                if rejections == MAX_REJECTIONS_PER_DRAW:
+                    raise AssertionError(f"{rejections} rejections in a row drawing from [0, {i + 1}): broken stream")
+                if nbits < k:
+                    acc = ((acc & ((1 << nbits) - 1)) << (8 * BLOCK_BYTES)) | from_bytes(block(counter), "big")
+                    counter += 1
+                    nbits += 8 * BLOCK_BYTES
+                nbits -= k
+                j = (acc >> nbits) & mask
+            items[i], items[j] = items[j], items[i]
+        self._acc, self._nbits, self._counter = acc & ((1 << nbits) - 1), nbits, counter
+
+
+@functools.lru_cache(maxsize=32)
+def _fisher_yates_plan(n: int) -> tuple[tuple[int, int, int], ...]:
+    """(i, bits drawn for uniform(i + 1), mask of those bits) for i = n - 1 down to 1."""
+    return tuple((i, i.bit_length(), (1 << i.bit_length()) - 1) for i in range(n - 1, 0, -1))
+
+
+# --------------------------------------------------------------------------- deck
+
+
+def shuffle(server_seed: bytes, round_id: str, client_seed: str = "", deck_size: int = 52) -> tuple[Card, ...]:
+    """The round's deck order; position 0 is dealt first."""
+    cards = list(_canonical_deck(deck_size))
+    Stream(server_seed, PURPOSE_DECK, round_id, client_seed).shuffle_in_place(cards)
+    return tuple(cards)
+
+
+def _canonical_deck(deck_size: int) -> tuple[Card, ...]:
+    try:
+        return deck(deck_size)
+    except CardError as error:
+        raise FairInputError(str(error)) from None
+
+
+# --------------------------------------------------------------------------- envelope
+
+
+@dataclass(frozen=True, slots=True)
+class Split:
+    """A red-envelope split.
+
+    ``amounts[k]`` is the k-th share drawn (minor units); participant ``grab_order[k]``
+    (a position in the round's participant list) grabs k-th and receives ``amounts[k]``.
+    """
+
+    amounts: tuple[int, ...]
+    grab_order: tuple[int, ...]
+
+    @property
+    def total_minor(self) -> int:
+        return sum(self.amounts)
+
+    @property
+    def by_position(self) -> tuple[int, ...]:
+        """``by_position[p]`` is what participant position ``p`` receives."""
+        received = [0] * len(self.amounts)
+        for amount, position in zip(self.amounts, self.grab_order, strict=True):
+            received[position] = amount
+        return tuple(received)
+
+
+def check_envelope(total_minor: int, shares: int, min_minor: int) -> None:
+    """Raise ``EnvelopeError`` unless the envelope can be split as specified."""
+    for name, value in (("total_minor", total_minor), ("shares", shares), ("min_minor", min_minor)):
+        if isinstance(value, bool) or not isinstance(value, int):
+            raise EnvelopeError(f"{name} must be an integer, got {value!r}")
+    if not 1 <= shares <= MAX_SHARES:
+        raise EnvelopeError(f"shares must be 1..{MAX_SHARES}, got {shares}")
+    if min_minor < 1:
+        raise EnvelopeError(f"min_minor must be at least 1, got {min_minor}")
+    if total_minor > MAX_TOTAL_MINOR:
+        raise EnvelopeError(f"total_minor must be at most {MAX_TOTAL_MINOR}, got {total_minor}")
+    if total_minor < shares * min_minor:
+        raise EnvelopeError(
+            f"total_minor {total_minor} cannot give {shares} shares of at least {min_minor} "
+            f"(needs {shares * min_minor})"
+        )
+
+
+def split_envelope(
+    server_seed: bytes, round_id: str, client_seed: str, total_minor: int, shares: int, min_minor: int
+) -> Split:
+    """Split ``total_minor`` into ``shares`` by the double-mean method, then draw the grab order."""
+    check_envelope(total_minor, shares, min_minor)
+    stream = Stream(server_seed, PURPOSE_ENVELOPE, round_id, client_seed)
+    amounts: list[int] = []
+    remaining = total_minor
+    for drawn in range(shares - 1):
+        left = shares - drawn  # shares still to draw, this one included
+        # Double mean, capped so every later share can still get min_minor.
+        high = min(2 * remaining // left, remaining - (left - 1) * min_minor)
+        amount = min_minor + stream.uniform(high - min_minor + 1)
+        amounts.append(amount)
+        remaining -= amount
+    amounts.append(remaining)
+    grab_order = list(range(shares))
+    stream.shuffle_in_place(grab_order)
+    if sum(amounts) != total_minor or min(amounts) < min_minor:
+        raise AssertionError(f"split {amounts} breaks total {total_minor} / min {min_minor}")
+    return Split(tuple(amounts), tuple(grab_order))
+
+
+# --------------------------------------------------------------------------- verification
+
+
+@dataclass(frozen=True, slots=True)
+class EnvelopeRecord:
+    """What a table recorded for a round's envelope: its parameters and, to check, its split."""
+
+    total_minor: int
+    shares: int
+    min_minor: int
+    amounts: tuple[int, ...] | None = None
+    grab_order: tuple[int, ...] | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class Check:
+    """One verification step; ``name`` is commitment, deck, split or grab_order."""
+
+    name: str
+    ok: bool
+    detail: str
+
+
+@dataclass(frozen=True, slots=True)
+class Verification:
+    checks: tuple[Check, ...]
+    deck: tuple[Card, ...] | None
+    split: Split | None
+
+    @property
+    def ok(self) -> bool:
+        return all(check.ok for check in self.checks)
+
+    @property
+    def failures(self) -> tuple[Check, ...]:
+        return tuple(check for check in self.checks if not check.ok)
+
+
+def verify_round(
+    commitment: str,
+    server_seed: bytes,
+    round_id: str,
+    client_seed: str = "",
+    deck_size: int | None = None,
+    dealt: Sequence[Card] | None = None,
+    envelope: EnvelopeRecord | None = None,
+) -> Verification:
+    """Recompute a round from its revealed seed and check it against what was published and dealt.
+
+    ``dealt`` is the cards the table dealt in deck order (a prefix of the deck, or all of
+    it). Malformed arguments raise ``FairInputError``; a mismatch is a failed ``Check``.
+    """
+    published = parse_commitment(commitment)
+    derived = commit(server_seed)
+    checks = [
+        Check("commitment", True, f"SHA-256(seed) = {derived}")
+        if hmac.compare_digest(published, derived)
+        else Check("commitment", False, f"SHA-256(seed) = {derived} but the published commitment is {published}")
+    ]
+    cards: tuple[Card, ...] | None = None
+    if dealt is not None and deck_size is None:
+        raise FairInputError("deck_size (52 or 54) is required to check dealt cards")
+    if deck_size is not None:
+        cards = shuffle(server_seed, round_id, client_seed, deck_size)
+        if dealt is not None:
+            checks.append(_check_dealt(cards, tuple(dealt)))
+    split: Split | None = None
+    if envelope is not None:
+        split = split_envelope(
+            server_seed, round_id, client_seed, envelope.total_minor, envelope.shares, envelope.min_minor
+        )
+        if envelope.amounts is not None:
+            checks.append(_check_sequence("split", "share", split.amounts, tuple(envelope.amounts)))
+        if envelope.grab_order is not None:
+            checks.append(_check_sequence("grab_order", "grab", split.grab_order, tuple(envelope.grab_order)))
+    return Verification(tuple(checks), cards, split)
+
+
+def _check_dealt(cards: tuple[Card, ...], dealt: tuple[Card, ...]) -> Check:
+    if len(dealt) > len(cards):
+        return Check("deck", False, f"the table dealt {len(dealt)} cards from a {len(cards)}-card deck")
+    for position, (expected, actual) in enumerate(zip(cards, dealt, strict=False)):
+        if expected != actual:
+            wrong = sum(e != a for e, a in zip(cards, dealt, strict=False))
+            return Check(
+                "deck",
+                False,
+                f"position {position}: the table dealt {actual.code} but the seed gives {expected.code} "
+                f"({wrong} of {len(dealt)} dealt cards differ)",
+            )
+    return Check("deck", True, f"the {len(dealt)} dealt cards are the top of the derived {len(cards)}-card deck")
+
+
+def _check_sequence(name: str, noun: str, derived: tuple[int, ...], recorded: tuple[int, ...]) -> Check:
+    if len(derived) != len(recorded):
+        return Check(name, False, f"the table recorded {len(recorded)} values but the seed gives {len(derived)}")
+    for index, (expected, actual) in enumerate(zip(derived, recorded, strict=True)):
+        if expected != actual:
+            return Check(name, False, f"{noun} {index}: the table recorded {actual} but the seed gives {expected}")
+    return Check(name, True, f"all {len(recorded)} values match")

@@ -1,0 +1,32 @@
+"""The table service process: `niuniu-table`."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import grpc
+
+from backbone import service, topics
+from backbone.service import ServiceContext, ServiceSpec
+
+
+def register(server: grpc.aio.Server, ctx: ServiceContext) -> Sequence[str]:
+    return []
+
+
+SPEC = ServiceSpec(
+    name="table",
+    grpc_port=50052,
+    metrics_port=9102,
+    default_topic=topics.TABLE_EVENTS,
+    topics=topics.ALL,
+    register=register,
+)
+
+
+def main() -> None:
+    service.run(SPEC)
+
+
+if __name__ == "__main__":
+    main()

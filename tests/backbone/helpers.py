@@ -1,0 +1,38 @@
+"""A tiny projection used by the backbone's contract tests: credits per account."""
+
+from __future__ import annotations
+
+import psycopg
+from google.protobuf import struct_pb2
+from niuniu.v1 import events_pb2
+
+from backbone.eventstore import NewEvent
+from backbone.replay import Projection
+
+CREDITS_DDL = (
+    "CREATE TABLE IF NOT EXISTS credits (account TEXT PRIMARY KEY, total BIGINT NOT NULL, applied INT NOT NULL)",
+)
+
+
+def credited(account: str, amount: int, correlation_id: str = "") -> NewEvent:
+    payload = struct_pb2.Struct()
+    payload.update({"account": account, "amount": amount})
+    return NewEvent("test.credited", payload, correlation_id=correlation_id)
+
+
+async def apply_credit(conn: psycopg.AsyncConnection, envelope: events_pb2.EventEnvelope) -> None:
+    payload = struct_pb2.Struct()
+    envelope.payload.Unpack(payload)
+    await conn.execute(
+        "INSERT INTO credits (account, total, applied) VALUES (%s, %s, 1) ON CONFLICT (account)"
+        " DO UPDATE SET total = credits.total + EXCLUDED.total, applied = credits.applied + 1",
+        (payload["account"], int(payload["amount"])),
+    )
+
+
+CREDITS = Projection(name="credits", ddl=CREDITS_DDL, handler=apply_credit, tables=("credits",))
+
+
+async def credits(conn: psycopg.AsyncConnection) -> dict[str, tuple[int, int]]:
+    cur = await conn.execute("SELECT account, total, applied FROM credits ORDER BY account")
+    return {row[0]: (int(row[1]), int(row[2])) for row in await cur.fetchall()}

@@ -1,0 +1,191 @@
+"""Outbox relay -> Kafka -> exactly-once consumer, against the real broker and database."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import AsyncIterator
+from typing import Any
+
+import pytest
+from kafka import KafkaConsumer, TopicPartition
+from psycopg_pool import AsyncConnectionPool
+
+from backbone.consumer import ExactlyOnceConsumer
+from backbone.db import open_pool, run_ddl
+from backbone.eventstore import EventStore
+from backbone.kafka import TopicSpec, ensure_topics, make_consumer, make_producer
+from backbone.relay import OutboxRelay, PendingRecord
+
+from .helpers import CREDITS_DDL, apply_credit, credited, credits
+
+pytestmark = pytest.mark.integration
+
+DEADLINE_S = 60.0
+
+
+class Crash(Exception):
+    """Stands for the process dying at a chosen point."""
+
+
+@pytest.fixture
+async def pool(dsn: str, schema: str) -> AsyncIterator[AsyncConnectionPool]:
+    pool = await open_pool(dsn, schema=schema, max_size=10)
+    async with pool.connection() as conn:
+        await run_ddl(conn, CREDITS_DDL)
+        await ExactlyOnceConsumer.setup(conn)
+    yield pool
+    await pool.close()
+
+
+@pytest.fixture
+def topic(kafka_servers: str, unique: str) -> str:
+    name = f"test.events.{unique}"
+    ensure_topics(kafka_servers, [TopicSpec(name, partitions=3)])
+    return name
+
+
+@pytest.fixture
+async def store(pool: AsyncConnectionPool, topic: str) -> EventStore:
+    store = EventStore("test", topic)
+    async with pool.connection() as conn:
+        await store.setup(conn)
+    return store
+
+
+async def append_credits(pool: AsyncConnectionPool, store: EventStore, n: int, accounts: int = 5) -> None:
+    versions: dict[str, int] = {}
+    async with pool.connection() as conn, conn.transaction():
+        for i in range(n):
+            account = f"acct-{i % accounts}"
+            v = versions.get(account, 0)
+            await store.append(conn, account, v, [credited(account, i + 1)])
+            versions[account] = v + 1
+
+
+def new_consumer(name: str, topic: str, pool: AsyncConnectionPool, kafka_servers: str) -> ExactlyOnceConsumer:
+    kafka = make_consumer(kafka_servers, name, f"{name}-client", session_timeout_ms=10_000, heartbeat_interval_ms=1_000)
+    return ExactlyOnceConsumer(name, [topic], pool, apply_credit, kafka)
+
+
+async def drain(consumer: ExactlyOnceConsumer, pool: AsyncConnectionPool, expected_applied: int) -> None:
+    deadline = time.monotonic() + DEADLINE_S
+    while time.monotonic() < deadline:
+        await consumer.poll_once()
+        async with pool.connection() as conn:
+            if sum(applied for _, applied in (await credits(conn)).values()) >= expected_applied:
+                return
+    raise AssertionError(f"consumer did not apply {expected_applied} events within {DEADLINE_S}s")
+
+
+def expected_totals(n: int, accounts: int = 5) -> dict[str, tuple[int, int]]:
+    totals: dict[str, tuple[int, int]] = {}
+    for i in range(n):
+        account = f"acct-{i % accounts}"
+        total, count = totals.get(account, (0, 0))
+        totals[account] = (total + i + 1, count + 1)
+    return totals
+
+
+def records_on_topic(kafka_servers: str, topic: str) -> int:
+    consumer: KafkaConsumer = make_consumer(kafka_servers, None, "count")
+    try:
+        parts = [TopicPartition(topic, p) for p in consumer.partitions_for_topic(topic)]
+        return sum(consumer.end_offsets(parts).values())
+    finally:
+        consumer.close()
+
+
+async def test_relay_publishes_every_event_once_and_consumer_applies_it(
+    pool: AsyncConnectionPool, store: EventStore, topic: str, kafka_servers: str, unique: str
+) -> None:
+    await append_credits(pool, store, 40)
+    relay = OutboxRelay("test", pool, make_producer(kafka_servers, "relay"), batch_size=25)
+    assert await relay.publish_once() == 25
+    assert await relay.publish_once() == 15
+    assert await relay.publish_once() == 0
+    assert records_on_topic(kafka_servers, topic) == 40
+    consumer = new_consumer(f"g-{unique}", topic, pool, kafka_servers)
+    await drain(consumer, pool, 40)
+    async with pool.connection() as conn:
+        assert await credits(conn) == expected_totals(40)
+
+
+async def test_relay_killed_after_publish_before_marking_sent_consumer_still_applies_once(
+    pool: AsyncConnectionPool, store: EventStore, topic: str, kafka_servers: str, unique: str
+) -> None:
+    await append_credits(pool, store, 30)
+    doomed = OutboxRelay("test", pool, make_producer(kafka_servers, "doomed"))
+
+    async def die(batch: list[PendingRecord]) -> None:
+        raise Crash("killed after Kafka acknowledged, before marking published")
+
+    doomed.after_publish = die
+    with pytest.raises(Crash):
+        await doomed.publish_once()
+    async with pool.connection() as conn:
+        cur = await conn.execute("SELECT count(*) FROM outbox WHERE published_at IS NULL")
+        assert await cur.fetchone() == (30,)
+
+    restarted = OutboxRelay("test", pool, make_producer(kafka_servers, "restarted"))
+    assert await restarted.publish_once() == 30
+    assert records_on_topic(kafka_servers, topic) == 60  # every event is on the topic twice
+
+    consumer = new_consumer(f"g-{unique}", topic, pool, kafka_servers)
+    await drain(consumer, pool, 30)
+    for _ in range(5):  # let it read the duplicates too
+        await consumer.poll_once()
+    async with pool.connection() as conn:
+        assert await credits(conn) == expected_totals(30)
+        cur = await conn.execute("SELECT count(*) FROM processed_events")
+        assert await cur.fetchone() == (30,)
+
+
+async def test_consumer_killed_mid_stream_resumes_without_loss_or_double_effect(
+    pool: AsyncConnectionPool, store: EventStore, topic: str, kafka_servers: str, unique: str
+) -> None:
+    await append_credits(pool, store, 60)
+    await OutboxRelay("test", pool, make_producer(kafka_servers, "relay")).publish_once()
+    group = f"g-{unique}"
+    first = new_consumer(group, topic, pool, kafka_servers)
+    seen = 0
+
+    async def die_after_some(record: Any) -> None:
+        nonlocal seen
+        seen += 1
+        if seen == 17:  # effects of record 17 committed, Kafka offset not yet committed
+            raise Crash("killed between the database commit and the Kafka commit")
+
+    first.after_commit = die_after_some
+    with pytest.raises(Crash):
+        for _ in range(100):
+            await first.poll_once()
+    first._kafka.close(autocommit=False)  # a dead process commits nothing more
+
+    second = new_consumer(group, topic, pool, kafka_servers)
+    await drain(second, pool, 60)
+    for _ in range(3):
+        await second.poll_once()
+    async with pool.connection() as conn:
+        assert await credits(conn) == expected_totals(60)
+
+
+async def test_two_consumers_in_one_group_share_partitions_and_apply_each_event_once(
+    pool: AsyncConnectionPool, store: EventStore, topic: str, kafka_servers: str, unique: str
+) -> None:
+    await append_credits(pool, store, 90, accounts=9)
+    await OutboxRelay("test", pool, make_producer(kafka_servers, "relay")).publish_once()
+    group = f"g-{unique}"
+    a, b = new_consumer(group, topic, pool, kafka_servers), new_consumer(group, topic, pool, kafka_servers)
+    deadline = time.monotonic() + DEADLINE_S
+    while time.monotonic() < deadline:
+        await asyncio.gather(a.poll_once(), b.poll_once())
+        async with pool.connection() as conn:
+            if sum(applied for _, applied in (await credits(conn)).values()) >= 90:
+                break
+    for _ in range(3):
+        await asyncio.gather(a.poll_once(), b.poll_once())
+    async with pool.connection() as conn:
+        assert await credits(conn) == expected_totals(90, accounts=9)
+    a._kafka.close()
+    b._kafka.close()

@@ -1,0 +1,99 @@
+"""Shared fixtures: the real Kafka, PostgreSQL and Redis.
+
+Connection settings come from the environment (``source .run/env`` after
+``scripts/infra up``, which the test command does). When they are unset and a
+Docker engine is reachable, testcontainers starts the three instead; on the
+project's machines there is no engine, so the infra script is the path taken.
+"""
+
+from __future__ import annotations
+
+import os
+import uuid
+from collections.abc import AsyncIterator, Iterator
+from pathlib import Path
+
+import psycopg
+import pytest
+from psycopg import sql
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def _load_run_env() -> None:
+    env_file = ROOT / ".run" / "env"
+    if not env_file.exists():
+        return
+    for line in env_file.read_text().splitlines():
+        line = line.strip()
+        if line.startswith("export ") and "=" in line:
+            key, _, value = line[len("export ") :].partition("=")
+            os.environ.setdefault(key, value.strip("'\""))
+
+
+def _docker_reachable() -> bool:
+    try:
+        import docker  # type: ignore[import-not-found]
+
+        docker.from_env().ping()
+        return True
+    except Exception:
+        return False
+
+
+@pytest.fixture(scope="session")
+def infra() -> Iterator[dict[str, str]]:
+    _load_run_env()
+    keys = ("KAFKA_BOOTSTRAP_SERVERS", "DATABASE_URL", "REDIS_URL")
+    if all(os.environ.get(k) for k in keys):
+        yield {k: os.environ[k] for k in keys}
+        return
+    if not _docker_reachable():
+        pytest.fail(
+            "no infrastructure: run `scripts/infra up` (or set KAFKA_BOOTSTRAP_SERVERS, DATABASE_URL, REDIS_URL)",
+            pytrace=False,
+        )
+    from testcontainers.kafka import KafkaContainer  # type: ignore[import-not-found]
+    from testcontainers.postgres import PostgresContainer  # type: ignore[import-not-found]
+    from testcontainers.redis import RedisContainer  # type: ignore[import-not-found]
+
+    with KafkaContainer().with_kraft() as kafka, PostgresContainer("postgres:15") as pg, RedisContainer() as redis:
+        values = {
+            "KAFKA_BOOTSTRAP_SERVERS": kafka.get_bootstrap_server(),
+            "DATABASE_URL": pg.get_connection_url(driver=None),
+            "REDIS_URL": f"redis://{redis.get_container_host_ip()}:{redis.get_exposed_port(6379)}/0",
+        }
+        os.environ.update(values)
+        yield values
+
+
+@pytest.fixture(scope="session")
+def dsn(infra: dict[str, str]) -> str:
+    return infra["DATABASE_URL"]
+
+
+@pytest.fixture(scope="session")
+def kafka_servers(infra: dict[str, str]) -> str:
+    return infra["KAFKA_BOOTSTRAP_SERVERS"]
+
+
+@pytest.fixture(scope="session")
+def redis_url(infra: dict[str, str]) -> str:
+    return infra["REDIS_URL"]
+
+
+@pytest.fixture
+def unique() -> str:
+    """A short unique suffix for topics, schemas, groups and keys of one test."""
+    return uuid.uuid4().hex[:12]
+
+
+@pytest.fixture
+async def schema(dsn: str, unique: str) -> AsyncIterator[str]:
+    """A fresh PostgreSQL schema, dropped after the test."""
+    name = f"t_{unique}"
+    async with await psycopg.AsyncConnection.connect(dsn, autocommit=True) as conn:
+        await conn.execute(sql.SQL("CREATE SCHEMA {}").format(sql.Identifier(name)))
+    yield name
+    async with await psycopg.AsyncConnection.connect(dsn, autocommit=True) as conn:
+        await conn.execute(sql.SQL("DROP SCHEMA IF EXISTS {} CASCADE").format(sql.Identifier(name)))
