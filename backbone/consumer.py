@@ -124,7 +124,7 @@ class ExactlyOnceConsumer:
         try:
             async with self._pool.connection() as conn, conn.transaction():
                 cur = await conn.execute(
-                    "INSERT INTO processed_events (consumer, event_id, topic, partition, \"offset\")"
+                    'INSERT INTO processed_events (consumer, event_id, topic, partition, "offset")'
                     " VALUES (%s, %s, %s, %s, %s) ON CONFLICT DO NOTHING",
                     (self.name, envelope.event_id, tp.topic, tp.partition, record.offset),
                 )

@@ -9,7 +9,9 @@ from psycopg import sql
 from psycopg_pool import AsyncConnectionPool
 
 
-async def open_pool(dsn: str, *, min_size: int = 2, max_size: int = 20, schema: str | None = None) -> AsyncConnectionPool:
+async def open_pool(
+    dsn: str, *, min_size: int = 2, max_size: int = 20, schema: str | None = None
+) -> AsyncConnectionPool:
     """Open a pool whose connections use ``schema`` first on their search path (when given)."""
 
     async def configure(conn: psycopg.AsyncConnection) -> None:
@@ -31,7 +33,7 @@ async def run_ddl(conn: psycopg.AsyncConnection, statements: Sequence[str]) -> N
     async with conn.transaction():
         await conn.execute("SELECT pg_advisory_xact_lock(hashtext('niuniu.ddl'))")
         for statement in statements:
-            await conn.execute(statement)  # type: ignore[arg-type]
+            await conn.execute(statement)
 
 
 async def create_schema(conn: psycopg.AsyncConnection, schema: str, *, fresh: bool = False) -> None:

@@ -93,7 +93,9 @@ class StoredEvent:
 
     def unpack(self, message: Message) -> Message:
         if not self.envelope.payload.Unpack(message):
-            raise TypeError(f"{self.event_type} payload is {self.envelope.payload.type_url}, not {message.DESCRIPTOR.full_name}")
+            raise TypeError(
+                f"{self.event_type} payload is {self.envelope.payload.type_url}, not {message.DESCRIPTOR.full_name}"
+            )
         return message
 
 
@@ -133,9 +135,7 @@ class EventStore:
         stored: list[StoredEvent] = []
         async with conn.transaction():  # a savepoint when the caller already has a transaction
             await conn.execute(_APPEND_LOCK)
-            cur = await conn.execute(
-                "SELECT coalesce(max(version), 0) FROM events WHERE stream_id = %s", (stream_id,)
-            )
+            cur = await conn.execute("SELECT coalesce(max(version), 0) FROM events WHERE stream_id = %s", (stream_id,))
             row = await cur.fetchone()
             if row is None or row[0] != expected_version:
                 raise ConcurrencyError(stream_id, expected_version)
@@ -143,7 +143,9 @@ class EventStore:
                 stored.append(await self._insert(conn, stream_id, expected_version + offset, event))
         return stored
 
-    async def _insert(self, conn: psycopg.AsyncConnection, stream_id: str, version: int, event: NewEvent) -> StoredEvent:
+    async def _insert(
+        self, conn: psycopg.AsyncConnection, stream_id: str, version: int, event: NewEvent
+    ) -> StoredEvent:
         cur = await conn.execute("SELECT nextval('events_position_seq')")
         row = await cur.fetchone()
         assert row is not None
@@ -181,14 +183,18 @@ class EventStore:
         )
         return StoredEvent(position, envelope)
 
-    async def read_stream(self, conn: psycopg.AsyncConnection, stream_id: str, after_version: int = 0) -> list[StoredEvent]:
+    async def read_stream(
+        self, conn: psycopg.AsyncConnection, stream_id: str, after_version: int = 0
+    ) -> list[StoredEvent]:
         cur = await conn.execute(
             "SELECT position, envelope FROM events WHERE stream_id = %s AND version > %s ORDER BY version",
             (stream_id, after_version),
         )
         return [_stored(row) for row in await cur.fetchall()]
 
-    async def read_all(self, conn: psycopg.AsyncConnection, after_position: int = 0, limit: int = 1000) -> list[StoredEvent]:
+    async def read_all(
+        self, conn: psycopg.AsyncConnection, after_position: int = 0, limit: int = 1000
+    ) -> list[StoredEvent]:
         cur = await conn.execute(
             "SELECT position, envelope FROM events WHERE position > %s ORDER BY position LIMIT %s",
             (after_position, limit),

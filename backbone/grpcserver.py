@@ -16,9 +16,9 @@ import inspect
 import logging
 import signal
 import time
-from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Coroutine, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any, TypeAlias
 
 import grpc
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
@@ -32,10 +32,15 @@ log = logging.getLogger(__name__)
 CORRELATION_METADATA_KEY = "x-correlation-id"
 
 Behavior = Callable[..., Any]
-BackgroundTask = Callable[[asyncio.Event], Awaitable[None]]
+BackgroundTask = Callable[[asyncio.Event], Coroutine[Any, Any, None]]
+if TYPE_CHECKING:
+    MethodHandler: TypeAlias = grpc.RpcMethodHandler[Any, Any]  # generic only in the stubs
+else:
+    MethodHandler = grpc.RpcMethodHandler
+Continuation: TypeAlias = Callable[[grpc.HandlerCallDetails], Awaitable["MethodHandler | None"]]
 
 
-def _rebuild(handler: grpc.RpcMethodHandler, wrap: Callable[[Behavior, bool], Behavior]) -> grpc.RpcMethodHandler:
+def _rebuild(handler: MethodHandler, wrap: Callable[[Behavior, bool], Behavior]) -> MethodHandler:
     kwargs = {
         "request_deserializer": handler.request_deserializer,
         "response_serializer": handler.response_serializer,
@@ -46,6 +51,7 @@ def _rebuild(handler: grpc.RpcMethodHandler, wrap: Callable[[Behavior, bool], Be
         return grpc.unary_stream_rpc_method_handler(wrap(handler.unary_stream, True), **kwargs)
     if handler.stream_unary:
         return grpc.stream_unary_rpc_method_handler(wrap(handler.stream_unary, False), **kwargs)
+    assert handler.stream_stream is not None
     return grpc.stream_stream_rpc_method_handler(wrap(handler.stream_stream, True), **kwargs)
 
 
@@ -54,7 +60,7 @@ def _split_method(full: str) -> tuple[str, str]:
     return service, method
 
 
-def _rpc_type(handler: grpc.RpcMethodHandler) -> str:
+def _rpc_type(handler: MethodHandler) -> str:
     if handler.unary_unary:
         return "unary"
     if handler.unary_stream:
@@ -84,9 +90,9 @@ class ErrorInterceptor(grpc.aio.ServerInterceptor):
 
     async def intercept_service(
         self,
-        continuation: Callable[[grpc.HandlerCallDetails], Awaitable[grpc.RpcMethodHandler]],
+        continuation: Continuation,
         details: grpc.HandlerCallDetails,
-    ) -> grpc.RpcMethodHandler:
+    ) -> MethodHandler | None:
         handler = await continuation(details)
         if handler is None:
             return handler
@@ -125,9 +131,9 @@ class MetricsInterceptor(grpc.aio.ServerInterceptor):
 
     async def intercept_service(
         self,
-        continuation: Callable[[grpc.HandlerCallDetails], Awaitable[grpc.RpcMethodHandler]],
+        continuation: Continuation,
         details: grpc.HandlerCallDetails,
-    ) -> grpc.RpcMethodHandler:
+    ) -> MethodHandler | None:
         handler = await continuation(details)
         if handler is None:
             return handler

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
@@ -23,7 +24,9 @@ class TopicSpec:
 
 def ensure_topics(bootstrap_servers: str, specs: Iterable[TopicSpec], *, timeout_ms: int = 30_000) -> list[str]:
     """Create the topics that do not exist yet; returns the names created."""
-    admin = KafkaAdminClient(bootstrap_servers=bootstrap_servers, client_id="niuniu-admin", request_timeout_ms=timeout_ms)
+    admin = KafkaAdminClient(
+        bootstrap_servers=bootstrap_servers, client_id="niuniu-admin", request_timeout_ms=timeout_ms
+    )
     try:
         existing = set(admin.list_topics())
         missing = {s.name: s for s in specs if s.name not in existing}
@@ -33,10 +36,9 @@ def ensure_topics(bootstrap_servers: str, specs: Iterable[TopicSpec], *, timeout
             name: {"num_partitions": s.partitions, "replication_factor": 1, "configs": s.config}
             for name, s in missing.items()
         }
-        try:
+        # Another process may create a topic between our list and create.
+        with contextlib.suppress(TopicAlreadyExistsError):
             admin.create_topics(request, timeout_ms=timeout_ms, wait_for_metadata=True)
-        except TopicAlreadyExistsError:
-            pass  # another process created it between our list and create
         return sorted(missing)
     finally:
         admin.close()
@@ -68,6 +70,9 @@ def make_consumer(bootstrap_servers: str, group_id: str | None, client_id: str, 
         "auto_offset_reset": "earliest",
         "max_poll_records": 500,
         "isolation_level": "read_committed",
+        # A group that joins before a new topic's metadata arrives gets no partitions until the
+        # next metadata refresh: keep that short (the default is five minutes).
+        "metadata_max_age_ms": 5_000,
     }
     config.update(overrides)
     return KafkaConsumer(**config)

@@ -59,7 +59,7 @@ class RedisLease:
 
     async def acquire(self) -> int | None:
         """Take the lease if free (or already ours): the fencing token, else None."""
-        result = await self._redis.eval(_ACQUIRE, 2, self.key, self._fence_key, self.owner, self.ttl_ms)  # type: ignore[misc]
+        result = await self._redis.eval(_ACQUIRE, 2, self.key, self._fence_key, self.owner, self.ttl_ms)
         self.token = int(result) if result else None
         return self.token
 
@@ -67,7 +67,7 @@ class RedisLease:
         """Extend the lease; False means it was lost and the caller must stop acting as owner."""
         if self.token is None:
             return False
-        ok = await self._redis.eval(_RENEW, 1, self.key, self._value(), self.ttl_ms)  # type: ignore[misc]
+        ok = await self._redis.eval(_RENEW, 1, self.key, self._value(), self.ttl_ms)
         if not ok:
             self.token = None
         return bool(ok)
@@ -75,7 +75,7 @@ class RedisLease:
     async def release(self) -> bool:
         if self.token is None:
             return False
-        ok = await self._redis.eval(_RELEASE, 1, self.key, self._value())  # type: ignore[misc]
+        ok = await self._redis.eval(_RELEASE, 1, self.key, self._value())
         self.token = None
         return bool(ok)
 

@@ -19,7 +19,9 @@ GRPC_HANDLING_SECONDS = Histogram(
     buckets=(0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10),
 )
 
-OUTBOX_PUBLISHED = Counter("niuniu_outbox_published_total", "Events the relay published to Kafka.", ["service", "topic"])
+OUTBOX_PUBLISHED = Counter(
+    "niuniu_outbox_published_total", "Events the relay published to Kafka.", ["service", "topic"]
+)
 OUTBOX_PENDING = Gauge("niuniu_outbox_pending_events", "Outbox events not yet published.", ["service"])
 OUTBOX_LAG_SECONDS = Gauge(
     "niuniu_outbox_lag_seconds", "Age of the oldest unpublished outbox event (0 when empty).", ["service"]
@@ -36,7 +38,9 @@ CONSUMER_FAILURES = Counter(
     "niuniu_consumer_failures_total", "Handler failures (the event is retried).", ["consumer", "topic"]
 )
 CONSUMER_LAG = Gauge(
-    "niuniu_consumer_lag_messages", "Messages behind the partition's high watermark.", ["consumer", "topic", "partition"]
+    "niuniu_consumer_lag_messages",
+    "Messages behind the partition's high watermark.",
+    ["consumer", "topic", "partition"],
 )
 
 

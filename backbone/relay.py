@@ -9,6 +9,7 @@ restart; consumers recognise the duplicates by event id.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
@@ -124,7 +125,5 @@ class OutboxRelay:
 
 
 async def _sleep_or_stop(stop: asyncio.Event, seconds: float) -> None:
-    try:
+    with contextlib.suppress(TimeoutError):
         await asyncio.wait_for(stop.wait(), timeout=seconds)
-    except TimeoutError:
-        pass

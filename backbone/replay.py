@@ -53,7 +53,9 @@ async def replay(
 ) -> ReplayReport:
     """Rebuild ``projection`` from offset 0 of ``topics`` into the fresh ``schema``."""
     started = time.perf_counter()
-    consumer = make_consumer(bootstrap_servers, None, f"replay-{projection.name}", max_poll_records=MAX_REPLAY_POLL_RECORDS)
+    consumer = make_consumer(
+        bootstrap_servers, None, f"replay-{projection.name}", max_poll_records=MAX_REPLAY_POLL_RECORDS
+    )
     try:
         partitions = [
             TopicPartition(topic, p) for topic in topics for p in sorted(consumer.partitions_for_topic(topic) or ())
@@ -107,7 +109,7 @@ async def _apply(conn: psycopg.AsyncConnection, projection: Projection, tp: Topi
     envelope = events_pb2.EventEnvelope()
     envelope.ParseFromString(record.value)  # type: ignore[attr-defined]
     cur = await conn.execute(
-        "INSERT INTO processed_events (consumer, event_id, topic, partition, \"offset\") VALUES (%s, %s, %s, %s, %s)"
+        'INSERT INTO processed_events (consumer, event_id, topic, partition, "offset") VALUES (%s, %s, %s, %s, %s)'
         " ON CONFLICT DO NOTHING",
         (projection.name, envelope.event_id, tp.topic, tp.partition, record.offset),  # type: ignore[attr-defined]
     )
@@ -117,7 +119,9 @@ async def _apply(conn: psycopg.AsyncConnection, projection: Projection, tp: Topi
     return 1
 
 
-async def table_digest(conn: psycopg.AsyncConnection, schema: str, table: str, order_by: str) -> list[tuple[object, ...]]:
+async def table_digest(
+    conn: psycopg.AsyncConnection, schema: str, table: str, order_by: str
+) -> list[tuple[object, ...]]:
     """Every row of ``schema.table`` in a stable order, for comparing a replay with the live projection."""
     query = sql.SQL("SELECT * FROM {}.{} ORDER BY {}").format(
         sql.Identifier(schema), sql.Identifier(table), sql.SQL(order_by)

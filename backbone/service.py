@@ -77,11 +77,15 @@ async def start(spec: ServiceSpec, settings: Settings) -> tuple[RunningServer, S
     ctx = ServiceContext(settings, pool, store, redis)
     owner = f"{socket.gethostname()}-{os.getpid()}"
     lease = RedisLease(redis, f"relay:{spec.name}", owner, RELAY_LEASE_TTL_MS)
-    relay = OutboxRelay(spec.name, pool, make_producer(settings.kafka_bootstrap_servers, f"{spec.name}-relay"), lease=lease)
+    relay = OutboxRelay(
+        spec.name, pool, make_producer(settings.kafka_bootstrap_servers, f"{spec.name}-relay"), lease=lease
+    )
     tasks: list[BackgroundTask] = [relay.run]
     for consumer_spec in spec.consumers:
         kafka = make_consumer(settings.kafka_bootstrap_servers, consumer_spec.name, f"{spec.name}-{consumer_spec.name}")
-        consumer = ExactlyOnceConsumer(consumer_spec.name, consumer_spec.topics, pool, consumer_spec.handler(ctx), kafka)
+        consumer = ExactlyOnceConsumer(
+            consumer_spec.name, consumer_spec.topics, pool, consumer_spec.handler(ctx), kafka
+        )
         tasks.append(consumer.run)
     tasks.extend(make(ctx) for make in spec.background)
     running = await start_server(

@@ -5,12 +5,11 @@ from __future__ import annotations
 import asyncio
 
 import pytest
+from credits_projection import credited
 from psycopg_pool import AsyncConnectionPool
 
 from backbone.db import open_pool
 from backbone.eventstore import ConcurrencyError, EventStore
-
-from .helpers import credited
 
 pytestmark = pytest.mark.integration
 

@@ -8,6 +8,7 @@ from collections.abc import AsyncIterator
 from typing import Any
 
 import pytest
+from credits_projection import CREDITS_DDL, apply_credit, credited, credits
 from kafka import KafkaConsumer, TopicPartition
 from psycopg_pool import AsyncConnectionPool
 
@@ -16,8 +17,6 @@ from backbone.db import open_pool, run_ddl
 from backbone.eventstore import EventStore
 from backbone.kafka import TopicSpec, ensure_topics, make_consumer, make_producer
 from backbone.relay import OutboxRelay, PendingRecord
-
-from .helpers import CREDITS_DDL, apply_credit, credited, credits
 
 pytestmark = pytest.mark.integration
 

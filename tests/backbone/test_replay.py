@@ -2,20 +2,20 @@
 
 from __future__ import annotations
 
+import time
 from collections.abc import AsyncIterator
 
+import psycopg
 import pytest
+from credits_projection import CREDITS, CREDITS_DDL, apply_credit, credited
 from psycopg_pool import AsyncConnectionPool
 
-import psycopg
 from backbone.consumer import ExactlyOnceConsumer
 from backbone.db import open_pool, run_ddl
 from backbone.eventstore import EventStore
 from backbone.kafka import TopicSpec, ensure_topics, make_consumer, make_producer
 from backbone.relay import OutboxRelay
 from backbone.replay import replay, table_digest
-
-from .helpers import CREDITS, CREDITS_DDL, apply_credit, credited
 
 pytestmark = pytest.mark.integration
 
@@ -46,8 +46,11 @@ async def test_projection_rebuilt_from_offset_zero_is_identical_to_live(
     relay = OutboxRelay("test", pool, make_producer(kafka_servers, "relay"))
     while await relay.publish_once():
         pass
-    live = ExactlyOnceConsumer(f"live-{unique}", [topic], pool, apply_credit, make_consumer(kafka_servers, f"live-{unique}", "live"))
-    for _ in range(200):
+    live = ExactlyOnceConsumer(
+        f"live-{unique}", [topic], pool, apply_credit, make_consumer(kafka_servers, f"live-{unique}", "live")
+    )
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline:
         await live.poll_once()
         async with pool.connection() as conn:
             cur = await conn.execute("SELECT coalesce(sum(applied), 0) FROM credits")
@@ -56,7 +59,9 @@ async def test_projection_rebuilt_from_offset_zero_is_identical_to_live(
                 break
 
     progress: list[tuple[int, int]] = []
-    report = await replay(dsn, kafka_servers, [topic], CREDITS, f"r_{unique}", progress=lambda r, t: progress.append((r, t)))
+    report = await replay(
+        dsn, kafka_servers, [topic], CREDITS, f"r_{unique}", progress=lambda r, t: progress.append((r, t))
+    )
     assert report.events_read == 120 and report.events_applied == 120
     assert progress and progress[-1] == (120, 120)
     async with await psycopg.AsyncConnection.connect(dsn) as conn:
@@ -66,3 +71,4 @@ async def test_projection_rebuilt_from_offset_zero_is_identical_to_live(
         assert replayed == live_rows
         await conn.execute(f'DROP SCHEMA "r_{unique}" CASCADE')
         await conn.commit()
+    live._kafka.close()
