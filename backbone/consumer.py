@@ -52,7 +52,7 @@ TRACKING_SCHEMA = (
     """,
 )
 
-MAX_RETRY_SLEEP_S = 5.0
+RETRY_SLEEP_S = 0.5
 
 
 class ExactlyOnceConsumer:
@@ -95,54 +95,70 @@ class ExactlyOnceConsumer:
         return applied
 
     async def _apply_partition(self, tp: TopicPartition, records: list[Any]) -> int:
-        applied = 0
         next_offset = await self._stored_position(tp)
+        fresh = [r for r in records if r.offset >= next_offset]
+        if len(fresh) < len(records):
+            metrics.CONSUMER_DUPLICATES.labels(self.name, tp.topic).inc(len(records) - len(fresh))
+        if not fresh:
+            return 0
+        try:
+            applied = await self._apply_batch(tp, fresh)
+        except Exception:
+            # Something in the batch failed and nothing of it was committed: go one by one
+            # so every record before the failing one lands, then retry from the failing one.
+            # Kafka's offset is left alone here: it may lag the database, never lead it.
+            return await self._apply_one_by_one(tp, fresh)
+        await self._after_commit(fresh)
+        await asyncio.to_thread(self._kafka.commit, {tp: OffsetAndMetadata(fresh[-1].offset + 1, "", -1)})
+        return applied
+
+    async def _apply_one_by_one(self, tp: TopicPartition, records: list[Any]) -> int:
+        applied = 0
         for record in records:
-            if record.offset < next_offset:
-                metrics.CONSUMER_DUPLICATES.labels(self.name, tp.topic).inc()
-                continue
             try:
-                if await self._apply(tp, record):
-                    applied += 1
+                applied += await self._apply_batch(tp, [record])
             except Exception:
                 metrics.CONSUMER_FAILURES.labels(self.name, tp.topic).inc()
                 log.exception("handler failed; will retry", extra={"topic": tp.topic, "offset": record.offset})
-                # Re-read this record on the next poll; nothing of it was committed.
-                self._kafka.seek(tp, record.offset)
-                await asyncio.sleep(min(MAX_RETRY_SLEEP_S, 0.5))
+                self._kafka.seek(tp, record.offset)  # re-read it on the next poll
+                await asyncio.sleep(RETRY_SLEEP_S)
                 return applied
-            next_offset = record.offset + 1
-            if self.after_commit is not None:
-                await self.after_commit(record)
-        await asyncio.to_thread(self._kafka.commit, {tp: OffsetAndMetadata(next_offset, "", -1)})
+            await self._after_commit([record])
         return applied
 
-    async def _apply(self, tp: TopicPartition, record: Any) -> bool:
-        envelope = events_pb2.EventEnvelope()
-        envelope.ParseFromString(record.value)
-        token = logs.correlation_id.set(envelope.correlation_id)
-        try:
-            async with self._pool.connection() as conn, conn.transaction():
+    async def _after_commit(self, records: list[Any]) -> None:
+        if self.after_commit is not None:
+            for record in records:
+                await self.after_commit(record)
+
+    async def _apply_batch(self, tp: TopicPartition, records: list[Any]) -> int:
+        """Apply ``records`` of one partition in one transaction; returns how many were new."""
+        applied = 0
+        async with self._pool.connection() as conn, conn.transaction():
+            for record in records:
+                envelope = events_pb2.EventEnvelope()
+                envelope.ParseFromString(record.value)
                 cur = await conn.execute(
                     'INSERT INTO processed_events (consumer, event_id, topic, partition, "offset")'
                     " VALUES (%s, %s, %s, %s, %s) ON CONFLICT DO NOTHING",
                     (self.name, envelope.event_id, tp.topic, tp.partition, record.offset),
                 )
-                duplicate = cur.rowcount == 0
-                if not duplicate:
+                if cur.rowcount == 0:  # the relay published it twice: already applied
+                    metrics.CONSUMER_DUPLICATES.labels(self.name, tp.topic).inc()
+                    continue
+                token = logs.correlation_id.set(envelope.correlation_id)
+                try:
                     await self._handler(conn, envelope)
-                await conn.execute(
-                    "INSERT INTO consumer_positions (consumer, topic, partition, next_offset) VALUES (%s, %s, %s, %s)"
-                    " ON CONFLICT (consumer, topic, partition) DO UPDATE SET next_offset = EXCLUDED.next_offset",
-                    (self.name, tp.topic, tp.partition, record.offset + 1),
-                )
-        finally:
-            logs.correlation_id.reset(token)
-        if duplicate:
-            metrics.CONSUMER_DUPLICATES.labels(self.name, tp.topic).inc()
-        else:
-            metrics.CONSUMER_APPLIED.labels(self.name, tp.topic).inc()
-        return not duplicate
+                finally:
+                    logs.correlation_id.reset(token)
+                applied += 1
+            await conn.execute(
+                "INSERT INTO consumer_positions (consumer, topic, partition, next_offset) VALUES (%s, %s, %s, %s)"
+                " ON CONFLICT (consumer, topic, partition) DO UPDATE SET next_offset = EXCLUDED.next_offset",
+                (self.name, tp.topic, tp.partition, records[-1].offset + 1),
+            )
+        metrics.CONSUMER_APPLIED.labels(self.name, tp.topic).inc(applied)
+        return applied
 
     async def _stored_position(self, tp: TopicPartition) -> int:
         async with self._pool.connection() as conn:

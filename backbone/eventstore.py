@@ -129,59 +129,76 @@ class EventStore:
         expected_version: int,
         events: Sequence[NewEvent],
     ) -> list[StoredEvent]:
-        """Append ``events`` after ``expected_version`` (0 for a new stream), inside the caller's transaction."""
+        """Append ``events`` after ``expected_version`` (0 for a new stream), inside the caller's transaction.
+
+        Raises ``ConcurrencyError`` when the stream is not at ``expected_version``; the
+        check runs under the append lock, before anything is written, so the caller's
+        transaction stays usable.
+        """
         if not events:
             return []
-        stored: list[StoredEvent] = []
-        async with conn.transaction():  # a savepoint when the caller already has a transaction
-            await conn.execute(_APPEND_LOCK)
-            cur = await conn.execute("SELECT coalesce(max(version), 0) FROM events WHERE stream_id = %s", (stream_id,))
-            row = await cur.fetchone()
-            if row is None or row[0] != expected_version:
-                raise ConcurrencyError(stream_id, expected_version)
-            for offset, event in enumerate(events, start=1):
-                stored.append(await self._insert(conn, stream_id, expected_version + offset, event))
+        if conn.info.transaction_status != psycopg.pq.TransactionStatus.INTRANS:
+            async with conn.transaction():
+                return await self.append(conn, stream_id, expected_version, events)
+        cur = await conn.execute(
+            _APPEND_LOCK + ", (SELECT coalesce(max(version), 0) FROM events WHERE stream_id = %s),"
+            " array(SELECT nextval('events_position_seq') FROM generate_series(1, %s))",
+            (stream_id, len(events)),
+        )
+        row = await cur.fetchone()
+        if row is None or row[1] != expected_version:
+            raise ConcurrencyError(stream_id, expected_version)
+        positions = [int(p) for p in row[2]]
+        stored = [
+            StoredEvent(position, self._envelope(stream_id, expected_version + i, event, position))
+            for i, (position, event) in enumerate(zip(positions, events, strict=True), start=1)
+        ]
+        await self._insert(conn, stored, events)
         return stored
 
-    async def _insert(
-        self, conn: psycopg.AsyncConnection, stream_id: str, version: int, event: NewEvent
-    ) -> StoredEvent:
-        cur = await conn.execute("SELECT nextval('events_position_seq')")
-        row = await cur.fetchone()
-        assert row is not None
-        position = int(row[0])
-        occurred_at = self._clock()
-        envelope = build_envelope(
+    def _envelope(self, stream_id: str, version: int, event: NewEvent, position: int) -> events_pb2.EventEnvelope:
+        return build_envelope(
             event_id=str(self._new_id()),
             stream_id=stream_id,
             version=version,
             event=event,
-            occurred_at=occurred_at,
+            occurred_at=self._clock(),
             producer=self.producer,
             store_position=position,
         )
-        try:
-            await conn.execute(
-                "INSERT INTO events (position, event_id, stream_id, version, event_type, correlation_id,"
-                " occurred_at, envelope) VALUES (%s, %s, %s, %s, %s, %s, %s, %s)",
-                (
-                    position,
-                    envelope.event_id,
-                    stream_id,
-                    version,
-                    event.event_type,
-                    event.correlation_id,
-                    occurred_at,
-                    envelope.SerializeToString(),
-                ),
+
+    async def _insert(
+        self, conn: psycopg.AsyncConnection, stored: list[StoredEvent], events: Sequence[NewEvent]
+    ) -> None:
+        rows = [
+            (
+                e.position,
+                e.envelope.event_id,
+                e.stream_id,
+                e.version,
+                e.event_type,
+                e.envelope.correlation_id,
+                e.envelope.occurred_at.ToDatetime(tzinfo=UTC),
+                e.envelope.SerializeToString(),
             )
-        except psycopg.errors.UniqueViolation:
-            raise ConcurrencyError(stream_id, version - 1) from None
-        await conn.execute(
-            "INSERT INTO outbox (position, topic, record_key) VALUES (%s, %s, %s)",
-            (position, event.topic or self.default_topic, stream_id),
-        )
-        return StoredEvent(position, envelope)
+            for e in stored
+        ]
+        async with conn.cursor() as cur:
+            try:
+                await cur.executemany(
+                    "INSERT INTO events (position, event_id, stream_id, version, event_type, correlation_id,"
+                    " occurred_at, envelope) VALUES (%s, %s, %s, %s, %s, %s, %s, %s)",
+                    rows,
+                )
+            except psycopg.errors.UniqueViolation:
+                raise ConcurrencyError(stored[0].stream_id, stored[0].version - 1) from None
+            await cur.executemany(
+                "INSERT INTO outbox (position, topic, record_key) VALUES (%s, %s, %s)",
+                [
+                    (e.position, event.topic or self.default_topic, e.stream_id)
+                    for e, event in zip(stored, events, strict=True)
+                ],
+            )
 
     async def read_stream(
         self, conn: psycopg.AsyncConnection, stream_id: str, after_version: int = 0
