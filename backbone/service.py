@@ -24,10 +24,11 @@ from backbone.consumer import ExactlyOnceConsumer, Handler
 from backbone.db import open_pool
 from backbone.eventstore import EventStore
 from backbone.grpcserver import BackgroundTask, RunningServer, serve_forever, start_server
-from backbone.kafka import TopicSpec, ensure_topics, make_consumer, make_producer
+from backbone.kafka import ensure_topics, make_consumer, make_producer
 from backbone.lease import RedisLease
 from backbone.metrics import serve_metrics
 from backbone.relay import OutboxRelay
+from backbone.topics import Topics
 
 log = logging.getLogger(__name__)
 
@@ -39,6 +40,7 @@ class ServiceContext:
     """What a running service hands to its servicers and consumers."""
 
     settings: Settings
+    topics: Topics
     pool: AsyncConnectionPool
     store: EventStore
     redis: Redis
@@ -47,7 +49,7 @@ class ServiceContext:
 @dataclass(frozen=True)
 class ConsumerSpec:
     name: str
-    topics: Sequence[str]
+    topics: Callable[[Topics], Sequence[str]]
     handler: Callable[[ServiceContext], Handler]
 
 
@@ -56,25 +58,24 @@ class ServiceSpec:
     name: str
     grpc_port: int
     metrics_port: int
-    default_topic: str
-    topics: Sequence[TopicSpec]
+    default_topic: Callable[[Topics], str]
     register: Callable[[grpc.aio.Server, ServiceContext], Sequence[str]]
     setup: Callable[[psycopg.AsyncConnection], Awaitable[None]] | None = None
     consumers: Sequence[ConsumerSpec] = field(default_factory=tuple)
     background: Sequence[Callable[[ServiceContext], BackgroundTask]] = field(default_factory=tuple)
 
 
-async def start(spec: ServiceSpec, settings: Settings) -> tuple[RunningServer, ServiceContext]:
-    ensure_topics(settings.kafka_bootstrap_servers, spec.topics)
+async def start(spec: ServiceSpec, settings: Settings, topics: Topics) -> tuple[RunningServer, ServiceContext]:
+    ensure_topics(settings.kafka_bootstrap_servers, topics.specs())
     pool = await open_pool(settings.dsn)
-    store = EventStore(spec.name, spec.default_topic)
+    store = EventStore(spec.name, spec.default_topic(topics))
     async with pool.connection() as conn:
         await store.setup(conn)
         await ExactlyOnceConsumer.setup(conn)
         if spec.setup is not None:
             await spec.setup(conn)
     redis = Redis.from_url(settings.redis_url)
-    ctx = ServiceContext(settings, pool, store, redis)
+    ctx = ServiceContext(settings, topics, pool, store, redis)
     owner = f"{socket.gethostname()}-{os.getpid()}"
     lease = RedisLease(redis, f"relay:{spec.name}", owner, RELAY_LEASE_TTL_MS)
     relay = OutboxRelay(
@@ -84,7 +85,7 @@ async def start(spec: ServiceSpec, settings: Settings) -> tuple[RunningServer, S
     for consumer_spec in spec.consumers:
         kafka = make_consumer(settings.kafka_bootstrap_servers, consumer_spec.name, f"{spec.name}-{consumer_spec.name}")
         consumer = ExactlyOnceConsumer(
-            consumer_spec.name, consumer_spec.topics, pool, consumer_spec.handler(ctx), kafka
+            consumer_spec.name, consumer_spec.topics(topics), pool, consumer_spec.handler(ctx), kafka
         )
         tasks.append(consumer.run)
     tasks.extend(make(ctx) for make in spec.background)
@@ -97,7 +98,7 @@ async def start(spec: ServiceSpec, settings: Settings) -> tuple[RunningServer, S
 async def _run(spec: ServiceSpec) -> None:
     settings = Settings.from_env(spec.name, grpc_port=spec.grpc_port, metrics_port=spec.metrics_port)
     serve_metrics(settings.metrics_port)
-    running, ctx = await start(spec, settings)
+    running, ctx = await start(spec, settings, Topics.from_env())
     log.info("serving", extra={"grpc_port": running.port, "metrics_port": settings.metrics_port})
     try:
         await serve_forever(running)

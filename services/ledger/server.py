@@ -6,7 +6,7 @@ from collections.abc import Sequence
 
 import grpc
 
-from backbone import service, topics
+from backbone import service
 from backbone.service import ServiceContext, ServiceSpec
 
 
@@ -18,8 +18,7 @@ SPEC = ServiceSpec(
     name="ledger",
     grpc_port=50054,
     metrics_port=9104,
-    default_topic=topics.LEDGER_EVENTS,
-    topics=topics.ALL,
+    default_topic=lambda t: t.ledger_events,
     register=register,
 )
 

@@ -6,7 +6,7 @@ from collections.abc import Sequence
 
 import grpc
 
-from backbone import service, topics
+from backbone import service
 from backbone.service import ServiceContext, ServiceSpec
 
 
@@ -18,8 +18,7 @@ SPEC = ServiceSpec(
     name="rng",
     grpc_port=50051,
     metrics_port=9101,
-    default_topic=topics.RNG_EVENTS,
-    topics=topics.ALL,
+    default_topic=lambda t: t.rng_events,
     register=register,
 )
 

@@ -6,7 +6,7 @@ from collections.abc import Sequence
 
 import grpc
 
-from backbone import service, topics
+from backbone import service
 from backbone.service import ServiceContext, ServiceSpec
 
 
@@ -18,8 +18,7 @@ SPEC = ServiceSpec(
     name="table",
     grpc_port=50052,
     metrics_port=9102,
-    default_topic=topics.TABLE_EVENTS,
-    topics=topics.ALL,
+    default_topic=lambda t: t.table_events,
     register=register,
 )
 

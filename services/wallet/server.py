@@ -6,7 +6,7 @@ from collections.abc import Sequence
 
 import grpc
 
-from backbone import service, topics
+from backbone import service
 from backbone.service import ServiceContext, ServiceSpec
 
 
@@ -18,8 +18,7 @@ SPEC = ServiceSpec(
     name="wallet",
     grpc_port=50053,
     metrics_port=9103,
-    default_topic=topics.WALLET_EVENTS,
-    topics=topics.ALL,
+    default_topic=lambda t: t.wallet_events,
     register=register,
 )
 
