@@ -21,7 +21,7 @@ from redis.asyncio import Redis
 from backbone import logs
 from backbone.config import Settings
 from backbone.consumer import ExactlyOnceConsumer, Handler
-from backbone.db import open_pool
+from backbone.db import create_schema, open_pool
 from backbone.eventstore import EventStore
 from backbone.grpcserver import BackgroundTask, RunningServer, serve_forever, start_server
 from backbone.kafka import ensure_topics, make_consumer, make_producer
@@ -65,9 +65,19 @@ class ServiceSpec:
     background: Sequence[Callable[[ServiceContext], BackgroundTask]] = field(default_factory=tuple)
 
 
-async def start(spec: ServiceSpec, settings: Settings, topics: Topics) -> tuple[RunningServer, ServiceContext]:
+async def start(
+    spec: ServiceSpec, settings: Settings, topics: Topics, *, schema: str | None = None
+) -> tuple[RunningServer, ServiceContext]:
+    """Start ``spec`` in this process (``settings.grpc_port`` 0 picks a free port).
+
+    ``schema`` keeps all of the service's tables in that PostgreSQL schema, so tests can
+    run several independent instances against one database.
+    """
     ensure_topics(settings.kafka_bootstrap_servers, topics.specs())
-    pool = await open_pool(settings.dsn)
+    if schema is not None:
+        async with await psycopg.AsyncConnection.connect(settings.dsn, autocommit=True) as conn:
+            await create_schema(conn, schema)
+    pool = await open_pool(settings.dsn, schema=schema)
     store = EventStore(spec.name, spec.default_topic(topics))
     async with pool.connection() as conn:
         await store.setup(conn)
@@ -76,8 +86,8 @@ async def start(spec: ServiceSpec, settings: Settings, topics: Topics) -> tuple[
             await spec.setup(conn)
     redis = Redis.from_url(settings.redis_url)
     ctx = ServiceContext(settings, topics, pool, store, redis)
-    owner = f"{socket.gethostname()}-{os.getpid()}"
-    lease = RedisLease(redis, f"relay:{spec.name}", owner, RELAY_LEASE_TTL_MS)
+    owner = f"{socket.gethostname()}-{os.getpid()}-{id(ctx)}"
+    lease = RedisLease(redis, f"relay:{topics.prefix}{spec.name}:{schema or ''}", owner, RELAY_LEASE_TTL_MS)
     relay = OutboxRelay(
         spec.name, pool, make_producer(settings.kafka_bootstrap_servers, f"{spec.name}-relay"), lease=lease
     )
