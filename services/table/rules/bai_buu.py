@@ -314,6 +314,11 @@ def deal(deck_order: Sequence[Card]) -> Deal:
     return Deal(hands[0], (hands[1], hands[2], hands[3]))
 
 
+def check_distinct_hands(*hands: Hand) -> None:
+    """Raise CardError if two hands share a card (they come from one deck)."""
+    check_distinct([card for hand in hands for card in hand.cards])
+
+
 def deal_hands(hands: Sequence[Sequence[Card]]) -> Deal:
     """A deal from four explicit hands (banker first); cards must be distinct across hands."""
     if len(hands) != len(SEATS):
