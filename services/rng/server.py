@@ -2,16 +2,58 @@
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Sequence
 
 import grpc
+import psycopg
+from niuniu.rng.v1 import rng_pb2, rng_pb2_grpc
+from niuniu.table.v1 import events_pb2 as table_events
+from niuniu.v1 import events_pb2
 
 from backbone import service
-from backbone.service import ServiceContext, ServiceSpec
+from backbone.auth import Tokens, secret_from_env
+from backbone.consumer import Handler
+from backbone.db import run_ddl
+from backbone.service import ConsumerSpec, ServiceContext, ServiceSpec
+from services.rng.api import RngServicer
+from services.rng.app import DDL, RngApp
+
+log = logging.getLogger(__name__)
+
+CLOSING_EVENTS = {
+    "table.round_settled": table_events.RoundSettled,
+    "table.round_voided": table_events.RoundVoided,
+}
+
+
+def app_for(ctx: ServiceContext) -> RngApp:
+    return RngApp(ctx.pool, ctx.store, ctx.topics)
 
 
 def register(server: grpc.aio.Server, ctx: ServiceContext) -> Sequence[str]:
-    return []
+    rng_pb2_grpc.add_RngServicer_to_server(RngServicer(app_for(ctx), Tokens(secret_from_env())), server)
+    return [rng_pb2.DESCRIPTOR.services_by_name["Rng"].full_name]
+
+
+def round_closer(ctx: ServiceContext) -> Handler:
+    """Marks a round closed when the table settles or voids it: from then on its seed may be revealed."""
+    app = app_for(ctx)
+
+    async def handle(conn: psycopg.AsyncConnection, envelope: events_pb2.EventEnvelope) -> None:
+        message_type = CLOSING_EVENTS.get(envelope.event_type)
+        if message_type is None:
+            return
+        payload = message_type()
+        envelope.payload.Unpack(payload)
+        if not await app.close_round(conn, payload.round_id, envelope.event_type, envelope.event_id):
+            log.info("round closed event for an unknown or closed round", extra={"round_id": payload.round_id})
+
+    return handle
+
+
+async def setup(conn: psycopg.AsyncConnection) -> None:
+    await run_ddl(conn, DDL)
 
 
 SPEC = ServiceSpec(
@@ -20,6 +62,8 @@ SPEC = ServiceSpec(
     metrics_port=9101,
     default_topic=lambda t: t.rng_events,
     register=register,
+    setup=setup,
+    consumers=(ConsumerSpec("rng-round-closer", lambda t: [t.table_events], round_closer),),
 )
 
 

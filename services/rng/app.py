@@ -1,0 +1,245 @@
+"""The rng application: rounds' seeds, draws, splits and reveals, with their events.
+
+Each method is one transaction: load the round row (locked), decide with the pure
+derivation in ``fair``, save the row and append the events. Repeating a call for
+the same round returns the first result and appends nothing.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from typing import Any
+
+import psycopg
+from niuniu.rng.v1 import events_pb2
+from prometheus_client import Counter
+from psycopg_pool import AsyncConnectionPool
+
+from backbone.errors import FailedPrecondition, InvalidArgument, NotFound
+from backbone.eventstore import EventStore, NewEvent
+from backbone.topics import Topics
+from services.rng import fair
+
+DDL = (
+    """
+    CREATE TABLE IF NOT EXISTS rng_rounds (
+        round_id              TEXT PRIMARY KEY,
+        purpose               TEXT NOT NULL,
+        server_seed           BYTEA NOT NULL,
+        commitment            TEXT NOT NULL,
+        committed_at          TIMESTAMPTZ NOT NULL DEFAULT now(),
+        deck_size             INT,
+        client_seed           TEXT,
+        drawn_at              TIMESTAMPTZ,
+        envelope_total_minor  BIGINT,
+        envelope_shares       INT,
+        envelope_min_minor    BIGINT,
+        envelope_client_seed  TEXT,
+        split_at              TIMESTAMPTZ,
+        closed_at             TIMESTAMPTZ,
+        closed_cause          TEXT,
+        revealed_at           TIMESTAMPTZ
+    )
+    """,
+)
+
+ROUND_ID_PATTERN = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._:-]{0,127}$")
+PURPOSES = ("deck", "envelope")
+CLIENT_SEED_MAX_CHARS = 256
+
+COMMITS = Counter("niuniu_rng_commits_total", "Server seeds drawn and committed.")
+DRAWS = Counter("niuniu_rng_draws_total", "Deck orders derived for rounds.", ["deck_size"])
+SPLITS = Counter("niuniu_rng_envelope_splits_total", "Red-envelope splits derived for rounds.")
+REVEALS = Counter("niuniu_rng_reveals_total", "Server seeds revealed after their round closed.")
+
+
+@dataclass(frozen=True, slots=True)
+class RoundSeed:
+    round_id: str
+    commitment: str
+    server_seed: bytes
+    client_seed: str
+    deck_size: int
+
+
+def check_round_id(round_id: str) -> str:
+    if not ROUND_ID_PATTERN.match(round_id):
+        raise InvalidArgument(
+            "ROUND_ID_MALFORMED", "round_id must be 1-128 characters of letters, digits and . _ : - (starting alnum)"
+        )
+    return round_id
+
+
+def check_client_seed(client_seed: str) -> str:
+    if len(client_seed) > CLIENT_SEED_MAX_CHARS:
+        raise InvalidArgument("CLIENT_SEED_TOO_LONG", f"client_seed must be at most {CLIENT_SEED_MAX_CHARS} characters")
+    return client_seed
+
+
+def stream_id(round_id: str) -> str:
+    return f"rng-round-{round_id}"
+
+
+class RngApp:
+    def __init__(self, pool: AsyncConnectionPool, store: EventStore, topics: Topics) -> None:
+        self._pool = pool
+        self._store = store
+        self._topics = topics
+
+    async def commit(self, round_id: str, purpose: str) -> str:
+        check_round_id(round_id)
+        if purpose not in PURPOSES:
+            raise InvalidArgument("PURPOSE_UNKNOWN", f"purpose must be one of {', '.join(PURPOSES)}")
+        seed = fair.new_server_seed()
+        commitment = fair.commit(seed)
+        async with self._pool.connection() as conn, conn.transaction():
+            cur = await conn.execute(
+                "INSERT INTO rng_rounds (round_id, purpose, server_seed, commitment) VALUES (%s, %s, %s, %s)"
+                " ON CONFLICT (round_id) DO NOTHING",
+                (round_id, purpose, seed, commitment),
+            )
+            if cur.rowcount == 0:
+                return str((await self._row(conn, round_id, lock=False))["commitment"])
+            event = events_pb2.Committed(round_id=round_id, purpose=purpose, commitment=commitment)
+            await self._append(conn, round_id, NewEvent("rng.committed", event, correlation_id=round_id))
+        COMMITS.inc()
+        return commitment
+
+    async def commitment(self, round_id: str) -> str:
+        check_round_id(round_id)
+        async with self._pool.connection() as conn:
+            return str((await self._row(conn, round_id, lock=False))["commitment"])
+
+    async def draw(self, round_id: str, deck_size: int, client_seed: str) -> tuple[tuple[str, ...], str]:
+        check_round_id(round_id)
+        check_client_seed(client_seed)
+        if deck_size not in fair.DECK_SIZES:
+            raise InvalidArgument("DECK_SIZE_UNSUPPORTED", "deck_size must be 52 or 54")
+        async with self._pool.connection() as conn, conn.transaction():
+            row = await self._row(conn, round_id, lock=True)
+            cards = tuple(card.code for card in fair.shuffle(row["server_seed"], round_id, client_seed, deck_size))
+            if row["drawn_at"] is not None:
+                if (row["deck_size"], row["client_seed"]) != (deck_size, client_seed):
+                    raise FailedPrecondition(
+                        "DRAW_PARAMETERS_DIFFER", "this round was already drawn with another deck size or client seed"
+                    )
+                return cards, row["commitment"]
+            self._require_open(row)
+            await conn.execute(
+                "UPDATE rng_rounds SET deck_size = %s, client_seed = %s, drawn_at = now() WHERE round_id = %s",
+                (deck_size, client_seed, round_id),
+            )
+            sealed = events_pb2.Drawn(
+                round_id=round_id,
+                deck_size=deck_size,
+                client_seed=client_seed,
+                cards=cards,
+                commitment=row["commitment"],
+            )
+            await self._append(
+                conn, round_id, NewEvent("rng.drawn", sealed, correlation_id=round_id, topic=self._topics.rng_audit)
+            )
+        DRAWS.labels(str(deck_size)).inc()
+        return cards, row["commitment"]
+
+    async def split_envelope(
+        self, round_id: str, total_minor: int, shares: int, min_minor: int, client_seed: str
+    ) -> tuple[fair.Split, str]:
+        check_round_id(round_id)
+        check_client_seed(client_seed)
+        try:
+            fair.check_envelope(total_minor, shares, min_minor)
+        except fair.EnvelopeError as error:
+            raise InvalidArgument("ENVELOPE_INVALID", str(error)) from None
+        params = (total_minor, shares, min_minor, client_seed)
+        async with self._pool.connection() as conn, conn.transaction():
+            row = await self._row(conn, round_id, lock=True)
+            split = fair.split_envelope(row["server_seed"], round_id, client_seed, total_minor, shares, min_minor)
+            if row["split_at"] is not None:
+                recorded = (
+                    row["envelope_total_minor"],
+                    row["envelope_shares"],
+                    row["envelope_min_minor"],
+                    row["envelope_client_seed"],
+                )
+                if recorded != params:
+                    raise FailedPrecondition(
+                        "SPLIT_PARAMETERS_DIFFER", "this round's envelope was already split with other parameters"
+                    )
+                return split, row["commitment"]
+            self._require_open(row)
+            await conn.execute(
+                "UPDATE rng_rounds SET envelope_total_minor = %s, envelope_shares = %s, envelope_min_minor = %s,"
+                " envelope_client_seed = %s, split_at = now() WHERE round_id = %s",
+                (*params, round_id),
+            )
+            sealed = events_pb2.EnvelopeSplit(
+                round_id=round_id,
+                total_minor=total_minor,
+                shares=shares,
+                min_minor=min_minor,
+                client_seed=client_seed,
+                amounts=split.amounts,
+                grab_order=split.grab_order,
+                commitment=row["commitment"],
+            )
+            await self._append(
+                conn,
+                round_id,
+                NewEvent("rng.envelope_split", sealed, correlation_id=round_id, topic=self._topics.rng_audit),
+            )
+        SPLITS.inc()
+        return split, row["commitment"]
+
+    async def reveal(self, round_id: str) -> RoundSeed:
+        check_round_id(round_id)
+        async with self._pool.connection() as conn, conn.transaction():
+            row = await self._row(conn, round_id, lock=True)
+            if row["closed_at"] is None:
+                raise FailedPrecondition(
+                    "ROUND_NOT_CLOSED", "the seed is revealed only after the round is settled or voided"
+                )
+            if row["revealed_at"] is None:
+                await conn.execute("UPDATE rng_rounds SET revealed_at = now() WHERE round_id = %s", (round_id,))
+                event = events_pb2.Revealed(
+                    round_id=round_id, server_seed=row["server_seed"].hex(), commitment=row["commitment"]
+                )
+                await self._append(conn, round_id, NewEvent("rng.revealed", event, correlation_id=round_id))
+                REVEALS.inc()
+        return RoundSeed(
+            round_id, row["commitment"], row["server_seed"], row["client_seed"] or "", row["deck_size"] or 0
+        )
+
+    async def close_round(self, conn: psycopg.AsyncConnection, round_id: str, cause: str, causation_id: str) -> bool:
+        """Mark the round closed (settled or voided) in the caller's transaction; False if unknown or closed."""
+        cur = await conn.execute(
+            "UPDATE rng_rounds SET closed_at = now(), closed_cause = %s WHERE round_id = %s AND closed_at IS NULL",
+            (cause, round_id),
+        )
+        if cur.rowcount == 0:
+            return False
+        event = events_pb2.RoundClosed(round_id=round_id, cause=cause)
+        await self._append(
+            conn, round_id, NewEvent("rng.round_closed", event, correlation_id=round_id, causation_id=causation_id)
+        )
+        return True
+
+    async def _row(self, conn: psycopg.AsyncConnection, round_id: str, *, lock: bool) -> dict[str, Any]:
+        query = "SELECT * FROM rng_rounds WHERE round_id = %s" + (" FOR UPDATE" if lock else "")
+        async with conn.cursor(row_factory=psycopg.rows.dict_row) as cur:
+            await cur.execute(query, (round_id,))
+            row = await cur.fetchone()
+        if row is None:
+            raise NotFound("ROUND_NOT_COMMITTED", f"no commitment for round {round_id}")
+        return row
+
+    @staticmethod
+    def _require_open(row: dict[str, Any]) -> None:
+        if row["closed_at"] is not None:
+            raise FailedPrecondition("ROUND_CLOSED", "the round is already settled or voided")
+
+    async def _append(self, conn: psycopg.AsyncConnection, round_id: str, event: NewEvent) -> None:
+        stream = stream_id(round_id)
+        version = await self._store.stream_version(conn, stream)
+        await self._store.append(conn, stream, version, [event])
