@@ -350,6 +350,7 @@ def verify_round(
     """
     published = parse_commitment(commitment)
     derived = commit(server_seed)
+    stream_prefix(PURPOSE_DECK, round_id, client_seed)  # rejects a malformed round id even with nothing to derive
     checks = [
         Check("commitment", True, f"SHA-256(seed) = {derived}")
         if hmac.compare_digest(published, derived)

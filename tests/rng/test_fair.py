@@ -145,10 +145,8 @@ def test_vector_stream_internals() -> None:
     assert fair.commit(SEED_A) == COMMIT_A
     assert fair.commit(SEED_B) == COMMIT_B
     assert SEED_B.hex() == "fc8c2e460e09d6d0eb8793beeadfd10e099c9571ed7aa61ad1794a11d64fce01"
-    assert fair.stream_message("deck", "round-0001", "", 0).hex() == (
-        "0000000e6e69756e69752d666169722d7631" "000000046465636b" "0000000a726f756e642d30303031" "00000000"
-        "0000000000000000"
-    )
+    fields = ["0000000e6e69756e69752d666169722d7631", "000000046465636b", "0000000a726f756e642d30303031", "00000000"]
+    assert fair.stream_message("deck", "round-0001", "", 0).hex() == "".join(fields) + "0000000000000000"
     deck_stream = fair.Stream(SEED_A, "deck", "round-0001", "")
     assert deck_stream.block(0).hex() == "1e2207d7dde4936e511ccfae66f9b14c9f7562bb646e6d18db2b13968d07bec8"
     assert deck_stream.block(1).hex() == "30e78557626830affeb07e487e794c25aa92d4f3e4de417063aa28b82d143ebc"
@@ -238,7 +236,8 @@ def test_envelope_vectors(
 def test_same_inputs_same_outputs() -> None:
     for size in (52, 54):
         assert fair.shuffle(SEED_A, "r-1", "c", size) == fair.shuffle(SEED_A, "r-1", "c", size)
-    assert fair.split_envelope(SEED_A, "r-1", "c", 10_000, 7, 3) == fair.split_envelope(SEED_A, "r-1", "c", 10_000, 7, 3)
+    envelope = (SEED_A, "r-1", "c", 10_000, 7, 3)
+    assert fair.split_envelope(*envelope) == fair.split_envelope(*envelope)
 
 
 def _first_block(seed: bytes, purpose: str, round_id: str, client_seed: str) -> bytes:
@@ -272,7 +271,7 @@ def test_deck_and_envelope_streams_of_a_round_share_no_block() -> None:
 
 @settings(max_examples=50, deadline=None)
 @given(seed=seeds, round_id=round_ids, client_seed=texts, size=st.sampled_from([52, 54]))
-def test_shuffle_is_a_permutation_of_the_canonical_deck(seed: bytes, round_id: str, client_seed: str, size: int) -> None:
+def test_shuffle_permutes_the_canonical_deck(seed: bytes, round_id: str, client_seed: str, size: int) -> None:
     cards = fair.shuffle(seed, round_id, client_seed, size)
     assert sorted(card.index for card in cards) == list(range(size))
 
@@ -401,9 +400,10 @@ def test_tampered_split_and_grab_order_fail_with_reasons() -> None:
         "grab_order"
     ]
     short = replace(honest, amounts=(361, 79, 186, 374))
-    assert "recorded 4 values but the seed gives 5" in fair.verify_round(
-        COMMIT_A, SEED_A, "round-0001", envelope=short
-    ).failures[0].detail
+    assert (
+        "recorded 4 values but the seed gives 5"
+        in fair.verify_round(COMMIT_A, SEED_A, "round-0001", envelope=short).failures[0].detail
+    )
 
 
 def test_verify_needs_a_deck_size_for_dealt_cards() -> None:
