@@ -81,7 +81,7 @@ class Card:
 DECK_52: tuple[Card, ...] = tuple(Card(rank, suit) for suit in Suit for rank in range(1, 14))
 SMALL_JOKER = Card(SMALL_JOKER_RANK, None)
 BIG_JOKER = Card(BIG_JOKER_RANK, None)
-DECK_54: tuple[Card, ...] = DECK_52 + (SMALL_JOKER, BIG_JOKER)
+DECK_54: tuple[Card, ...] = (*DECK_52, SMALL_JOKER, BIG_JOKER)
 
 _BY_CODE: dict[str, Card] = {card.code: card for card in DECK_54}
 

@@ -96,10 +96,19 @@ def points_category(points: int) -> Category:
 
 @dataclass(frozen=True, slots=True)
 class _Lookup:
-    """Evaluation tables for one (enabled, suit order, suit tiebreak) combination."""
+    """Evaluation tables for one (enabled, suit order, suit tiebreak) combination.
 
-    by_ranks: Mapping[tuple[int, ...], tuple[Category, int, int]]  # sorted ranks -> (category, points, base)
-    card_key: Mapping[Card, int]  # rank << 2 | suit strength (0 when suit tiebreak is off)
+    ``packed[suit * 13 + rank]`` is ``5 ** (rank - 1) << 9 | rank << 2 | suit
+    strength`` for each card. Summing a hand's packed values gives the rank
+    multiset in base 5 above bit 9 (counts are at most 4, and the low parts add
+    up to less than 512), so one integer addition replaces sorting the ranks;
+    the largest packed value is the high card, ordered by rank then suit.
+    """
+
+    by_multiset: Mapping[int, tuple[Category, int, int]]  # base-5 rank counts -> (category, points, base)
+    packed: Sequence[int]
+    high_mask: int  # keeps the suit bits of the high card only when suit tiebreak is on
+    ranks_by_multiset: Mapping[int, tuple[int, ...]]
 
 
 @dataclass(frozen=True, slots=True)
@@ -243,7 +252,11 @@ def classify(ranks: Sequence[int], enabled: frozenset[Category] = frozenset(SPEC
 
 
 def base_strength(category: Category, points: int, four: int) -> int:
-    """The rank-multiset part of ``strength``; the high card fills the low 6 bits."""
+    """The rank-multiset part of ``strength``; the high card fills the low 6 bits.
+
+    Layout: category level << 14 | rank of a bomb's four << 10 | points << 6 |
+    high rank << 2 | high suit strength, so integer order is the comparison rule.
+    """
     return LEVEL[category] << 14 | four << 10 | points << 6
 
 
@@ -254,14 +267,40 @@ def rank_multisets() -> Iterable[tuple[int, ...]]:
             yield ranks
 
 
-@lru_cache(maxsize=64)
+_PACK_SHIFT = 9
+
+
+def multiset_code(ranks: Iterable[int]) -> int:
+    """A rank multiset as one integer: base-5 digit ``rank - 1`` counts that rank."""
+    return sum(5 ** (rank - 1) for rank in ranks)
+
+
 def _build_lookup(enabled: frozenset[Category], suit_order: str, suit_tiebreak: bool) -> _Lookup:
-    by_ranks = {}
+    by_multiset, ranks_by_multiset = _rank_tables(enabled)
+    return _Lookup(by_multiset, _packed_cards(suit_order), 0b111111 if suit_tiebreak else 0b111100, ranks_by_multiset)
+
+
+@lru_cache(maxsize=16)  # one per subset of the four specials
+def _rank_tables(
+    enabled: frozenset[Category],
+) -> tuple[dict[int, tuple[Category, int, int]], dict[int, tuple[int, ...]]]:
+    by_multiset, ranks_by_multiset = {}, {}
     for ranks in rank_multisets():
         category, points, four = classify(ranks, enabled)
-        by_ranks[ranks] = (category, points, base_strength(category, points, four))
-    card_key = {card: card.rank << 2 | (suit_strength(card, suit_order) if suit_tiebreak else 0) for card in DECK_52}
-    return _Lookup(by_ranks=by_ranks, card_key=card_key)
+        code = multiset_code(ranks)
+        by_multiset[code] = (category, points, base_strength(category, points, four))
+        ranks_by_multiset[code] = ranks
+    return by_multiset, ranks_by_multiset
+
+
+@lru_cache(maxsize=24)  # one per suit order
+def _packed_cards(suit_order: str) -> tuple[int, ...]:
+    packed = [0] * (4 * 13 + 14)
+    for card in DECK_52:
+        assert card.suit is not None
+        key = card.rank << 2 | suit_strength(card, suit_order)
+        packed[card.suit * 13 + card.rank] = multiset_code([card.rank]) << _PACK_SHIFT | key
+    return tuple(packed)
 
 
 def suit_strength(card: Card, suit_order: str) -> int:
@@ -274,15 +313,27 @@ def suit_strength(card: Card, suit_order: str) -> int:
 class GoldenBullHand:
     """An evaluated hand. ``strength`` orders hands: larger is stronger, equal is an exact tie.
 
-    ``points`` is the bull value the cards make (0 no bull, 1..9, 10 Bull Bull)
-    even when a special category applies; it is the second comparison key.
+    Only three fields, because building a frozen dataclass costs per field and
+    evaluation must stay within a few microseconds; category, points and the
+    high card are read back from ``strength`` and ``high_index``.
     """
 
     cards: tuple[Card, ...]
-    category: Category
-    points: int
-    high_card: Card
     strength: int
+    high_index: int
+
+    @property
+    def category(self) -> Category:
+        return _BY_LEVEL[self.strength >> 14]
+
+    @property
+    def points(self) -> int:
+        """The bull value the cards make (0 no bull, 1..9, 10 Bull Bull), even for a special."""
+        return self.strength >> 6 & 0b1111
+
+    @property
+    def high_card(self) -> Card:
+        return self.cards[self.high_index]
 
 
 def evaluate(cards: Iterable[Card], config: GoldenBullConfig | None = None) -> GoldenBullHand:
@@ -290,15 +341,15 @@ def evaluate(cards: Iterable[Card], config: GoldenBullConfig | None = None) -> G
     lookup = (config or DEFAULT_CONFIG)._lookup
     hand = tuple(cards)
     try:
-        keys = [lookup.card_key[card] for card in hand]
-    except KeyError as exc:
-        raise CardError(f"golden_bull uses a 52-card deck: {exc.args[0]} is not allowed") from None
-    if len(hand) != HAND_SIZE or len(set(hand)) != HAND_SIZE:
+        packed = [lookup.packed[card.suit * 13 + card.rank] for card in hand]  # type: ignore[operator]
+    except TypeError:
+        raise CardError("golden_bull uses a 52-card deck: jokers are not allowed") from None
+    if len(hand) != HAND_SIZE or len(set(packed)) != HAND_SIZE:
         check_distinct(hand)
         raise CardError(f"a hand is {HAND_SIZE} cards, not {len(hand)}")
-    category, points, base = lookup.by_ranks[tuple(sorted([key >> 2 for key in keys]))]
-    high = max(keys)
-    return GoldenBullHand(hand, category, points, hand[keys.index(high)], base | high)
+    high = max(packed)
+    _category, _points, base = lookup.by_multiset[sum(packed) >> _PACK_SHIFT]
+    return GoldenBullHand(hand, base | high & lookup.high_mask, packed.index(high))
 
 
 def compare(a: GoldenBullHand, b: GoldenBullHand) -> int:
@@ -420,9 +471,10 @@ def _settle_bet(
     exact = net_exact(area, dealer, Fraction(bet.stake_minor), config)
     transfers = []
     if result is Outcome.WIN:
-        gross = int(bet.stake_minor * config.multiplier(area.category))  # floor: positive
+        gross = int(bet.stake_minor * config.multiplier(area.category))  # floor; 0 if below one minor unit
         net = int(exact)
-        transfers.append(Transfer(dealer_party, bet.player, gross, TransferKind.WIN, bet.bet_id))
+        if gross > 0:
+            transfers.append(Transfer(dealer_party, bet.player, gross, TransferKind.WIN, bet.bet_id))
         if gross > net:
             transfers.append(Transfer(bet.player, COMMISSION_REVENUE, gross - net, TransferKind.COMMISSION, bet.bet_id))
     elif result is Outcome.LOSS:
@@ -449,8 +501,8 @@ def census(config: GoldenBullConfig | None = None) -> dict[Category, int]:
     """
     lookup = (config or DEFAULT_CONFIG)._lookup
     counts = dict.fromkeys(CATEGORIES, 0)
-    for ranks, (category, _points, _base) in lookup.by_ranks.items():
-        counts[category] += suit_ways(ranks)
+    for code, (category, _points, _base) in lookup.by_multiset.items():
+        counts[category] += suit_ways(lookup.ranks_by_multiset[code])
     return counts
 
 

@@ -23,9 +23,11 @@ from collections.abc import Sequence
 from typing import Protocol
 
 from services.table.rules._adapter import CommandResult, ProgressFn
+from services.table.rules._bai_buu_adapter import BAI_BUU
 from services.table.rules._baibian_adapter import BAIBIAN_BULL
 from services.table.rules._config import ConfigError, Settings
 from services.table.rules._golden_adapter import GOLDEN_BULL
+from services.table.rules._red_envelope_adapter import RED_ENVELOPE_BULL
 from services.table.rules.cards import CardError
 
 __all__ = [
@@ -38,6 +40,7 @@ __all__ = [
     "VariantAdapter",
     "get",
 ]
+
 
 class VariantAdapter(Protocol):
     """The operations every variant offers to the CLI.
@@ -72,9 +75,7 @@ class VariantAdapter(Protocol):
         """
         ...
 
-    def rtp(
-        self, settings: Settings, *, rounds: int | None, seed: int, progress: ProgressFn | None
-    ) -> CommandResult:
+    def rtp(self, settings: Settings, *, rounds: int | None, seed: int, progress: ProgressFn | None) -> CommandResult:
         """Return to player of one area bet.
 
         ``rounds=None`` asks for the exact figure where the variant can enumerate
@@ -93,6 +94,8 @@ class VariantAdapter(Protocol):
 VARIANTS: dict[str, VariantAdapter] = {
     "golden_bull": GOLDEN_BULL,
     "baibian_bull": BAIBIAN_BULL,
+    "bai_buu": BAI_BUU,
+    "red_envelope_bull": RED_ENVELOPE_BULL,
 }
 
 
