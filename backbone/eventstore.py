@@ -262,3 +262,8 @@ def _stored(row: tuple[int, bytes]) -> StoredEvent:
     envelope = events_pb2.EventEnvelope()
     envelope.ParseFromString(row[1])
     return StoredEvent(int(row[0]), envelope)
+
+
+def stored_event(row: tuple[int, bytes]) -> StoredEvent:
+    """A (position, envelope bytes) row of ``events`` as a StoredEvent (for services' own queries)."""
+    return _stored(row)

@@ -12,6 +12,7 @@ import os
 import socket
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
+from typing import Any
 
 import grpc
 import psycopg
@@ -44,6 +45,8 @@ class ServiceContext:
     pool: AsyncConnectionPool
     store: EventStore
     redis: Redis
+    # Per-instance objects a service shares between its servicers and background tasks.
+    extras: dict[str, Any] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)

@@ -2,16 +2,70 @@
 
 from __future__ import annotations
 
+import os
+import socket
 from collections.abc import Sequence
 
 import grpc
+import psycopg
+from niuniu.table.v1 import table_pb2, table_pb2_grpc
 
 from backbone import service
+from backbone.auth import Tokens, secret_from_env
+from backbone.db import run_ddl
+from backbone.grpcserver import BackgroundTask
 from backbone.service import ServiceContext, ServiceSpec
+from services.table.api import TableServicer
+from services.table.app import TableApp
+from services.table.ports import GrpcRng, GrpcWallet
+from services.table.runner import TableSupervisor
+from services.table.schema import DDL
+from services.table.watch import Notifier
+
+DEFAULT_RNG_ADDR = "127.0.0.1:50051"
+DEFAULT_WALLET_ADDR = "127.0.0.1:50053"
+
+
+def app_for(ctx: ServiceContext) -> TableApp:
+    """The one TableApp of this service instance (shared by the servicer and the round runner)."""
+    app = ctx.extras.get("app")
+    if isinstance(app, TableApp):
+        return app
+    tokens = Tokens(secret_from_env())
+    rng_channel = grpc.aio.insecure_channel(os.environ.get("NIUNIU_RNG_ADDR", DEFAULT_RNG_ADDR))
+    wallet_channel = grpc.aio.insecure_channel(os.environ.get("NIUNIU_WALLET_ADDR", DEFAULT_WALLET_ADDR))
+    notifier = Notifier(ctx.redis, ctx.topics.prefix)
+    app = TableApp(
+        ctx.pool,
+        ctx.store,
+        GrpcWallet(wallet_channel, tokens),
+        GrpcRng(rng_channel, tokens),
+        notify=notifier.publish,
+    )
+    ctx.extras.update(app=app, notifier=notifier, tokens=tokens)
+    return app
 
 
 def register(server: grpc.aio.Server, ctx: ServiceContext) -> Sequence[str]:
-    return []
+    app = app_for(ctx)
+    servicer = TableServicer(app, ctx.store, ctx.extras["tokens"], ctx.extras["notifier"])
+    table_pb2_grpc.add_TableServicer_to_server(servicer, server)
+    return [table_pb2.DESCRIPTOR.services_by_name["Table"].full_name]
+
+
+def supervisor(ctx: ServiceContext) -> BackgroundTask:
+    owner = f"{socket.gethostname()}-{os.getpid()}-{id(ctx)}"
+    return TableSupervisor(app_for(ctx), ctx.redis, owner, lease_prefix=ctx.topics.prefix).run
+
+
+def notifier(ctx: ServiceContext) -> BackgroundTask:
+    app_for(ctx)
+    run: BackgroundTask = ctx.extras["notifier"].run
+    return run
+
+
+async def setup(conn: psycopg.AsyncConnection) -> None:
+    await run_ddl(conn, DDL)
 
 
 SPEC = ServiceSpec(
@@ -20,6 +74,8 @@ SPEC = ServiceSpec(
     metrics_port=9102,
     default_topic=lambda t: t.table_events,
     register=register,
+    setup=setup,
+    background=(supervisor, notifier),
 )
 
 

@@ -1,0 +1,167 @@
+"""The Table gRPC servicer: proto in, application call, proto out."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from typing import Any
+
+import grpc
+from niuniu.table.v1 import events_pb2 as ev
+from niuniu.table.v1 import table_pb2, table_pb2_grpc
+
+from backbone.auth import Principal, Role, Tokens
+from backbone.errors import InvalidArgument
+from backbone.eventstore import EventStore
+from services.table.app import BetReceipt, TableApp, player_account, unix_ms, variant_of
+from services.table.watch import Notifier, watch
+
+Context = grpc.aio.ServicerContext[Any, Any]
+MAX_ROUNDS_LISTED = 100
+
+
+class TableServicer(table_pb2_grpc.TableServicer):
+    def __init__(self, app: TableApp, store: EventStore, tokens: Tokens, notifier: Notifier | None) -> None:
+        self._app = app
+        self._store = store
+        self._tokens = tokens
+        self._notifier = notifier
+
+    def _who(self, context: Context) -> Principal:
+        return self._tokens.authenticate(context)
+
+    async def CreateTable(self, request: table_pb2.CreateTableRequest, context: Context) -> table_pb2.TableInfo:
+        await self._app.create_table(
+            self._who(context), request.table_id, request.variant, dict(request.config), request.limits
+        )
+        return await self._info(request.table_id)
+
+    async def UpdateConfig(self, request: table_pb2.UpdateConfigRequest, context: Context) -> table_pb2.TableInfo:
+        await self._app.update_config(self._who(context), request.table_id, dict(request.config), request.limits)
+        return await self._info(request.table_id)
+
+    async def GetTable(self, request: table_pb2.GetTableRequest, context: Context) -> table_pb2.TableInfo:
+        self._who(context)
+        return await self._info(request.table_id)
+
+    async def ListTables(self, request: table_pb2.ListTablesRequest, context: Context) -> table_pb2.ListTablesResponse:
+        self._who(context)
+        return table_pb2.ListTablesResponse(tables=[await self._info(t) for t in await self._app.list_tables()])
+
+    async def JoinTable(self, request: table_pb2.JoinTableRequest, context: Context) -> table_pb2.JoinTableResponse:
+        await self._app.join(self._who(context), request.table_id)
+        return table_pb2.JoinTableResponse(table=await self._info(request.table_id))
+
+    async def LeaveTable(self, request: table_pb2.LeaveTableRequest, context: Context) -> table_pb2.LeaveTableResponse:
+        refunded = await self._app.leave(self._who(context), request.table_id)
+        return table_pb2.LeaveTableResponse(refunded_bet_ids=refunded)
+
+    async def PlaceBet(self, request: table_pb2.PlaceBetRequest, context: Context) -> table_pb2.BetReceipt:
+        receipt = await self._app.place_bet(
+            self._who(context),
+            request.command_id,
+            request.table_id,
+            request.area,
+            request.amount_minor,
+            request.round_id,
+        )
+        return _receipt(receipt)
+
+    async def CancelBet(self, request: table_pb2.CancelBetRequest, context: Context) -> table_pb2.BetReceipt:
+        return _receipt(await self._app.cancel_bet(self._who(context), request.table_id, request.bet_id))
+
+    async def GetRound(self, request: table_pb2.GetRoundRequest, context: Context) -> table_pb2.RoundView:
+        who = self._who(context)
+        row = await self._app.round_row(request.round_id)
+        if row["table_id"] != request.table_id:
+            raise InvalidArgument("ROUND_NOT_AT_TABLE", f"round {request.round_id} is not at table {request.table_id}")
+        return await self._round_view(who, row)
+
+    async def ListRounds(self, request: table_pb2.ListRoundsRequest, context: Context) -> table_pb2.ListRoundsResponse:
+        who = self._who(context)
+        limit = request.limit or 20
+        if not 0 < limit <= MAX_ROUNDS_LISTED:
+            raise InvalidArgument("LIMIT_INVALID", f"limit must be 1..{MAX_ROUNDS_LISTED}")
+        rows = await self._app.recent_rounds(request.table_id, limit)
+        return table_pb2.ListRoundsResponse(rounds=[await self._round_view(who, row) for row in rows])
+
+    async def WatchTable(
+        self, request: table_pb2.WatchTableRequest, context: Context
+    ) -> AsyncIterator[table_pb2.TableUpdate]:
+        who = self._who(context)
+        if request.after_position < 0:
+            raise InvalidArgument("POSITION_INVALID", "after_position must be >= 0")
+        await self._app.get_table(request.table_id)  # NOT_FOUND before streaming starts
+        async for update in watch(self._app.pool, self._notifier, who, request.table_id, request.after_position):
+            yield update
+
+    async def _info(self, table_id: str) -> table_pb2.TableInfo:
+        table, current = await self._app.get_table(table_id)
+        variant = variant_of(table["variant"])
+        config = variant.parse_config(table["config"])
+        multiplier = variant.hold_multiplier(config)
+        return table_pb2.TableInfo(
+            table_id=table_id,
+            variant=table["variant"],
+            config=table["config"],
+            limits=ev.TableLimits.FromString(table["limits"]),
+            config_version=table["config_version"],
+            current_round_id=table["current_round_id"] or "",
+            phase=current["phase"] if current else "",
+            betting_closes_at_unix_ms=unix_ms(current["betting_closes_at"]) if current else 0,
+            areas=variant.areas,
+            hold_multiplier=str(multiplier) if multiplier.denominator == 1 else f"{float(multiplier):g}",
+        )
+
+    async def _round_view(self, who: Principal, row: dict[str, Any]) -> table_pb2.RoundView:
+        async with self._app.pool.connection() as conn:
+            events = await self._store.read_correlated(conn, row["round_id"])
+        hands = []
+        for event in events:
+            if event.event_type == "table.hand_revealed":
+                hand = ev.HandRevealed()
+                event.unpack(hand)
+                hands.append(hand)
+        bets = await self._app.round_bets(row["round_id"])
+        totals: dict[str, int] = {}
+        for bet in bets:
+            if bet["status"] != "cancelled":
+                totals[bet["area"]] = totals.get(bet["area"], 0) + bet["stake_minor"]
+        privileged = who.role in (Role.ADMIN, Role.AUDITOR)
+        mine = [
+            ev.BetOutcome(
+                bet_id=b["bet_id"],
+                player=b["player"],
+                area=b["area"],
+                stake_minor=b["stake_minor"],
+                outcome=b["outcome"] or b["status"],
+                net_minor=b["net_minor"] or 0,
+                hold_id=b["hold_id"],
+            )
+            for b in bets
+            if privileged or b["player"] == player_account(who)
+        ]
+        return table_pb2.RoundView(
+            table_id=row["table_id"],
+            round_id=row["round_id"],
+            round_no=row["round_no"],
+            phase=row["phase"],
+            commitment=row["commitment"],
+            betting_closes_at_unix_ms=unix_ms(row["betting_closes_at"]),
+            hands=hands,
+            area_totals_minor=totals,
+            my_bets=mine,
+            server_seed=row["server_seed"] or "",
+            client_seed=row["client_seed"] if row["server_seed"] else "",
+        )
+
+
+def _receipt(receipt: BetReceipt) -> table_pb2.BetReceipt:
+    return table_pb2.BetReceipt(
+        bet_id=receipt.bet_id,
+        round_id=receipt.round_id,
+        area=receipt.area,
+        stake_minor=receipt.stake_minor,
+        hold_minor=receipt.hold_minor,
+        status=receipt.status,
+        replayed=receipt.replayed,
+    )

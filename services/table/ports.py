@@ -1,0 +1,136 @@
+"""The table's view of the services it calls, and their gRPC adapters.
+
+Errors from the other side come back as the same domain error with the same
+reason (INSUFFICIENT_FUNDS, SELF_EXCLUDED ...), so a player sees why the wallet
+refused their bet; an unreachable service is UNAVAILABLE.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Protocol
+
+import grpc
+from niuniu.rng.v1 import rng_pb2, rng_pb2_grpc
+from niuniu.wallet.v1 import wallet_pb2, wallet_pb2_grpc
+
+from backbone.auth import Tokens, bearer
+from backbone.errors import (
+    REASON_METADATA_KEY,
+    AlreadyExists,
+    DomainError,
+    FailedPrecondition,
+    InvalidArgument,
+    NotFound,
+    PermissionDenied,
+    Unavailable,
+)
+
+CALL_TIMEOUT_S = 5.0
+
+
+@dataclass(frozen=True, slots=True)
+class RevealedSeed:
+    server_seed: str
+    commitment: str
+    client_seed: str
+
+
+class WalletPort(Protocol):
+    async def place_hold(
+        self, hold_id: str, account: str, amount_minor: int, reason: str, round_id: str, expires_at_unix_ms: int
+    ) -> None: ...
+
+    async def void_hold(self, hold_id: str) -> None: ...
+
+
+class RngPort(Protocol):
+    async def commit(self, round_id: str) -> str: ...
+
+    async def draw(self, round_id: str, deck_size: int, client_seed: str) -> list[str]: ...
+
+    async def reveal(self, round_id: str) -> RevealedSeed: ...
+
+
+_CODES: dict[grpc.StatusCode, type[DomainError]] = {
+    grpc.StatusCode.INVALID_ARGUMENT: InvalidArgument,
+    grpc.StatusCode.NOT_FOUND: NotFound,
+    grpc.StatusCode.ALREADY_EXISTS: AlreadyExists,
+    grpc.StatusCode.FAILED_PRECONDITION: FailedPrecondition,
+    grpc.StatusCode.PERMISSION_DENIED: PermissionDenied,
+}
+
+
+def translate(error: grpc.aio.AioRpcError, service: str) -> DomainError:
+    reason = dict(error.trailing_metadata() or ()).get(REASON_METADATA_KEY, f"{service.upper()}_ERROR")
+    kind = _CODES.get(error.code(), Unavailable)
+    if kind is Unavailable:
+        return Unavailable(
+            f"{service.upper()}_UNAVAILABLE", f"the {service} service did not answer: {error.code().name}"
+        )
+    message = (error.details() or "").partition(": ")[2] or (error.details() or "")
+    return kind(str(reason), f"{service}: {message}")
+
+
+class GrpcWallet:
+    def __init__(self, channel: grpc.aio.Channel, tokens: Tokens) -> None:
+        self._stub = wallet_pb2_grpc.WalletStub(channel)
+        self._metadata = bearer(tokens.service_token("table"))
+
+    async def place_hold(
+        self, hold_id: str, account: str, amount_minor: int, reason: str, round_id: str, expires_at_unix_ms: int
+    ) -> None:
+        request = wallet_pb2.PlaceHoldRequest(
+            hold_id=hold_id,
+            account=account,
+            amount_minor=amount_minor,
+            reason=reason,
+            round_id=round_id,
+            expires_at_unix_ms=expires_at_unix_ms,
+        )
+        try:
+            await self._stub.PlaceHold(request, metadata=self._metadata, timeout=CALL_TIMEOUT_S)
+        except grpc.aio.AioRpcError as error:
+            raise translate(error, "wallet") from None
+
+    async def void_hold(self, hold_id: str) -> None:
+        try:
+            await self._stub.VoidHold(
+                wallet_pb2.VoidHoldRequest(hold_id=hold_id), metadata=self._metadata, timeout=CALL_TIMEOUT_S
+            )
+        except grpc.aio.AioRpcError as error:
+            raise translate(error, "wallet") from None
+
+
+class GrpcRng:
+    def __init__(self, channel: grpc.aio.Channel, tokens: Tokens) -> None:
+        self._stub = rng_pb2_grpc.RngStub(channel)
+        self._metadata = bearer(tokens.service_token("table"))
+
+    async def commit(self, round_id: str) -> str:
+        try:
+            reply = await self._stub.Commit(
+                rng_pb2.CommitRequest(round_id=round_id, purpose="deck"),
+                metadata=self._metadata,
+                timeout=CALL_TIMEOUT_S,
+            )
+        except grpc.aio.AioRpcError as error:
+            raise translate(error, "rng") from None
+        return reply.commitment
+
+    async def draw(self, round_id: str, deck_size: int, client_seed: str) -> list[str]:
+        request = rng_pb2.DrawRequest(round_id=round_id, deck_size=deck_size, client_seed=client_seed)
+        try:
+            reply = await self._stub.Draw(request, metadata=self._metadata, timeout=CALL_TIMEOUT_S)
+        except grpc.aio.AioRpcError as error:
+            raise translate(error, "rng") from None
+        return list(reply.cards)
+
+    async def reveal(self, round_id: str) -> RevealedSeed:
+        try:
+            reply = await self._stub.Reveal(
+                rng_pb2.RevealRequest(round_id=round_id), metadata=self._metadata, timeout=CALL_TIMEOUT_S
+            )
+        except grpc.aio.AioRpcError as error:
+            raise translate(error, "rng") from None
+        return RevealedSeed(reply.server_seed, reply.commitment, reply.client_seed)

@@ -1,0 +1,73 @@
+"""The table service's own tables. Rows are the current state; events are the record.
+
+Every row change commits with the events that announce it, so the state can be
+rebuilt from the event store, and the rows make the hot paths (a bet during the
+betting window) a single indexed read.
+"""
+
+from __future__ import annotations
+
+DDL = (
+    """
+    CREATE TABLE IF NOT EXISTS tables (
+        table_id          TEXT PRIMARY KEY,
+        variant           TEXT NOT NULL,
+        config            JSONB NOT NULL,
+        limits            BYTEA NOT NULL,
+        config_version    INT NOT NULL,
+        round_no          BIGINT NOT NULL DEFAULT 0,
+        current_round_id  TEXT,
+        created_at        TIMESTAMPTZ NOT NULL DEFAULT now()
+    )
+    """,
+    """
+    CREATE TABLE IF NOT EXISTS rounds (
+        round_id           TEXT PRIMARY KEY,
+        table_id           TEXT NOT NULL REFERENCES tables (table_id),
+        round_no           BIGINT NOT NULL,
+        phase              TEXT NOT NULL,
+        commitment         TEXT NOT NULL,
+        config             JSONB NOT NULL,
+        limits             BYTEA NOT NULL,
+        config_version     INT NOT NULL,
+        betting_closes_at  TIMESTAMPTZ NOT NULL,
+        next_step_at       TIMESTAMPTZ,
+        reveals_done       INT NOT NULL DEFAULT 0,
+        deck               TEXT[],
+        client_seed        TEXT NOT NULL DEFAULT '',
+        server_seed        TEXT,
+        void_reason        TEXT,
+        fencing_token      BIGINT NOT NULL DEFAULT 0,
+        opened_at          TIMESTAMPTZ NOT NULL,
+        ended_at           TIMESTAMPTZ,
+        UNIQUE (table_id, round_no)
+    )
+    """,
+    """
+    CREATE TABLE IF NOT EXISTS bets (
+        bet_id       TEXT PRIMARY KEY,
+        round_id     TEXT NOT NULL REFERENCES rounds (round_id),
+        table_id     TEXT NOT NULL,
+        player       TEXT NOT NULL,
+        area         TEXT NOT NULL,
+        stake_minor  BIGINT NOT NULL CHECK (stake_minor > 0),
+        hold_minor   BIGINT NOT NULL CHECK (hold_minor >= stake_minor),
+        hold_id      TEXT NOT NULL UNIQUE,
+        status       TEXT NOT NULL,
+        outcome      TEXT,
+        net_minor    BIGINT,
+        placed_at    TIMESTAMPTZ NOT NULL
+    )
+    """,
+    "CREATE INDEX IF NOT EXISTS bets_round_idx ON bets (round_id, player)",
+    """
+    CREATE TABLE IF NOT EXISTS seats (
+        table_id   TEXT NOT NULL REFERENCES tables (table_id),
+        player     TEXT NOT NULL,
+        joined_at  TIMESTAMPTZ NOT NULL,
+        PRIMARY KEY (table_id, player)
+    )
+    """,
+    # WatchTable reads one table's events (its own stream and its bets' streams) by prefix.
+    "CREATE INDEX IF NOT EXISTS events_stream_prefix_idx ON events (stream_id text_pattern_ops, position)",
+)
