@@ -1,0 +1,197 @@
+"""Play a Golden Bull table with a few bot players against the running services.
+
+``niuniu-demo [--rounds N] [--players K]`` registers the bots through the wallet
+(idempotently), has the admin fund them, opens a table, and lets every bot place
+random bets each round through the table's gRPC API while watching the table. It
+prints each round as it settles: who bet what, the hands, the results and the
+balances; then it verifies every round's deal from its revealed seed. The bots'
+choices use ``random`` (they are players, not the house): game randomness comes
+only from the rng service.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import os
+import random
+import sys
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+
+import grpc
+from niuniu.table.v1 import events_pb2 as ev
+from niuniu.table.v1 import table_pb2, table_pb2_grpc
+from niuniu.wallet.v1 import wallet_pb2, wallet_pb2_grpc
+
+from backbone.auth import bearer
+from backbone.errors import DomainError
+from services.rng import fair
+from services.table.rules.cards import parse_cards
+
+TABLE_ID = "demo-golden-bull"
+FUNDING_MINOR = 1_000_000
+ADMIN_USER = "demo-admin"
+LIMITS = ev.TableLimits(
+    min_bet_minor=100,
+    max_bet_minor=20_000,
+    chips_minor=[100, 500, 1_000],
+    betting_seconds=3,
+    reveal_interval_ms=250,
+    pause_between_rounds_ms=1_000,
+)
+
+
+@dataclass
+class Bot:
+    name: str
+    token: str
+    account: str
+    bets: dict[str, list[table_pb2.BetReceipt]] = field(default_factory=dict)
+
+
+def addr(service: str, port: int) -> str:
+    return os.environ.get(f"NIUNIU_{service.upper()}_ADDR", f"127.0.0.1:{port}")
+
+
+async def admin_token(wallet: wallet_pb2_grpc.WalletAsyncStub) -> str:
+    password = os.environ.get("NIUNIU_ADMIN_PASSWORD", "demo-admin-password")
+    try:
+        reply = await wallet.Login(wallet_pb2.LoginRequest(username=ADMIN_USER, password=password))
+        return reply.token
+    except grpc.aio.AioRpcError:
+        pass
+    from services.wallet.admin import create  # the operator's own tool, next to the wallet's database
+    from services.wallet.domain import Role
+
+    try:
+        await create(Role.ADMIN, ADMIN_USER, "demo-admin@example.org", password)
+    except DomainError as error:
+        raise SystemExit(f"cannot create the demo admin: {error}") from None
+    return (await wallet.Login(wallet_pb2.LoginRequest(username=ADMIN_USER, password=password))).token
+
+
+async def bot(wallet: wallet_pb2_grpc.WalletAsyncStub, admin: str, name: str) -> Bot:
+    password = f"{name}-password"
+    try:
+        await wallet.Register(
+            wallet_pb2.RegisterRequest(
+                request_id=f"register-{name}", username=name, email=f"{name}@example.org", password=password
+            )
+        )
+    except grpc.aio.AioRpcError as error:
+        if error.code() != grpc.StatusCode.ALREADY_EXISTS:
+            raise
+    login = await wallet.Login(wallet_pb2.LoginRequest(username=name, password=password))
+    balance = await wallet.GetBalance(wallet_pb2.GetBalanceRequest(), metadata=bearer(login.token))
+    if balance.available_minor < FUNDING_MINOR // 2:
+        await wallet.Deposit(
+            wallet_pb2.DepositRequest(
+                request_id=f"fund-{name}-{random.getrandbits(48):x}", account=login.account, amount_minor=FUNDING_MINOR
+            ),
+            metadata=bearer(admin),
+        )
+    return Bot(name, login.token, login.account)
+
+
+async def place_bets(table: table_pb2_grpc.TableAsyncStub, bots: Sequence[Bot], round_id: str) -> None:
+    for b in bots:
+        placed = []
+        for n in range(random.randint(1, 3)):
+            request = table_pb2.PlaceBetRequest(
+                command_id=f"{round_id}.{b.name}.{n}",
+                table_id=TABLE_ID,
+                area=random.choice(["area_1", "area_2", "area_3"]),
+                amount_minor=random.choice([100, 500, 1_000]),
+                round_id=round_id,
+            )
+            try:
+                placed.append(await table.PlaceBet(request, metadata=bearer(b.token)))
+            except grpc.aio.AioRpcError as error:
+                print(f"  {b.name}: bet refused: {error.code().name} {error.details()}")
+        b.bets[round_id] = placed
+
+
+def money(minor: int) -> str:
+    return f"{minor / 100:,.2f}"
+
+
+async def report(
+    table: table_pb2_grpc.TableAsyncStub, wallet: wallet_pb2_grpc.WalletAsyncStub, bots: Sequence[Bot], round_id: str
+) -> bool:
+    view = await table.GetRound(
+        table_pb2.GetRoundRequest(table_id=TABLE_ID, round_id=round_id), metadata=bearer(bots[0].token)
+    )
+    print(f"round {view.round_no} ({round_id}) commitment {view.commitment[:16]}...")
+    for hand in view.hands:
+        print(f"  {hand.seat:7} {' '.join(hand.cards):15} {hand.category:10} x{hand.multiplier}")
+    for b in bots:
+        mine = await table.GetRound(
+            table_pb2.GetRoundRequest(table_id=TABLE_ID, round_id=round_id), metadata=bearer(b.token)
+        )
+        balance = await wallet.GetBalance(wallet_pb2.GetBalanceRequest(), metadata=bearer(b.token))
+        bets = ", ".join(f"{o.area} {money(o.stake_minor)} {o.outcome} {o.net_minor / 100:+.2f}" for o in mine.my_bets)
+        held = money(balance.held_minor)
+        print(f"  {b.name:10} {bets or 'no bets'}  -> balance {money(balance.available_minor)} (held {held})")
+    return True
+
+
+async def verify(table: table_pb2_grpc.TableAsyncStub, token: str, round_id: str) -> bool:
+    for _ in range(100):
+        view = await table.GetRound(
+            table_pb2.GetRoundRequest(table_id=TABLE_ID, round_id=round_id), metadata=bearer(token)
+        )
+        if view.server_seed:
+            break
+        await asyncio.sleep(0.2)
+    else:
+        print(f"  {round_id}: seed not revealed yet")
+        return False
+    seats = {h.seat: list(h.cards) for h in view.hands}
+    dealt = parse_cards([c for seat in ("dealer", "area_1", "area_2", "area_3") for c in seats[seat]])
+    result = fair.verify_round(view.commitment, bytes.fromhex(view.server_seed), round_id, view.client_seed, 52, dealt)
+    status = "verified" if result.ok else "FAILED: " + "; ".join(c.detail for c in result.failures)
+    print(f"  {round_id}: {status}")
+    return result.ok
+
+
+async def play(rounds: int, players: int) -> int:
+    async with (
+        grpc.aio.insecure_channel(addr("wallet", 50053)) as wallet_channel,
+        grpc.aio.insecure_channel(addr("table", 50052)) as table_channel,
+    ):
+        wallet = wallet_pb2_grpc.WalletStub(wallet_channel)
+        table = table_pb2_grpc.TableStub(table_channel)
+        admin = await admin_token(wallet)
+        bots = [await bot(wallet, admin, f"bot{i + 1}") for i in range(players)]
+        await table.CreateTable(
+            table_pb2.CreateTableRequest(table_id=TABLE_ID, variant="golden_bull", limits=LIMITS),
+            metadata=bearer(admin),
+        )
+        played: list[str] = []
+        watch = table.WatchTable(table_pb2.WatchTableRequest(table_id=TABLE_ID), metadata=bearer(bots[0].token))
+        async for update in watch:
+            kind = update.WhichOneof("update")
+            if kind == "round_opened":
+                await place_bets(table, bots, update.round_id)
+            elif kind == "result" and update.round_id in {r for b in bots for r in b.bets}:
+                await report(table, wallet, bots, update.round_id)
+                played.append(update.round_id)
+                if len(played) >= rounds:
+                    break
+        watch.cancel()
+        print("verifying every round from its revealed seed")
+        ok = all([await verify(table, bots[0].token, r) for r in played])
+    return 0 if ok else 1
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--rounds", type=int, default=5)
+    parser.add_argument("--players", type=int, default=3)
+    args = parser.parse_args(argv)
+    sys.exit(asyncio.run(play(args.rounds, args.players)))
+
+
+if __name__ == "__main__":
+    main()
