@@ -22,6 +22,8 @@ class Settings:
     redis_url: str
     grpc_port: int
     metrics_port: int
+    # Optional PostgreSQL schema for all of the service's tables (several systems in one database).
+    schema: str | None = None
 
     @classmethod
     def from_env(cls, service: str, *, grpc_port: int, metrics_port: int) -> Settings:
@@ -34,6 +36,7 @@ class Settings:
             redis_url=env.get("REDIS_URL", DEFAULT_REDIS),
             grpc_port=_port(env, f"NIUNIU_{service.upper()}_GRPC_PORT", grpc_port),
             metrics_port=_port(env, f"NIUNIU_{service.upper()}_METRICS_PORT", metrics_port),
+            schema=env.get("NIUNIU_DB_SCHEMA") or None,
         )
 
 

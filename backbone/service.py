@@ -111,7 +111,7 @@ async def start(
 async def _run(spec: ServiceSpec) -> None:
     settings = Settings.from_env(spec.name, grpc_port=spec.grpc_port, metrics_port=spec.metrics_port)
     serve_metrics(settings.metrics_port)
-    running, ctx = await start(spec, settings, Topics.from_env())
+    running, ctx = await start(spec, settings, Topics.from_env(), schema=settings.schema)
     log.info("serving", extra={"grpc_port": running.port, "metrics_port": settings.metrics_port})
     try:
         await serve_forever(running)

@@ -1,0 +1,340 @@
+"""Golden Bull end to end: four service processes, real Kafka, PostgreSQL and Redis.
+
+Three players registered through the wallet play 50 rounds with random bets on all
+areas; then every hold is resolved, the money adds up, the ledger balances, the
+audit replay is clean and every round verifies from its revealed seed. The table
+process is killed in each phase and restarted without losing or creating money,
+and bad bets are refused with a clear status while changing nothing.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import io
+import random
+import time
+from collections import defaultdict
+from collections.abc import AsyncIterator, Sequence
+
+import grpc
+import pytest
+from google.protobuf import text_format
+from niuniu.ledger.v1 import ledger_pb2
+from niuniu.table.v1 import events_pb2 as ev
+from niuniu.table.v1 import table_pb2
+from niuniu.wallet.v1 import wallet_pb2
+from players import Clients, Player, all_balances, clients, register
+from stack import Stack
+
+from services.ledger import audit
+from services.rng import verify
+
+pytestmark = [pytest.mark.integration, pytest.mark.slow]
+
+ROUNDS = 50
+DEPOSIT_MINOR = 1_000_000
+EXTERNAL = "external:cashier"
+FAST = ev.TableLimits(
+    min_bet_minor=100,
+    max_bet_minor=5_000,
+    chips_minor=[100],
+    betting_seconds=1,
+    reveal_interval_ms=10,
+    pause_between_rounds_ms=50,
+)
+WAIT_S = 120.0
+
+
+@contextlib.asynccontextmanager
+async def connect(stack: Stack) -> AsyncIterator[Clients]:
+    async with (
+        grpc.aio.insecure_channel(stack.addr("wallet")) as w,
+        grpc.aio.insecure_channel(stack.addr("table")) as t,
+        grpc.aio.insecure_channel(stack.addr("ledger")) as lg,
+    ):
+        yield clients(w, t, lg)
+
+
+class Watcher:
+    """Collects one player's WatchTable stream in the background, reconnecting after a restart."""
+
+    def __init__(self, c: Clients, player: Player, table_id: str) -> None:
+        self.c, self.player, self.table_id = c, player, table_id
+        self.updates: list[table_pb2.TableUpdate] = []
+        self.position = 0
+        self.task = asyncio.create_task(self._run())
+
+    async def _run(self) -> None:
+        while True:
+            try:
+                request = table_pb2.WatchTableRequest(table_id=self.table_id, after_position=self.position)
+                async for update in self.c.table.WatchTable(request, metadata=self.player.auth):
+                    self.updates.append(update)
+                    self.position = update.position
+            except grpc.aio.AioRpcError:
+                await asyncio.sleep(0.2)  # the table is restarting: resume from the last position
+
+    async def wait_for(self, predicate: object, timeout_s: float = WAIT_S) -> table_pb2.TableUpdate:
+        deadline = time.monotonic() + timeout_s
+        seen = 0
+        while time.monotonic() < deadline:
+            for update in self.updates[seen:]:
+                if predicate(update):  # type: ignore[operator]
+                    return update
+            seen = len(self.updates)
+            await asyncio.sleep(0.02)
+        raise AssertionError(f"{self.player.name}: no matching update on {self.table_id} within {timeout_s}s")
+
+    async def stop(self) -> None:
+        self.task.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await self.task
+
+
+def kind(update: table_pb2.TableUpdate) -> str:
+    return update.WhichOneof("update") or ""
+
+
+async def bet_randomly(c: Clients, players: Sequence[Player], table_id: str, round_id: str, rng: random.Random) -> int:
+    placed = 0
+    for p in players:
+        for n in range(rng.randint(0, 3)):
+            request = table_pb2.PlaceBetRequest(
+                command_id=f"{round_id}.{p.name}.{n}",
+                table_id=table_id,
+                area=rng.choice(["area_1", "area_2", "area_3"]),
+                amount_minor=100 * rng.randint(1, 10),
+                round_id=round_id,
+            )
+            try:
+                await c.table.PlaceBet(request, metadata=p.auth)
+                placed += 1
+            except grpc.aio.AioRpcError as error:
+                assert error.code() == grpc.StatusCode.FAILED_PRECONDITION, error  # only a closing window may refuse
+                assert "BETTING_CLOSED" in (error.details() or "")
+    return placed
+
+
+async def open_holds(c: Clients, players: Sequence[Player]) -> int:
+    total = 0
+    for p in players:
+        page = await c.wallet.ListHolds(wallet_pb2.ListHoldsRequest(account=p.account), metadata=c.admin)
+        total += len(page.holds)
+    return total
+
+
+async def settle_everything(c: Clients, players: Sequence[Player]) -> None:
+    deadline = time.monotonic() + WAIT_S
+    while await open_holds(c, players):
+        assert time.monotonic() < deadline, "holds still open long after their rounds ended"
+        await asyncio.sleep(0.2)
+
+
+def total_money(balances: dict[str, tuple[int, int]]) -> int:
+    return sum(available + held for account, (available, held) in balances.items() if account != EXTERNAL)
+
+
+async def ledger_matches_wallet(c: Clients) -> None:
+    """Wait for the ledger to journal everything, then its trial balance must be zero."""
+    deadline = time.monotonic() + WAIT_S
+    while True:
+        wallet = await all_balances(c)
+        trial = await c.ledger.TrialBalance(ledger_pb2.TrialBalanceRequest(), metadata=c.auditor)
+        ledger: dict[str, list[int]] = defaultdict(lambda: [0, 0])
+        for row in trial.rows:
+            ledger[row.account][0 if row.bucket == 1 else 1] += row.balance_minor
+        assert trial.imbalance_minor == 0
+        if {a: tuple(v) for a, v in ledger.items() if any(v)} == {a: v for a, v in wallet.items() if any(v)}:
+            return
+        assert time.monotonic() < deadline, f"ledger never caught up with the wallet: {dict(ledger)} vs {wallet}"
+        await asyncio.sleep(0.5)
+
+
+def card_updates_are_reveals(updates: Sequence[table_pb2.TableUpdate]) -> None:
+    """No update but a hand's own reveal carries a card, and no hand is revealed before the reveal phase."""
+    revealing: set[str] = set()
+    for update in updates:
+        text = text_format.MessageToString(update)
+        if kind(update) == "phase_changed" and update.phase_changed.phase == "revealing":
+            revealing.add(update.round_id)
+        if kind(update) == "hand_revealed":
+            assert update.round_id in revealing, f"hand of {update.round_id} shown before its reveal phase"
+        else:
+            assert "cards:" not in text, f"an update other than a reveal carried cards: {text}"
+
+
+async def verify_round(c: Clients, player: Player, table_id: str, round_id: str) -> None:
+    deadline = time.monotonic() + WAIT_S
+    while True:
+        view = await c.table.GetRound(
+            table_pb2.GetRoundRequest(table_id=table_id, round_id=round_id), metadata=player.auth
+        )
+        if view.server_seed:
+            break
+        assert time.monotonic() < deadline, f"seed of {round_id} never revealed"
+        await asyncio.sleep(0.1)
+    hands = {h.seat: list(h.cards) for h in view.hands}
+    dealt = " ".join(card for seat in ("dealer", "area_1", "area_2", "area_3") for card in hands[seat])
+    argv = ["--commitment", view.commitment, "--seed", view.server_seed, "--round", round_id]
+    argv += ["--client-seed", view.client_seed, "--deck", "52", "--dealt", dealt]
+    with contextlib.redirect_stdout(io.StringIO()) as out:
+        code = verify.main(argv)
+    assert code == 0, out.getvalue()
+
+
+async def test_three_players_play_fifty_rounds_and_everything_reconciles(stack: Stack) -> None:
+    rng = random.Random(20261129)
+    table_id = "gb-main"
+    async with connect(stack) as c:
+        players = [await register(c, f"p{i}x{stack.run_id}", DEPOSIT_MINOR) for i in range(3)]
+        await c.table.CreateTable(
+            table_pb2.CreateTableRequest(table_id=table_id, variant="golden_bull", limits=FAST), metadata=c.admin
+        )
+        watchers = [Watcher(c, p, table_id) for p in players]
+        played: list[str] = []
+        seen_rounds: set[str] = set()
+        while len(played) < ROUNDS:
+            opened = await watchers[0].wait_for(lambda u: kind(u) == "round_opened" and u.round_id not in seen_rounds)
+            seen_rounds.add(opened.round_id)
+            if await bet_randomly(c, players, table_id, opened.round_id, rng):
+                played.append(opened.round_id)
+        await watchers[0].wait_for(lambda u: kind(u) == "seed_revealed" and u.round_id == played[-1])
+        await settle_everything(c, players)
+
+        balances = await all_balances(c)
+        assert total_money(balances) == 3 * DEPOSIT_MINOR
+        assert balances[EXTERNAL][0] + total_money(balances) == 0
+        await ledger_matches_wallet(c)
+        for w in watchers:
+            await w.stop()
+            card_updates_are_reveals(w.updates)
+            mine = [u.my_bet_placed for u in w.updates if kind(u) == "my_bet_placed"]
+            assert mine and all(b.player == w.player.account for b in mine)
+        for round_id in played:
+            await verify_round(c, players[0], table_id, round_id)
+
+    report = io.StringIO()
+    code = audit.main(
+        [
+            "replay",
+            "--schema",
+            stack.schema,
+            "--topic-prefix",
+            stack.prefix,
+            "--wallet",
+            stack.addr("wallet"),
+            "--dsn",
+            stack.infra["DATABASE_URL"],
+            "--no-progress",
+        ],
+        out=report,
+    )
+    assert code == 0, report.getvalue()
+
+
+@pytest.mark.parametrize("phase", ["betting", "revealing", "settled"])
+async def test_table_killed_in_a_phase_resumes_without_losing_money(stack: Stack, phase: str) -> None:
+    table_id = f"gb-kill-{phase}"
+    limits = ev.TableLimits(
+        min_bet_minor=100,
+        max_bet_minor=5_000,
+        chips_minor=[100],
+        betting_seconds=2,
+        reveal_interval_ms=400,
+        pause_between_rounds_ms=200,
+    )
+    async with connect(stack) as c:
+        players = [await register(c, f"k{phase}{i}x{stack.run_id}", 100_000) for i in range(2)]
+        before = total_money(await all_balances(c))
+        await c.table.CreateTable(
+            table_pb2.CreateTableRequest(table_id=table_id, variant="golden_bull", limits=limits), metadata=c.admin
+        )
+        watcher = Watcher(c, players[0], table_id)
+        opened = await watcher.wait_for(lambda u: kind(u) == "round_opened")
+        for p in players:
+            for area in ("area_1", "area_2", "area_3"):
+                await c.table.PlaceBet(
+                    table_pb2.PlaceBetRequest(
+                        command_id=f"{opened.round_id}.{p.name}.{area}", table_id=table_id, area=area, amount_minor=500
+                    ),
+                    metadata=p.auth,
+                )
+        if phase == "revealing":
+            await watcher.wait_for(lambda u: kind(u) == "hand_revealed" and u.round_id == opened.round_id)
+        elif phase == "settled":
+            await watcher.wait_for(lambda u: kind(u) == "result" and u.round_id == opened.round_id)
+        stack.kill("table")
+        stack.start("table")
+        result = await watcher.wait_for(lambda u: kind(u) == "result" and u.round_id == opened.round_id)
+        assert result.result.status == "settled"
+        assert len(result.result.my_bets) == 3
+        await watcher.wait_for(lambda u: kind(u) == "seed_revealed" and u.round_id == opened.round_id)
+        await settle_everything(c, players)
+        assert total_money(await all_balances(c)) == before
+        await watcher.stop()
+        card_updates_are_reveals(watcher.updates)
+        await verify_round(c, players[0], table_id, opened.round_id)
+
+
+async def expect_refused(call: object, code: grpc.StatusCode, reason: str) -> None:
+    with pytest.raises(grpc.aio.AioRpcError) as refused:
+        await call  # type: ignore[misc]
+    assert refused.value.code() == code, refused.value
+    assert reason in (refused.value.details() or ""), refused.value.details()
+
+
+async def test_bad_bets_are_refused_with_a_reason_and_change_nothing(stack: Stack) -> None:
+    table_id = "gb-rules"
+    limits = ev.TableLimits(
+        min_bet_minor=100,
+        max_bet_minor=2_000,
+        chips_minor=[100],
+        betting_seconds=4,
+        reveal_interval_ms=10,
+        pause_between_rounds_ms=100,
+    )
+    async with connect(stack) as c:
+        rich = await register(c, f"rich{stack.run_id}", 100_000)
+        poor = await register(c, f"poor{stack.run_id}", 1_000)
+        excluded = await register(c, f"excl{stack.run_id}", 100_000)
+        await c.wallet.SelfExclude(
+            wallet_pb2.SelfExcludeRequest(account=excluded.account, days=7), metadata=excluded.auth
+        )
+        await c.table.CreateTable(
+            table_pb2.CreateTableRequest(table_id=table_id, variant="golden_bull", limits=limits), metadata=c.admin
+        )
+        watcher = Watcher(c, rich, table_id)
+        opened = await watcher.wait_for(lambda u: kind(u) == "round_opened")
+        before = await all_balances(c)
+
+        def bet(p: Player, n: str, area: str, amount: int) -> object:
+            request = table_pb2.PlaceBetRequest(
+                command_id=f"{opened.round_id}.{n}",
+                table_id=table_id,
+                area=area,
+                amount_minor=amount,
+                round_id=opened.round_id,
+            )
+            return c.table.PlaceBet(request, metadata=p.auth)
+
+        await expect_refused(bet(rich, "a", "area_9", 100), grpc.StatusCode.INVALID_ARGUMENT, "AREA_UNKNOWN")
+        await expect_refused(
+            bet(rich, "b", "area_1", 2_100), grpc.StatusCode.FAILED_PRECONDITION, "ABOVE_TABLE_MAXIMUM"
+        )
+        await expect_refused(bet(rich, "c", "area_1", 150), grpc.StatusCode.INVALID_ARGUMENT, "NOT_A_CHIP_AMOUNT")
+        await expect_refused(bet(rich, "d", "area_1", -100), grpc.StatusCode.INVALID_ARGUMENT, "AMOUNT_INVALID")
+        await expect_refused(bet(poor, "e", "area_1", 1_000), grpc.StatusCode.FAILED_PRECONDITION, "INSUFFICIENT_FUNDS")
+        await expect_refused(bet(excluded, "f", "area_1", 100), grpc.StatusCode.FAILED_PRECONDITION, "SELF_EXCLUDED")
+        anonymous = c.table.PlaceBet(table_pb2.PlaceBetRequest(command_id="x", table_id=table_id, area="area_1"))
+        await expect_refused(anonymous, grpc.StatusCode.UNAUTHENTICATED, "TOKEN_MISSING")
+
+        await watcher.wait_for(lambda u: kind(u) == "phase_changed" and u.round_id == opened.round_id)
+        await expect_refused(bet(rich, "g", "area_1", 100), grpc.StatusCode.FAILED_PRECONDITION, "BETTING_CLOSED")
+
+        assert await all_balances(c) == before
+        view = await c.table.GetRound(
+            table_pb2.GetRoundRequest(table_id=table_id, round_id=opened.round_id), metadata=c.admin
+        )
+        assert list(view.my_bets) == []
+        await watcher.stop()
