@@ -96,7 +96,10 @@ async def start(
     )
     tasks: list[BackgroundTask] = [relay.run]
     for consumer_spec in spec.consumers:
-        kafka = make_consumer(settings.kafka_bootstrap_servers, consumer_spec.name, f"{spec.name}-{consumer_spec.name}")
+        # The group (and the consumer's tracking name) carries the topic prefix, so independent
+        # deployments sharing a broker never share a group.
+        group = f"{topics.prefix}{consumer_spec.name}"
+        kafka = make_consumer(settings.kafka_bootstrap_servers, group, f"{spec.name}-{consumer_spec.name}")
         consumer = ExactlyOnceConsumer(
             consumer_spec.name, consumer_spec.topics(topics), pool, consumer_spec.handler(ctx), kafka
         )

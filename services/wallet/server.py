@@ -2,25 +2,77 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import asyncio
+from collections.abc import Callable, Sequence
+from datetime import datetime
 
 import grpc
+from argon2 import PasswordHasher
+from niuniu.wallet.v1 import wallet_pb2, wallet_pb2_grpc
 
 from backbone import service
-from backbone.service import ServiceContext, ServiceSpec
+from backbone.auth import Tokens, secret_from_env
+from backbone.consumer import Handler
+from backbone.eventstore import utc_now
+from backbone.grpcserver import BackgroundTask
+from backbone.service import ConsumerSpec, ServiceContext, ServiceSpec
+from services.wallet import repo
+from services.wallet.api import WalletServicer
+from services.wallet.app import WalletApp
+from services.wallet.settlement import make_handler
+from services.wallet.sweeper import SWEEP_INTERVAL_S, sweep_forever
+
+SETTLEMENT_CONSUMER = "wallet-settlement"
+APP_KEY = "wallet.app"
 
 
-def register(server: grpc.aio.Server, ctx: ServiceContext) -> Sequence[str]:
-    return []
+def make_spec(
+    *,
+    clock: Callable[[], datetime] = utc_now,
+    tokens: Tokens | None = None,
+    hasher: PasswordHasher | None = None,
+    sweep_interval_s: float = SWEEP_INTERVAL_S,
+    consumer_name: str = SETTLEMENT_CONSUMER,
+) -> ServiceSpec:
+    """The wallet's spec; tests inject the clock, a cheaper hasher and a unique consumer group."""
+
+    def app_for(ctx: ServiceContext) -> WalletApp:
+        """One application per running instance, shared by the servicer, the consumer and the sweeper."""
+        app = ctx.extras.get(APP_KEY)
+        if app is None:
+            app = WalletApp(ctx.pool, ctx.store, tokens or Tokens(secret_from_env()), clock=clock, hasher=hasher)
+            ctx.extras[APP_KEY] = app
+        assert isinstance(app, WalletApp)
+        return app
+
+    def register(server: grpc.aio.Server, ctx: ServiceContext) -> Sequence[str]:
+        wallet_pb2_grpc.add_WalletServicer_to_server(WalletServicer(app_for(ctx)), server)
+        return [wallet_pb2.DESCRIPTOR.services_by_name["Wallet"].full_name]
+
+    def settlement_handler(ctx: ServiceContext) -> Handler:
+        return make_handler(app_for(ctx))
+
+    def sweeper(ctx: ServiceContext) -> BackgroundTask:
+        app = app_for(ctx)
+
+        async def run(stop: asyncio.Event) -> None:
+            await sweep_forever(app, stop, sweep_interval_s)
+
+        return run
+
+    return ServiceSpec(
+        name="wallet",
+        grpc_port=50053,
+        metrics_port=9103,
+        default_topic=lambda t: t.wallet_events,
+        register=register,
+        setup=repo.setup,
+        consumers=(ConsumerSpec(consumer_name, lambda t: [t.table_events], settlement_handler),),
+        background=(sweeper,),
+    )
 
 
-SPEC = ServiceSpec(
-    name="wallet",
-    grpc_port=50053,
-    metrics_port=9103,
-    default_topic=lambda t: t.wallet_events,
-    register=register,
-)
+SPEC = make_spec()
 
 
 def main() -> None:

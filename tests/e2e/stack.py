@@ -49,9 +49,9 @@ class Stack:
     def prefix(self) -> str:
         return f"e2e{self.run_id}."
 
-    @property
-    def schema(self) -> str:
-        return f"e2e_{self.run_id}"
+    def schema_of(self, service: str) -> str:
+        """Each service owns its schema, as it owns its database in production."""
+        return f"e2e_{self.run_id}_{service}"
 
     def env(self, service: str) -> dict[str, str]:
         env = dict(os.environ)
@@ -59,7 +59,7 @@ class Stack:
         env.update(
             {
                 "NIUNIU_TOPIC_PREFIX": self.prefix,
-                "NIUNIU_DB_SCHEMA": self.schema,
+                "NIUNIU_DB_SCHEMA": self.schema_of(service),
                 f"NIUNIU_{service.upper()}_DSN": self.infra["DATABASE_URL"],
                 f"NIUNIU_{service.upper()}_GRPC_PORT": str(self.ports[service]),
                 f"NIUNIU_{service.upper()}_METRICS_PORT": str(self.metrics_ports[service]),

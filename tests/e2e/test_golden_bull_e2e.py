@@ -219,7 +219,7 @@ async def test_three_players_play_fifty_rounds_and_everything_reconciles(stack: 
         [
             "replay",
             "--schema",
-            stack.schema,
+            stack.schema_of("ledger"),
             "--topic-prefix",
             stack.prefix,
             "--wallet",

@@ -1,0 +1,71 @@
+# syntax=docker/dockerfile:1
+#
+# One image for the four services, with a target per service:
+#
+#   docker build --target rng    -t niuniu-rng .      # likewise table, wallet, ledger
+#   docker build                 -t niuniu-backend .  # last stage: every console script, no CMD of its own
+#
+# deploy/k8s runs the generic image (the last stage) and names the console script in each
+# Deployment's `command`, so one build serves all four services.
+#
+# Dependencies come from constraints.txt, the same pins as scripts/bootstrap. The protobuf
+# code is generated here by scripts/gen-protos (gen/ is never committed) and runs from gen/,
+# exactly as in a checkout.
+
+ARG PYTHON_IMAGE=python:3.11-slim-bookworm
+
+# --- build: generate the protobuf code, install the project into /opt/venv ---------------
+FROM ${PYTHON_IMAGE} AS build
+ENV PIP_NO_CACHE_DIR=1 \
+    PIP_DISABLE_PIP_VERSION_CHECK=1 \
+    PYTHONDONTWRITEBYTECODE=1
+WORKDIR /app
+COPY pyproject.toml constraints.txt ./
+COPY protos/ protos/
+COPY scripts/gen-protos scripts/gen-protos
+# scripts/gen-protos runs protoc from /app/.venv (grpcio-tools and the mypy plugins): a
+# build-only venv that the runtime stage leaves behind.
+RUN python -m venv /app/.venv \
+ && /app/.venv/bin/pip install -c constraints.txt grpcio-tools mypy-protobuf \
+ && PYTHON=/app/.venv/bin/python scripts/gen-protos
+COPY backbone/ backbone/
+COPY services/ services/
+RUN python -m venv /opt/venv \
+ && /opt/venv/bin/pip install -c constraints.txt . \
+ && echo /app/gen > "$(/opt/venv/bin/python -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')/niuniu-generated.pth"
+
+# --- runtime: the venv and the generated code, as a non-root user ------------------------
+FROM ${PYTHON_IMAGE} AS runtime
+ENV PATH=/opt/venv/bin:$PATH \
+    PYTHONUNBUFFERED=1 \
+    PYTHONDONTWRITEBYTECODE=1
+RUN groupadd --system --gid 10001 niuniu \
+ && useradd --system --uid 10001 --gid niuniu --no-create-home --home-dir /nonexistent --shell /usr/sbin/nologin niuniu
+COPY --from=build /opt/venv /opt/venv
+COPY --from=build /app/gen /app/gen
+WORKDIR /app
+# Numeric, so Kubernetes' runAsNonRoot can verify it without resolving names.
+USER 10001:10001
+
+FROM runtime AS rng
+EXPOSE 50051 9101
+CMD ["niuniu-rng"]
+
+FROM runtime AS table
+EXPOSE 50052 9102
+CMD ["niuniu-table"]
+
+FROM runtime AS wallet
+EXPOSE 50053 9103
+CMD ["niuniu-wallet"]
+
+FROM runtime AS ledger
+EXPOSE 50054 9104
+CMD ["niuniu-ledger"]
+
+# The generic image (default target). Besides the services it carries the tools:
+# niuniu-rules (rules engine CLI), niuniu-verify (fairness verifier), niuniu-audit (ledger
+# audit), niuniu-demo, niuniu-bench.
+FROM runtime AS niuniu
+EXPOSE 50051 50052 50053 50054 9101 9102 9103 9104
+CMD ["niuniu-rules", "--help"]

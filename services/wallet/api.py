@@ -1,0 +1,280 @@
+"""The wallet's gRPC servicer: who is calling, proto -> command -> application -> proto.
+
+Who may call what is decided here, in one place per RPC (see wallet.proto):
+players reach only their own account; admin and auditor any account (auditor only
+reads); holds are placed and resolved only by the table service (or an admin).
+Domain errors become status codes in backbone.grpcserver's interceptor.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import grpc
+from niuniu.wallet.v1 import wallet_pb2 as pb
+from niuniu.wallet.v1 import wallet_pb2_grpc
+
+from backbone.auth import Principal, Role, require
+from backbone.errors import InvalidArgument, PermissionDenied
+from services.wallet import domain, repo
+from services.wallet.app import WalletApp
+from services.wallet.domain import AccountState, Hold, HoldRequest, LimitKind, ResponsiblePlay
+
+Context = grpc.aio.ServicerContext[Any, Any]
+
+TABLE = "table"
+LEDGER = "ledger"
+
+_HOLD_STATUS = {
+    domain.HoldStatus.OPEN: pb.HOLD_STATUS_OPEN,
+    domain.HoldStatus.POSTED: pb.HOLD_STATUS_POSTED,
+    domain.HoldStatus.VOIDED: pb.HOLD_STATUS_VOIDED,
+    domain.HoldStatus.EXPIRED: pb.HOLD_STATUS_EXPIRED,
+}
+_LIMIT_KINDS = {
+    pb.LIMIT_KIND_DAILY_DEPOSIT: LimitKind.DAILY_DEPOSIT,
+    pb.LIMIT_KIND_WEEKLY_DEPOSIT: LimitKind.WEEKLY_DEPOSIT,
+    pb.LIMIT_KIND_DAILY_LOSS: LimitKind.DAILY_LOSS,
+    pb.LIMIT_KIND_WEEKLY_LOSS: LimitKind.WEEKLY_LOSS,
+    pb.LIMIT_KIND_REALITY_CHECK_MINUTES: LimitKind.REALITY_CHECK_MINUTES,
+}
+_LIMIT_PROTOS = {v: k for k, v in _LIMIT_KINDS.items()}
+
+
+def _account_for(caller: Principal, account: str, *, staff: tuple[Role, ...], services: tuple[str, ...] = ()) -> str:
+    """The account a call is about: a player's own (empty means own), or any for the allowed roles."""
+    if caller.role is Role.PLAYER:
+        own = domain.player_account(caller.subject)
+        if account not in ("", own):
+            raise PermissionDenied("NOT_YOUR_ACCOUNT", "players may only reach their own account")
+        return own
+    allowed = caller.role in staff or (caller.role is Role.SERVICE and caller.service_name in services)
+    if not allowed:
+        raise PermissionDenied("ROLE_NOT_ALLOWED", f"{caller.role.value} {caller.subject} may not do this")
+    if not account:
+        raise InvalidArgument("ACCOUNT_REQUIRED", "name the account")
+    return account
+
+
+def _require_one_of(caller: Principal, roles: tuple[Role, ...], services: tuple[str, ...]) -> None:
+    if caller.role in roles or (caller.role is Role.SERVICE and caller.service_name in services):
+        return
+    raise PermissionDenied("ROLE_NOT_ALLOWED", f"{caller.role.value} {caller.subject} may not do this")
+
+
+def balance_pb(a: AccountState) -> pb.AccountBalance:
+    return pb.AccountBalance(account=a.account, available_minor=a.available_minor, held_minor=a.held_minor)
+
+
+def hold_pb(h: Hold) -> pb.Hold:
+    q = h.request
+    return pb.Hold(
+        hold_id=q.hold_id,
+        account=q.account,
+        amount_minor=q.amount_minor,
+        reason=q.reason,
+        round_id=q.round_id,
+        expires_at_unix_ms=domain.to_ms(h.expires_at),
+        placed_at_unix_ms=domain.to_ms(h.placed_at),
+        status=_HOLD_STATUS[h.status],
+        posted_minor=h.posted_minor,
+        released_minor=h.released_minor,
+        resolved_at_unix_ms=domain.to_ms(h.resolved_at) if h.resolved_at else 0,
+        resolved_by=h.resolved_by,
+        postings=[pb.Posting(payee=p, amount_minor=a) for p, a in h.postings],
+    )
+
+
+def play_pb(account: str, play: ResponsiblePlay, now: Any) -> pb.ResponsiblePlay:
+    limits = []
+    for kind in domain.MONEY_LIMITS:
+        setting = play.setting(kind).settled(now)
+        limits.append(
+            pb.Limit(
+                kind=_LIMIT_PROTOS[kind],
+                value=setting.value,
+                has_pending=setting.pending_value is not None,
+                pending_value=setting.pending_value or 0,
+                pending_effective_at_unix_ms=(
+                    domain.to_ms(setting.pending_effective_at) if setting.pending_effective_at else 0
+                ),
+                used_minor=play.used_minor.get(kind, 0),
+            )
+        )
+    exclusion = play.exclusion
+    active = exclusion.active(now)
+    return pb.ResponsiblePlay(
+        account=account,
+        limits=limits,
+        reality_check_minutes=play.setting(LimitKind.REALITY_CHECK_MINUTES).in_force(now),
+        self_excluded=active,
+        self_excluded_permanently=exclusion.permanent,
+        self_excluded_until_unix_ms=domain.to_ms(exclusion.until) if active and exclusion.until else 0,
+    )
+
+
+def profile_pb(u: repo.User) -> pb.Profile:
+    return pb.Profile(
+        account_id=u.account_id,
+        username=u.username,
+        email=u.email,
+        role=u.role,
+        account=domain.player_account(u.account_id) if u.role == Role.PLAYER.value else "",
+        created_at_unix_ms=domain.to_ms(u.created_at),
+    )
+
+
+class WalletServicer(wallet_pb2_grpc.WalletServicer):
+    def __init__(self, app: WalletApp) -> None:
+        self._app = app
+
+    def _caller(self, context: Context) -> Principal:
+        return self._app.tokens.authenticate(context)
+
+    # ------------------------------------------------------------------- accounts
+
+    async def Register(self, request: pb.RegisterRequest, context: Context) -> pb.RegisterResponse:
+        user = await self._app.register(request.request_id, request.username, request.email, request.password)
+        return pb.RegisterResponse(account_id=user.account_id, account=domain.player_account(user.account_id))
+
+    async def Login(self, request: pb.LoginRequest, context: Context) -> pb.LoginResponse:
+        result = await self._app.login(request.username, request.password)
+        user = result.user
+        return pb.LoginResponse(
+            token=result.token,
+            role=user.role,
+            account_id=user.account_id,
+            account=domain.player_account(user.account_id) if user.role == Role.PLAYER.value else "",
+            expires_at_unix_ms=result.expires_at_unix_ms,
+        )
+
+    async def GetProfile(self, request: pb.GetProfileRequest, context: Context) -> pb.Profile:
+        caller = require(self._caller(context), Role.PLAYER, Role.ADMIN, Role.AUDITOR)
+        target = request.account_id or caller.subject
+        if caller.role is Role.PLAYER and target != caller.subject:
+            raise PermissionDenied("NOT_YOUR_ACCOUNT", "players may only read their own profile")
+        return profile_pb(await self._app.user(target))
+
+    # ------------------------------------------------------------------- cash
+
+    async def Deposit(self, request: pb.DepositRequest, context: Context) -> pb.MovementResult:
+        caller = require(self._caller(context), Role.ADMIN)
+        result = await self._app.deposit(caller.subject, request.request_id, request.account, request.amount_minor)
+        return pb.MovementResult(
+            movement_id=result.movement_id, balance=balance_pb(result.balance), replayed=result.replayed
+        )
+
+    async def Withdraw(self, request: pb.WithdrawRequest, context: Context) -> pb.MovementResult:
+        caller = require(self._caller(context), Role.ADMIN)
+        result = await self._app.withdraw(caller.subject, request.request_id, request.account, request.amount_minor)
+        return pb.MovementResult(
+            movement_id=result.movement_id, balance=balance_pb(result.balance), replayed=result.replayed
+        )
+
+    # ------------------------------------------------------------------- holds
+
+    def _hold_caller(self, context: Context) -> None:
+        require(self._caller(context), Role.SERVICE, Role.ADMIN, service=TABLE)
+
+    async def PlaceHold(self, request: pb.PlaceHoldRequest, context: Context) -> pb.HoldResult:
+        self._hold_caller(context)
+        decision = await self._app.place_hold(
+            HoldRequest(
+                request.hold_id,
+                request.account,
+                request.amount_minor,
+                request.reason,
+                request.round_id,
+                request.expires_at_unix_ms,
+            )
+        )
+        return pb.HoldResult(hold=hold_pb(decision.hold), replayed=decision.replayed)
+
+    async def PostHold(self, request: pb.PostHoldRequest, context: Context) -> pb.HoldResult:
+        self._hold_caller(context)
+        postings = [(p.payee, p.amount_minor) for p in request.postings]
+        decision = await self._app.post_hold(request.hold_id, postings)
+        return pb.HoldResult(hold=hold_pb(decision.hold), replayed=decision.replayed)
+
+    async def VoidHold(self, request: pb.VoidHoldRequest, context: Context) -> pb.HoldResult:
+        self._hold_caller(context)
+        decision = await self._app.void_hold(request.hold_id)
+        return pb.HoldResult(hold=hold_pb(decision.hold), replayed=decision.replayed)
+
+    async def GetHold(self, request: pb.GetHoldRequest, context: Context) -> pb.Hold:
+        caller = self._caller(context)
+        hold = await self._app.hold(request.hold_id)
+        _account_for(caller, hold.account, staff=(Role.ADMIN, Role.AUDITOR), services=(TABLE,))
+        return hold_pb(hold)
+
+    # ------------------------------------------------------------------- queries
+
+    def _readable(self, context: Context, account: str) -> str:
+        return _account_for(self._caller(context), account, staff=(Role.ADMIN, Role.AUDITOR), services=(TABLE,))
+
+    async def GetBalance(self, request: pb.GetBalanceRequest, context: Context) -> pb.AccountBalance:
+        return balance_pb(await self._app.balance(self._readable(context, request.account)))
+
+    async def ListHolds(self, request: pb.ListHoldsRequest, context: Context) -> pb.ListHoldsResponse:
+        account = self._readable(context, request.account)
+        page = await self._app.holds(account, request.include_resolved, request.page_token, request.page_size)
+        return pb.ListHoldsResponse(holds=[hold_pb(h) for h in page.items], next_page_token=page.next_page_token)
+
+    async def ListMovements(self, request: pb.ListMovementsRequest, context: Context) -> pb.ListMovementsResponse:
+        account = self._readable(context, request.account)
+        page = await self._app.movements(account, request.page_token, request.page_size)
+        movements = [
+            pb.AccountMovement(
+                movement_id=e.movement_id,
+                kind=e.kind,
+                available_delta_minor=e.available_delta,
+                held_delta_minor=e.held_delta,
+                round_id=e.round_id,
+                hold_id=e.hold_id,
+                bet_id=e.bet_id,
+                occurred_at_unix_ms=domain.to_ms(e.occurred_at),
+            )
+            for e in page.items
+        ]
+        return pb.ListMovementsResponse(movements=movements, next_page_token=page.next_page_token)
+
+    async def ListBalances(self, request: pb.ListBalancesRequest, context: Context) -> pb.ListBalancesResponse:
+        _require_one_of(self._caller(context), (Role.ADMIN, Role.AUDITOR), (LEDGER,))
+        page, position = await self._app.balances(request.page_token, request.page_size)
+        return pb.ListBalancesResponse(
+            balances=[balance_pb(a) for a in page.items], next_page_token=page.next_page_token, store_position=position
+        )
+
+    # ------------------------------------------------------------------- responsible play
+
+    async def GetResponsiblePlay(self, request: pb.GetResponsiblePlayRequest, context: Context) -> pb.ResponsiblePlay:
+        account = _account_for(self._caller(context), request.account, staff=(Role.ADMIN, Role.AUDITOR))
+        play, now = await self._app.responsible_play(account)
+        return play_pb(account, play, now)
+
+    async def SetLimit(self, request: pb.SetLimitRequest, context: Context) -> pb.ResponsiblePlay:
+        account = _account_for(self._caller(context), request.account, staff=(Role.ADMIN,))
+        kind = _LIMIT_KINDS.get(request.kind)
+        if kind is None:
+            raise InvalidArgument("LIMIT_KIND_INVALID", "name the limit to set")
+        play, now = await self._app.set_limit(account, kind, request.value)
+        return play_pb(account, play, now)
+
+    async def SelfExclude(self, request: pb.SelfExcludeRequest, context: Context) -> pb.ResponsiblePlay:
+        account = _account_for(self._caller(context), request.account, staff=(Role.ADMIN,))
+        play, now = await self._app.self_exclude(account, request.days, request.permanent)
+        return play_pb(account, play, now)
+
+    # ------------------------------------------------------------------- settlement
+
+    async def GetRoundSettlement(self, request: pb.GetRoundSettlementRequest, context: Context) -> pb.RoundSettlement:
+        _require_one_of(self._caller(context), (Role.ADMIN, Role.AUDITOR), (TABLE, LEDGER))
+        r = await self._app.round_settlement(request.round_id)
+        return pb.RoundSettlement(
+            round_id=r.round_id,
+            table_id=r.table_id,
+            status=r.status,
+            reason=r.reason,
+            detail=r.detail,
+            updated_at_unix_ms=domain.to_ms(r.updated_at),
+        )

@@ -1,0 +1,599 @@
+"""The wallet application: load -> decide (domain) -> save state, entries and events in one transaction.
+
+Each command runs in its own transaction (retried a bounded number of times when a
+concurrent writer wins a race); the settlement runs inside the consumer's
+transaction, so its effects commit together with the consumer's tracking row.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import logging
+import uuid
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Generic, TypeVar
+
+import jwt
+import psycopg
+from argon2 import PasswordHasher
+from argon2.exceptions import InvalidHashError, VerificationError
+from psycopg_pool import AsyncConnectionPool
+
+from backbone.auth import Role as TokenRole
+from backbone.auth import Tokens
+from backbone.errors import Aborted, AlreadyExists, InvalidArgument, NotFound, Unauthenticated
+from backbone.eventstore import ConcurrencyError, EventStore, NewEvent, utc_now
+from services.wallet import domain, events, metrics, repo
+from services.wallet.domain import (
+    CASHIER,
+    AccountKind,
+    AccountState,
+    Decision,
+    Hold,
+    HoldRequest,
+    LimitKind,
+    ResponsiblePlay,
+    SettlementCommand,
+    SettlementRejected,
+)
+
+log = logging.getLogger(__name__)
+
+T = TypeVar("T")
+Clock = Callable[[], datetime]
+
+MAX_ATTEMPTS = 8
+"""Bound on retries of one command after losing a race (unique key, deadlock, serialization)."""
+RETRY_BACKOFF_S = 0.005
+MAX_PAGE_SIZE = 1000
+DEFAULT_PAGE_SIZE = 100
+SWEEP_BATCH = 200
+"""Bound on holds one sweep expires (the next sweep takes the rest)."""
+
+_RETRYABLE = (
+    psycopg.errors.UniqueViolation,
+    psycopg.errors.DeadlockDetected,
+    psycopg.errors.SerializationFailure,
+    ConcurrencyError,
+)
+
+
+@dataclass(frozen=True, slots=True)
+class MovementResult:
+    movement_id: str
+    balance: AccountState
+    replayed: bool
+
+
+@dataclass(frozen=True, slots=True)
+class LoginResult:
+    token: str
+    user: repo.User
+    expires_at_unix_ms: int
+
+
+@dataclass(frozen=True, slots=True)
+class Page(Generic[T]):
+    items: list[T]
+    next_page_token: str
+
+
+def page_size(requested: int) -> int:
+    if requested < 0 or requested > MAX_PAGE_SIZE:
+        raise InvalidArgument("PAGE_SIZE_INVALID", f"page_size must be 0..{MAX_PAGE_SIZE}")
+    return requested or DEFAULT_PAGE_SIZE
+
+
+def int_page_token(token: str) -> int:
+    """Keyset paging newest first: the token is the last id seen (exclusive)."""
+    if not token:
+        return 2**63 - 1
+    if not token.isdigit() or len(token) > 19:
+        raise InvalidArgument("PAGE_TOKEN_INVALID", "page_token must come from a previous page")
+    return int(token)
+
+
+def settlement_digest(command: SettlementCommand) -> str:
+    return hashlib.sha256(repr(command).encode()).hexdigest()
+
+
+class WalletApp:
+    def __init__(
+        self,
+        pool: AsyncConnectionPool,
+        store: EventStore,
+        tokens: Tokens,
+        *,
+        clock: Clock = utc_now,
+        hasher: PasswordHasher | None = None,
+        new_id: Callable[[], uuid.UUID] = uuid.uuid4,
+    ) -> None:
+        self._pool = pool
+        self._store = store
+        self.tokens = tokens
+        self.clock = clock
+        self._hasher = hasher or PasswordHasher()
+        self._new_id = new_id
+        self._dummy_hash: str | None = None
+
+    async def _transaction(self, work: Callable[[psycopg.AsyncConnection], Awaitable[T]]) -> T:
+        for attempt in range(1, MAX_ATTEMPTS + 1):
+            try:
+                async with self._pool.connection() as conn, conn.transaction():
+                    return await work(conn)
+            except _RETRYABLE as error:
+                if attempt == MAX_ATTEMPTS:
+                    log.warning("gave up after concurrent updates", extra={"error": str(error)})
+                    raise Aborted("CONCURRENT_UPDATE", "too many concurrent updates; retry with the same id") from None
+                await asyncio.sleep(RETRY_BACKOFF_S * attempt)
+        raise AssertionError("unreachable")
+
+    async def _append_account(
+        self, conn: psycopg.AsyncConnection, locked: repo.LockedAccount, new_events: list[NewEvent]
+    ) -> None:
+        name = locked.state.account
+        await self._store.append(conn, events.account_stream(name), locked.version, new_events)
+        await repo.bump_version(conn, name, locked.version + len(new_events))
+
+    @staticmethod
+    async def _lock(conn: psycopg.AsyncConnection, names: list[str]) -> dict[str, repo.LockedAccount]:
+        locked = await repo.lock_accounts(conn, names)
+        for name in names:
+            if name not in locked:
+                raise NotFound("ACCOUNT_NOT_FOUND", f"no account {name}")
+        return locked
+
+    # ----------------------------------------------------------------------- users
+
+    async def register(self, request_id: str, username: str, email: str, password: str) -> repo.User:
+        domain.check_id(request_id, "REQUEST_ID")
+        domain.check_registration(username, email, password)
+        password_hash = await asyncio.to_thread(self._hasher.hash, password)
+
+        async def work(conn: psycopg.AsyncConnection) -> repo.User:
+            earlier = await repo.user_by(conn, "request_id", request_id)
+            if earlier is not None:
+                same = earlier.username == username and earlier.email == email
+                if same and await self._verify(earlier.password_hash, password):
+                    return earlier
+                raise AlreadyExists("REQUEST_ID_REUSED", f"request {request_id} registered a different account")
+            return await self._create_user(conn, domain.Role.PLAYER, username, email, password_hash, request_id)
+
+        return await self._transaction(work)
+
+    async def create_staff(self, role: domain.Role, username: str, email: str, password: str) -> repo.User:
+        """Admin and auditor accounts: only through the admin command (python -m services.wallet.admin)."""
+        assert role in (domain.Role.ADMIN, domain.Role.AUDITOR)
+        domain.check_registration(username, email, password)
+        password_hash = await asyncio.to_thread(self._hasher.hash, password)
+        return await self._transaction(lambda conn: self._create_user(conn, role, username, email, password_hash, None))
+
+    async def _create_user(
+        self,
+        conn: psycopg.AsyncConnection,
+        role: domain.Role,
+        username: str,
+        email: str,
+        password_hash: str,
+        request_id: str | None,
+    ) -> repo.User:
+        if await repo.user_by(conn, "username", username) is not None:
+            raise AlreadyExists("USERNAME_TAKEN", f"username {username} is taken")
+        user = repo.User(str(self._new_id()), username, email, password_hash, role.value, request_id, self.clock())
+        await repo.insert_user(conn, user)
+        if role is domain.Role.PLAYER:
+            account = domain.player_account(user.account_id)
+            await repo.insert_account(conn, account, AccountKind.PLAYER)
+            await self._append_account(
+                conn,
+                repo.LockedAccount(AccountState(account, AccountKind.PLAYER), 0),
+                [events.account_opened(account, username, role.value, request_id or user.account_id)],
+            )
+        else:  # staff hold no money: their stream only records that they exist
+            staff = f"{role.value}:{user.account_id}"
+            opened = events.account_opened(staff, username, role.value, user.account_id)
+            await self._store.append(conn, events.account_stream(staff), 0, [opened])
+        return user
+
+    async def _verify(self, password_hash: str, password: str) -> bool:
+        try:
+            return await asyncio.to_thread(self._hasher.verify, password_hash, password)
+        except (VerificationError, InvalidHashError):
+            return False
+
+    async def login(self, username: str, password: str) -> LoginResult:
+        if not username or not password or len(username) > 64 or len(password) > domain.MAX_PASSWORD_CHARS:
+            raise Unauthenticated("INVALID_CREDENTIALS", "wrong username or password")
+        async with self._pool.connection() as conn:
+            user = await repo.user_by(conn, "username", username)
+        if user is None:
+            # Spend the same time as a real check, so a wrong name cannot be told from a wrong password.
+            if self._dummy_hash is None:
+                self._dummy_hash = await asyncio.to_thread(self._hasher.hash, "not-a-password")
+            await self._verify(self._dummy_hash, password)
+            raise Unauthenticated("INVALID_CREDENTIALS", "wrong username or password")
+        if not await self._verify(user.password_hash, password):
+            raise Unauthenticated("INVALID_CREDENTIALS", "wrong username or password")
+        if self._hasher.check_needs_rehash(user.password_hash):
+            fresh = await asyncio.to_thread(self._hasher.hash, password)
+            async with self._pool.connection() as conn:
+                await repo.update_password_hash(conn, user.account_id, fresh)
+        role = TokenRole(user.role)
+        token = self.tokens.issue(user.account_id, role)
+        expires_s = int(jwt.decode(token, options={"verify_signature": False})["exp"])
+        return LoginResult(token, user, expires_s * 1000)
+
+    async def user(self, account_id: str) -> repo.User:
+        domain.check_uuid(account_id, "ACCOUNT_ID")
+        async with self._pool.connection() as conn:
+            user = await repo.user_by(conn, "account_id", account_id)
+        if user is None:
+            raise NotFound("ACCOUNT_NOT_FOUND", f"no account {account_id}")
+        return user
+
+    # ----------------------------------------------------------------------- cash
+
+    async def deposit(self, actor: str, request_id: str, account: str, amount_minor: int) -> MovementResult:
+        return await self._cash("deposit", actor, request_id, account, amount_minor)
+
+    async def withdraw(self, actor: str, request_id: str, account: str, amount_minor: int) -> MovementResult:
+        return await self._cash("withdrawal", actor, request_id, account, amount_minor)
+
+    async def _cash(self, kind: str, actor: str, request_id: str, account: str, amount_minor: int) -> MovementResult:
+        domain.check_id(request_id, "REQUEST_ID")
+        domain.account_kind(account)
+        domain.check_amount(amount_minor)
+        key, fingerprint = f"{kind}:{request_id}", f"{account}|{amount_minor}"
+
+        async def work(conn: psycopg.AsyncConnection) -> MovementResult:
+            earlier = await repo.request(conn, key)
+            if earlier is not None:
+                if earlier.fingerprint != fingerprint:
+                    raise AlreadyExists("REQUEST_ID_REUSED", f"{kind} {request_id} was made with other fields")
+                return MovementResult(earlier.movement_id, earlier.balance, replayed=True)
+            now = self.clock()
+            locked = await self._lock(conn, [account, CASHIER])
+            target = locked[account]
+            if kind == "deposit":
+                movement = domain.deposit(request_id, target.state, amount_minor)
+                if target.state.kind is AccountKind.PLAYER:
+                    domain.check_may_deposit(await self._play(conn, account, now), amount_minor, now)
+                event = events.deposited(movement, actor, request_id)
+            else:
+                movement = domain.withdrawal(request_id, target.state, amount_minor)
+                event = events.withdrawn(movement, actor, request_id)
+            after = domain.apply_movements({n: a.state for n, a in locked.items()}, [movement])
+            await repo.save_movements(conn, [movement], kind, now)
+            await self._append_account(conn, target, [event])
+            await repo.insert_request(conn, key, repo.StoredRequest(fingerprint, movement.movement_id, after[account]))
+            return MovementResult(movement.movement_id, after[account], replayed=False)
+
+        return await self._transaction(work)
+
+    # ----------------------------------------------------------------------- holds
+
+    async def place_hold(self, request: HoldRequest) -> Decision:
+        domain.check_hold_request(request)
+
+        async def work(conn: psycopg.AsyncConnection) -> Decision:
+            locked = await self._lock(conn, [request.account])
+            target = locked[request.account]
+            existing = await repo.hold(conn, request.hold_id)
+            now = self.clock()
+            play = ResponsiblePlay() if existing else await self._play(conn, request.account, now)
+            decision = domain.decide_place_hold(request, existing, target.state, play, now)
+            if decision.replayed:
+                return decision
+            domain.apply_movements({request.account: target.state}, decision.movements)
+            await repo.insert_hold(conn, decision.hold)
+            await repo.save_movements(conn, decision.movements, "hold", now)
+            await self._append_account(conn, target, [events.hold_placed(decision.hold, decision.movements[0])])
+            return decision
+
+        decision = await self._transaction(work)
+        if not decision.replayed:
+            metrics.HOLDS_PLACED.inc()
+            metrics.HOLDS_OPEN.inc()
+        return decision
+
+    async def post_hold(self, hold_id: str, postings: list[tuple[str, int]]) -> Decision:
+        domain.check_id(hold_id, "HOLD_ID")
+        domain.check_postings("", postings)
+        return await self._resolve(
+            hold_id, [p for p, _ in postings], lambda h, now: self._decide_post(h, postings, now)
+        )
+
+    @staticmethod
+    def _decide_post(hold: Hold, postings: list[tuple[str, int]], now: datetime) -> Decision:
+        return domain.decide_post(hold, domain.check_postings(hold.account, postings), now)
+
+    async def void_hold(self, hold_id: str) -> Decision:
+        domain.check_id(hold_id, "HOLD_ID")
+        return await self._resolve(hold_id, [], domain.decide_void)
+
+    async def _resolve(self, hold_id: str, payees: list[str], decide: Callable[[Hold, datetime], Decision]) -> Decision:
+        async def work(conn: psycopg.AsyncConnection) -> Decision:
+            found = await repo.hold(conn, hold_id)
+            if found is None:
+                raise NotFound("HOLD_NOT_FOUND", f"no hold {hold_id}")
+            locked = await self._lock(conn, [found.account, *payees])
+            hold = await repo.hold(conn, hold_id, lock=True)
+            assert hold is not None
+            now = self.clock()
+            decision = decide(hold, now)
+            if not decision.replayed:
+                await self._save_resolution(conn, locked, decision, now)
+            return decision
+
+        decision = await self._transaction(work)
+        if not decision.replayed:
+            self._count_resolution(decision.hold)
+        return decision
+
+    async def _save_resolution(
+        self, conn: psycopg.AsyncConnection, locked: dict[str, repo.LockedAccount], decision: Decision, now: datetime
+    ) -> None:
+        hold = decision.hold
+        domain.apply_movements({n: a.state for n, a in locked.items()}, decision.movements)
+        await repo.save_resolutions(conn, [hold])
+        await repo.save_movements(conn, decision.movements, hold.resolved_by, now)
+        await self._append_account(conn, locked[hold.account], [events.hold_resolved(hold, decision.movements)])
+
+    @staticmethod
+    def _count_resolution(hold: Hold) -> None:
+        counter = {
+            domain.HoldStatus.POSTED: metrics.HOLDS_POSTED,
+            domain.HoldStatus.VOIDED: metrics.HOLDS_VOIDED,
+            domain.HoldStatus.EXPIRED: metrics.HOLDS_EXPIRED,
+        }[hold.status]
+        counter.inc()
+        metrics.HOLDS_OPEN.dec()
+        if hold.resolved_at is not None:
+            metrics.HOLD_AGE_SECONDS.observe(max(0.0, (hold.resolved_at - hold.placed_at).total_seconds()))
+
+    async def expire_due(self) -> int:
+        """Expire open holds past their time (bounded batch); safe to run on every replica at once."""
+        now = self.clock()
+        async with self._pool.connection() as conn:
+            due = await repo.due_holds(conn, now, SWEEP_BATCH)
+        expired = 0
+        for hold_id, account in due:
+
+            async def work(
+                conn: psycopg.AsyncConnection, hold_id: str = hold_id, account: str = account
+            ) -> Hold | None:
+                locked = await self._lock(conn, [account])
+                hold = await repo.hold(conn, hold_id, lock=True)
+                decision = domain.decide_expire(hold, now) if hold is not None else None
+                if decision is None:
+                    return None  # resolved meanwhile (or by another replica)
+                await self._save_resolution(conn, locked, decision, now)
+                return decision.hold
+
+            resolved = await self._transaction(work)
+            if resolved is not None:
+                self._count_resolution(resolved)
+                expired += 1
+        return expired
+
+    async def refresh_hold_gauges(self) -> None:
+        async with self._pool.connection() as conn:
+            count, oldest = await repo.open_hold_stats(conn)
+        metrics.HOLDS_OPEN.set(count)
+        age = (self.clock() - oldest).total_seconds() if oldest is not None else 0.0
+        metrics.OLDEST_OPEN_HOLD_SECONDS.set(max(0.0, age))
+
+    async def hold(self, hold_id: str) -> Hold:
+        domain.check_id(hold_id, "HOLD_ID")
+        async with self._pool.connection() as conn:
+            found = await repo.hold(conn, hold_id)
+        if found is None:
+            raise NotFound("HOLD_NOT_FOUND", f"no hold {hold_id}")
+        return found
+
+    # ----------------------------------------------------------------------- queries
+
+    async def balance(self, account: str) -> AccountState:
+        domain.account_kind(account)
+        async with self._pool.connection() as conn:
+            found = await repo.account(conn, account)
+        if found is None:
+            raise NotFound("ACCOUNT_NOT_FOUND", f"no account {account}")
+        return found
+
+    async def balances(self, page_token: str, size: int) -> tuple[Page[AccountState], int]:
+        """One page of every account's balance, with the event-store position it reflects."""
+        limit = page_size(size)
+        after = _decode_name_token(page_token)
+        async with self._pool.connection() as conn, conn.transaction():
+            await conn.execute("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ")
+            rows = await repo.balances_page(conn, after, limit)
+            position = await repo.store_position(conn)
+        token = _encode_name_token(rows[-1].account) if len(rows) == limit else ""
+        return Page(rows, token), position
+
+    async def movements(self, account: str, page_token: str, size: int) -> Page[repo.Entry]:
+        await self.balance(account)
+        limit, before = page_size(size), int_page_token(page_token)
+        async with self._pool.connection() as conn:
+            rows = await repo.entries_page(conn, account, before, limit)
+        return Page(rows, str(rows[-1].entry_id) if len(rows) == limit else "")
+
+    async def holds(self, account: str, include_resolved: bool, page_token: str, size: int) -> Page[Hold]:
+        await self.balance(account)
+        limit, before = page_size(size), int_page_token(page_token)
+        async with self._pool.connection() as conn:
+            rows = await repo.holds_page(conn, account, include_resolved, before, limit)
+        return Page([h for _, h in rows], str(rows[-1][0]) if len(rows) == limit else "")
+
+    # ----------------------------------------------------------------------- responsible play
+
+    async def _play(self, conn: psycopg.AsyncConnection, account: str, now: datetime) -> ResponsiblePlay:
+        return ResponsiblePlay(
+            await repo.limits(conn, account),
+            await repo.exclusion(conn, account),
+            await repo.window_sums(conn, account, now),
+        )
+
+    async def responsible_play(self, account: str) -> tuple[ResponsiblePlay, datetime]:
+        self._check_player(account)
+        await self.balance(account)
+        now = self.clock()
+        async with self._pool.connection() as conn:
+            return await self._play(conn, account, now), now
+
+    @staticmethod
+    def _check_player(account: str) -> None:
+        if domain.account_kind(account) is not AccountKind.PLAYER:
+            raise InvalidArgument("ACCOUNT_NOT_PLAYER", "responsible-play settings belong to player accounts")
+
+    async def set_limit(self, account: str, kind: LimitKind, value: int) -> tuple[ResponsiblePlay, datetime]:
+        self._check_player(account)
+
+        async def work(conn: psycopg.AsyncConnection) -> None:
+            locked = await self._lock(conn, [account])
+            now = self.clock()
+            current = (await repo.limits(conn, account)).get(kind) or domain.LimitSetting(kind)
+            changed = domain.decide_limit_change(current, value, now)
+            await repo.save_limit(conn, account, changed)
+            effective = changed.pending_effective_at if changed.pending_value is not None else now
+            assert effective is not None
+            event = events.limits_changed(account, changed, value, domain.to_ms(effective))
+            await self._append_account(conn, locked[account], [event])
+
+        await self._transaction(work)
+        return await self.responsible_play(account)
+
+    async def self_exclude(self, account: str, days: int, permanent: bool) -> tuple[ResponsiblePlay, datetime]:
+        self._check_player(account)
+
+        async def work(conn: psycopg.AsyncConnection) -> None:
+            locked = await self._lock(conn, [account])
+            now = self.clock()
+            excluded = domain.decide_self_exclusion(await repo.exclusion(conn, account), days, permanent, now)
+            await repo.save_exclusion(conn, account, excluded)
+            until = 0 if excluded.until is None else domain.to_ms(excluded.until)
+            await self._append_account(conn, locked[account], [events.self_excluded(account, until)])
+
+        await self._transaction(work)
+        return await self.responsible_play(account)
+
+    # ----------------------------------------------------------------------- settlement
+
+    async def round_settlement(self, round_id: str) -> repo.RoundRecord:
+        domain.check_id(round_id, "ROUND_ID")
+        async with self._pool.connection() as conn:
+            found = await repo.round_record(conn, round_id)
+        if found is None:
+            raise NotFound("ROUND_NOT_FOUND", f"the wallet has seen no settlement of round {round_id}")
+        return found
+
+    async def apply_settlement(
+        self, conn: psycopg.AsyncConnection, command: SettlementCommand, source_type: str, source_id: str
+    ) -> str:
+        """Apply a table's settlement in the caller's transaction; returns "settled", "voided",
+        "duplicate" or "rejected". A bad settlement never raises: it is recorded as rejected."""
+        if not domain.is_id(command.round_id):
+            detail = f"round id {command.round_id!r:.80}"
+            await self.reject_settlement(conn, command, source_type, source_id, "ROUND_ID_INVALID", detail)
+            return "rejected"
+        now = self.clock()
+        outcome = "voided" if command.voided else "settled"
+        record = await repo.round_record(conn, command.round_id, lock=True)
+        digest = settlement_digest(command)
+        if record is not None and record.status != "rejected":
+            if record.status == outcome and record.digest == digest:
+                metrics.SETTLEMENTS_DUPLICATE.inc()
+                log.info("settlement already applied", extra={"round_id": command.round_id})
+                return "duplicate"
+            reason = "ROUND_ALREADY_SETTLED" if record.status == "settled" else "ROUND_ALREADY_VOIDED"
+            detail = f"round {command.round_id} was already {record.status}; this {source_type} differs"
+            await self.reject_settlement(conn, command, source_type, source_id, reason, detail)
+            return "rejected"
+        try:
+            plan = await self._plan_settlement(conn, command, now)
+        except SettlementRejected as rejected:
+            await self.reject_settlement(conn, command, source_type, source_id, rejected.reason, rejected.detail)
+            return "rejected"
+        version = record.version if record else 0
+        await repo.save_resolutions(conn, plan.holds)
+        await repo.save_movements(conn, plan.movements, "settlement", now)
+        applied = events.settlement_applied(command.round_id, command.table_id, plan, command.voided, source_id)
+        await self._store.append(conn, events.round_stream(command.round_id), version, [applied])
+        await repo.save_round(
+            conn, repo.RoundRecord(command.round_id, command.table_id, outcome, version + 1, digest, "", "", now)
+        )
+        metrics.SETTLEMENTS_APPLIED.labels(outcome).inc()
+        for hold in plan.holds:
+            self._count_resolution(hold)
+        log.info(
+            "settlement applied",
+            extra={"round_id": command.round_id, "outcome": outcome, "movements": len(plan.movements)},
+        )
+        return outcome
+
+    async def _plan_settlement(
+        self, conn: psycopg.AsyncConnection, command: SettlementCommand, now: datetime
+    ) -> domain.SettlementPlan:
+        hold_ids = command.all_hold_ids()
+        owners = {h.account for h in (await repo.holds(conn, hold_ids)).values()}
+        locked = await repo.lock_accounts(conn, command.accounts() | owners)
+        holds = await repo.holds(conn, hold_ids, lock=True)
+        return domain.decide_settlement(command, {n: a.state for n, a in locked.items()}, holds, now)
+
+    async def reject_settlement(
+        self,
+        conn: psycopg.AsyncConnection,
+        command: SettlementCommand,
+        source_type: str,
+        source_id: str,
+        reason: str,
+        detail: str,
+    ) -> None:
+        """Record that nothing of a settlement was applied, and why; an applied round keeps its status."""
+        event = events.settlement_rejected(command.round_id, command.table_id, source_type, source_id, reason, detail)
+        if not domain.is_id(command.round_id):
+            await self._store.append(conn, events.round_stream(f"invalid-{source_id}"), 0, [event])
+        else:
+            record = await repo.round_record(conn, command.round_id, lock=True)
+            version = record.version if record else 0
+            await self._store.append(conn, events.round_stream(command.round_id), version, [event])
+            applied = record is not None and record.status != "rejected"
+            await repo.save_round(
+                conn,
+                repo.RoundRecord(
+                    command.round_id,
+                    record.table_id if record and applied else command.table_id,
+                    record.status if record and applied else "rejected",
+                    version + 1,
+                    record.digest if record and applied else settlement_digest(command),
+                    reason,
+                    detail,
+                    self.clock(),
+                ),
+            )
+        self._count_rejection(command, reason, detail)
+
+    @staticmethod
+    def _count_rejection(command: SettlementCommand, reason: str, detail: str) -> None:
+        metrics.SETTLEMENTS_REJECTED.labels(reason).inc()
+        log.error(
+            "settlement rejected: nothing of it was applied",
+            extra={"round_id": command.round_id, "table_id": command.table_id, "reason": reason, "detail": detail},
+        )
+
+
+def _encode_name_token(name: str) -> str:
+    return name.encode().hex()
+
+
+def _decode_name_token(token: str) -> str:
+    if not token:
+        return ""
+    try:
+        return bytes.fromhex(token).decode()
+    except ValueError:
+        raise InvalidArgument("PAGE_TOKEN_INVALID", "page_token must come from a previous page") from None

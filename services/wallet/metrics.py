@@ -1,0 +1,31 @@
+"""The wallet's Prometheus metrics (niuniu_wallet_*)."""
+
+from __future__ import annotations
+
+from prometheus_client import Counter, Gauge, Histogram
+
+HOLDS_OPEN = Gauge("niuniu_wallet_holds_open", "Holds placed and not yet posted, voided or expired.")
+OLDEST_OPEN_HOLD_SECONDS = Gauge(
+    "niuniu_wallet_oldest_open_hold_age_seconds", "Age of the oldest open hold (0 when none), by the sweeper."
+)
+HOLD_AGE_SECONDS = Histogram(
+    "niuniu_wallet_hold_age_seconds",
+    "Time from placing a hold to its resolution (post, void, expiry or settlement).",
+    buckets=(0.1, 0.5, 1, 5, 15, 30, 60, 120, 300, 900, 3600, 4 * 3600, 24 * 3600),
+)
+HOLDS_PLACED = Counter("niuniu_wallet_holds_placed_total", "Holds placed.")
+HOLDS_POSTED = Counter("niuniu_wallet_holds_posted_total", "Holds posted (all or part), by PostHold or a settlement.")
+HOLDS_VOIDED = Counter("niuniu_wallet_holds_voided_total", "Holds released whole, by VoidHold or a settlement.")
+HOLDS_EXPIRED = Counter("niuniu_wallet_holds_expired_total", "Holds released by the sweeper at their expiry.")
+SETTLEMENTS_APPLIED = Counter(
+    "niuniu_wallet_settlements_applied_total", "Round settlements applied, by outcome (settled, voided).", ["outcome"]
+)
+SETTLEMENTS_REJECTED = Counter(
+    "niuniu_wallet_settlements_rejected_total",
+    "Round settlements refused (nothing applied), by reason. Any increase needs an operator.",
+    ["reason"],
+)
+SETTLEMENTS_DUPLICATE = Counter(
+    "niuniu_wallet_settlements_duplicate_total", "Re-emitted settlements of an already applied round (ignored)."
+)
+SWEEPER_FAILURES = Counter("niuniu_wallet_sweeper_failures_total", "Hold sweeps that failed (retried).")

@@ -1,0 +1,516 @@
+"""The wallet's tables: current state next to the event store, written in the same transaction.
+
+Balances live in ``wallet_accounts``; every change of them is also an entry in
+``wallet_entries`` (one row per movement and account) and an event with legs, so
+the sum of an account's entries is its balance and the events rebuild both.
+Rows are locked in account-name order, then holds, so concurrent commands queue
+instead of deadlocking.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any
+
+import psycopg
+
+from backbone.db import run_ddl
+from services.table.rules.money import SYSTEM_ACCOUNTS
+from services.wallet.domain import (
+    CASHIER,
+    AccountKind,
+    AccountState,
+    Exclusion,
+    Hold,
+    HoldRequest,
+    HoldStatus,
+    LimitKind,
+    LimitSetting,
+    Movement,
+    net_by_account,
+)
+
+SCHEMA = (
+    """
+    CREATE TABLE IF NOT EXISTS wallet_users (
+        account_id     UUID PRIMARY KEY,
+        username       TEXT NOT NULL UNIQUE,
+        email          TEXT NOT NULL,
+        password_hash  TEXT NOT NULL,
+        role           TEXT NOT NULL CHECK (role IN ('player', 'admin', 'auditor')),
+        request_id     TEXT UNIQUE,
+        created_at     TIMESTAMPTZ NOT NULL
+    )
+    """,
+    """
+    CREATE TABLE IF NOT EXISTS wallet_accounts (
+        account          TEXT PRIMARY KEY,
+        kind             TEXT NOT NULL CHECK (kind IN ('player', 'system', 'external')),
+        available_minor  BIGINT NOT NULL DEFAULT 0,
+        held_minor       BIGINT NOT NULL DEFAULT 0 CHECK (held_minor >= 0),
+        version          BIGINT NOT NULL DEFAULT 0,
+        CHECK (kind <> 'player' OR available_minor >= 0)
+    )
+    """,
+    """
+    CREATE TABLE IF NOT EXISTS wallet_holds (
+        seq                      BIGSERIAL UNIQUE,
+        hold_id                  TEXT PRIMARY KEY,
+        account                  TEXT NOT NULL REFERENCES wallet_accounts (account),
+        amount_minor             BIGINT NOT NULL CHECK (amount_minor > 0),
+        reason                   TEXT NOT NULL,
+        round_id                 TEXT NOT NULL,
+        requested_expires_at_ms  BIGINT NOT NULL,
+        expires_at               TIMESTAMPTZ NOT NULL,
+        placed_at                TIMESTAMPTZ NOT NULL,
+        status                   TEXT NOT NULL CHECK (status IN ('open', 'posted', 'voided', 'expired')),
+        posted_minor             BIGINT NOT NULL DEFAULT 0,
+        released_minor           BIGINT NOT NULL DEFAULT 0,
+        resolved_at              TIMESTAMPTZ,
+        resolved_by              TEXT NOT NULL DEFAULT '',
+        postings                 JSONB NOT NULL DEFAULT '[]'
+    )
+    """,
+    "CREATE INDEX IF NOT EXISTS wallet_holds_open_idx ON wallet_holds (expires_at) WHERE status = 'open'",
+    "CREATE INDEX IF NOT EXISTS wallet_holds_account_idx ON wallet_holds (account, seq)",
+    """
+    CREATE TABLE IF NOT EXISTS wallet_entries (
+        entry_id         BIGSERIAL PRIMARY KEY,
+        account          TEXT NOT NULL,
+        movement_id      TEXT NOT NULL,
+        kind             TEXT NOT NULL,
+        source           TEXT NOT NULL,
+        available_delta  BIGINT NOT NULL,
+        held_delta       BIGINT NOT NULL,
+        round_id         TEXT NOT NULL,
+        hold_id          TEXT NOT NULL,
+        bet_id           TEXT NOT NULL,
+        occurred_at      TIMESTAMPTZ NOT NULL
+    )
+    """,
+    "CREATE INDEX IF NOT EXISTS wallet_entries_account_idx ON wallet_entries (account, entry_id)",
+    "CREATE INDEX IF NOT EXISTS wallet_entries_window_idx ON wallet_entries (account, source, occurred_at)",
+    """
+    CREATE TABLE IF NOT EXISTS wallet_requests (
+        request_key      TEXT PRIMARY KEY,
+        fingerprint      TEXT NOT NULL,
+        movement_id      TEXT NOT NULL,
+        account          TEXT NOT NULL,
+        available_minor  BIGINT NOT NULL,
+        held_minor       BIGINT NOT NULL
+    )
+    """,
+    """
+    CREATE TABLE IF NOT EXISTS wallet_limits (
+        account               TEXT NOT NULL,
+        kind                  TEXT NOT NULL,
+        value                 BIGINT NOT NULL,
+        pending_value         BIGINT,
+        pending_effective_at  TIMESTAMPTZ,
+        PRIMARY KEY (account, kind)
+    )
+    """,
+    """
+    CREATE TABLE IF NOT EXISTS wallet_exclusions (
+        account    TEXT PRIMARY KEY,
+        until      TIMESTAMPTZ,
+        permanent  BOOLEAN NOT NULL
+    )
+    """,
+    """
+    CREATE TABLE IF NOT EXISTS wallet_rounds (
+        round_id    TEXT PRIMARY KEY,
+        table_id    TEXT NOT NULL,
+        status      TEXT NOT NULL CHECK (status IN ('settled', 'voided', 'rejected')),
+        version     BIGINT NOT NULL,
+        digest      TEXT NOT NULL,
+        reason      TEXT NOT NULL,
+        detail      TEXT NOT NULL,
+        updated_at  TIMESTAMPTZ NOT NULL
+    )
+    """,
+)
+
+
+async def setup(conn: psycopg.AsyncConnection) -> None:
+    """Create the tables and the accounts that exist from the start (system accounts, the cashier)."""
+    await run_ddl(conn, SCHEMA)
+    async with conn.transaction():
+        await conn.cursor().executemany(
+            "INSERT INTO wallet_accounts (account, kind) VALUES (%s, %s) ON CONFLICT DO NOTHING",
+            [(a, AccountKind.SYSTEM.value) for a in SYSTEM_ACCOUNTS] + [(CASHIER, AccountKind.EXTERNAL.value)],
+        )
+
+
+# --------------------------------------------------------------------------- accounts
+
+
+@dataclass(frozen=True, slots=True)
+class LockedAccount:
+    state: AccountState
+    version: int  # of the account's event stream
+
+
+async def lock_accounts(conn: psycopg.AsyncConnection, accounts: Iterable[str]) -> dict[str, LockedAccount]:
+    """Lock the existing ones of ``accounts`` (in name order) and return them."""
+    names = sorted(set(accounts))
+    cur = await conn.execute(
+        "SELECT account, kind, available_minor, held_minor, version FROM wallet_accounts"
+        " WHERE account = ANY(%s) ORDER BY account FOR UPDATE",
+        (names,),
+    )
+    return {
+        r[0]: LockedAccount(AccountState(r[0], AccountKind(r[1]), int(r[2]), int(r[3])), int(r[4]))
+        for r in await cur.fetchall()
+    }
+
+
+async def account(conn: psycopg.AsyncConnection, name: str) -> AccountState | None:
+    cur = await conn.execute(
+        "SELECT account, kind, available_minor, held_minor FROM wallet_accounts WHERE account = %s", (name,)
+    )
+    r = await cur.fetchone()
+    return AccountState(r[0], AccountKind(r[1]), int(r[2]), int(r[3])) if r else None
+
+
+async def insert_account(conn: psycopg.AsyncConnection, name: str, kind: AccountKind) -> None:
+    await conn.execute("INSERT INTO wallet_accounts (account, kind) VALUES (%s, %s)", (name, kind.value))
+
+
+async def bump_version(conn: psycopg.AsyncConnection, name: str, version: int) -> None:
+    await conn.execute("UPDATE wallet_accounts SET version = %s WHERE account = %s", (version, name))
+
+
+async def save_movements(
+    conn: psycopg.AsyncConnection, movements: Sequence[Movement], source: str, now: datetime
+) -> None:
+    """Apply the movements' net effect to the balances and write one entry per movement and account."""
+    if not movements:
+        return
+    async with conn.cursor() as cur:
+        await cur.executemany(
+            "UPDATE wallet_accounts SET available_minor = available_minor + %s, held_minor = held_minor + %s"
+            " WHERE account = %s",
+            [(d_available, d_held, name) for name, (d_available, d_held) in net_by_account(movements).items()],
+        )
+        rows: list[tuple[Any, ...]] = []
+        for m in movements:
+            for name, (d_available, d_held) in net_by_account([m]).items():
+                if d_available or d_held:
+                    rows.append(
+                        (name, m.movement_id, m.kind, source, d_available, d_held, m.round_id, m.hold_id, m.bet_id, now)
+                    )
+        await cur.executemany(
+            "INSERT INTO wallet_entries (account, movement_id, kind, source, available_delta, held_delta,"
+            " round_id, hold_id, bet_id, occurred_at) VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s, %s)",
+            rows,
+        )
+
+
+async def balances_page(conn: psycopg.AsyncConnection, after: str, limit: int) -> list[AccountState]:
+    cur = await conn.execute(
+        "SELECT account, kind, available_minor, held_minor FROM wallet_accounts WHERE account > %s"
+        " ORDER BY account LIMIT %s",
+        (after, limit),
+    )
+    return [AccountState(r[0], AccountKind(r[1]), int(r[2]), int(r[3])) for r in await cur.fetchall()]
+
+
+async def store_position(conn: psycopg.AsyncConnection) -> int:
+    cur = await conn.execute("SELECT coalesce(max(position), 0) FROM events")
+    row = await cur.fetchone()
+    return int(row[0]) if row else 0
+
+
+@dataclass(frozen=True, slots=True)
+class Entry:
+    entry_id: int
+    movement_id: str
+    kind: str
+    available_delta: int
+    held_delta: int
+    round_id: str
+    hold_id: str
+    bet_id: str
+    occurred_at: datetime
+
+
+async def entries_page(conn: psycopg.AsyncConnection, name: str, before_id: int, limit: int) -> list[Entry]:
+    cur = await conn.execute(
+        "SELECT entry_id, movement_id, kind, available_delta, held_delta, round_id, hold_id, bet_id, occurred_at"
+        " FROM wallet_entries WHERE account = %s AND entry_id < %s ORDER BY entry_id DESC LIMIT %s",
+        (name, before_id, limit),
+    )
+    return [Entry(int(r[0]), r[1], r[2], int(r[3]), int(r[4]), r[5], r[6], r[7], r[8]) for r in await cur.fetchall()]
+
+
+async def window_sums(conn: psycopg.AsyncConnection, name: str, now: datetime) -> dict[LimitKind, int]:
+    """Deposits and net losses (posts and settlements) over each money limit's rolling window."""
+    day, week = now - LimitKind.DAILY_LOSS.window, now - LimitKind.WEEKLY_LOSS.window
+    cur = await conn.execute(
+        "SELECT"
+        " coalesce(sum(available_delta) FILTER (WHERE source = 'deposit' AND occurred_at > %(day)s), 0),"
+        " coalesce(sum(available_delta) FILTER (WHERE source = 'deposit'), 0),"
+        " coalesce(sum(available_delta + held_delta) FILTER (WHERE source <> 'deposit' AND occurred_at > %(day)s), 0),"
+        " coalesce(sum(available_delta + held_delta) FILTER (WHERE source <> 'deposit'), 0)"
+        " FROM wallet_entries WHERE account = %(account)s AND source IN ('deposit', 'post', 'settlement')"
+        " AND occurred_at > %(week)s AND occurred_at <= %(now)s",
+        {"account": name, "day": day, "week": week, "now": now},
+    )
+    row = await cur.fetchone()
+    assert row is not None
+    return {
+        LimitKind.DAILY_DEPOSIT: int(row[0]),
+        LimitKind.WEEKLY_DEPOSIT: int(row[1]),
+        LimitKind.DAILY_LOSS: max(0, -int(row[2])),
+        LimitKind.WEEKLY_LOSS: max(0, -int(row[3])),
+    }
+
+
+# --------------------------------------------------------------------------- idempotent requests
+
+
+@dataclass(frozen=True, slots=True)
+class StoredRequest:
+    fingerprint: str
+    movement_id: str
+    balance: AccountState
+
+
+async def request(conn: psycopg.AsyncConnection, key: str) -> StoredRequest | None:
+    cur = await conn.execute(
+        "SELECT fingerprint, movement_id, account, available_minor, held_minor FROM wallet_requests"
+        " WHERE request_key = %s",
+        (key,),
+    )
+    r = await cur.fetchone()
+    if r is None:
+        return None
+    return StoredRequest(r[0], r[1], AccountState(r[2], AccountKind.PLAYER, int(r[3]), int(r[4])))
+
+
+async def insert_request(conn: psycopg.AsyncConnection, key: str, stored: StoredRequest) -> None:
+    b = stored.balance
+    await conn.execute(
+        "INSERT INTO wallet_requests (request_key, fingerprint, movement_id, account, available_minor, held_minor)"
+        " VALUES (%s, %s, %s, %s, %s, %s)",
+        (key, stored.fingerprint, stored.movement_id, b.account, b.available_minor, b.held_minor),
+    )
+
+
+# --------------------------------------------------------------------------- holds
+
+_HOLD_COLUMNS = (
+    "hold_id, account, amount_minor, reason, round_id, requested_expires_at_ms, expires_at, placed_at, status,"
+    " posted_minor, released_minor, resolved_at, resolved_by, postings"
+)
+
+
+def _hold(r: Sequence[Any]) -> Hold:
+    return Hold(
+        HoldRequest(r[0], r[1], int(r[2]), r[3], r[4], int(r[5])),
+        expires_at=r[6],
+        placed_at=r[7],
+        status=HoldStatus(r[8]),
+        posted_minor=int(r[9]),
+        released_minor=int(r[10]),
+        resolved_at=r[11],
+        resolved_by=r[12],
+        postings=tuple((str(p), int(a)) for p, a in r[13]),
+    )
+
+
+async def holds(conn: psycopg.AsyncConnection, hold_ids: Iterable[str], *, lock: bool = False) -> dict[str, Hold]:
+    ids = sorted(set(hold_ids))
+    if not ids:
+        return {}
+    suffix = " ORDER BY hold_id FOR UPDATE" if lock else ""
+    cur = await conn.execute(f"SELECT {_HOLD_COLUMNS} FROM wallet_holds WHERE hold_id = ANY(%s){suffix}", (ids,))
+    return {h.hold_id: h for h in map(_hold, await cur.fetchall())}
+
+
+async def hold(conn: psycopg.AsyncConnection, hold_id: str, *, lock: bool = False) -> Hold | None:
+    return (await holds(conn, [hold_id], lock=lock)).get(hold_id)
+
+
+async def insert_hold(conn: psycopg.AsyncConnection, h: Hold) -> None:
+    q = h.request
+    await conn.execute(
+        "INSERT INTO wallet_holds (hold_id, account, amount_minor, reason, round_id, requested_expires_at_ms,"
+        " expires_at, placed_at, status) VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s)",
+        (
+            q.hold_id,
+            q.account,
+            q.amount_minor,
+            q.reason,
+            q.round_id,
+            q.expires_at_unix_ms,
+            h.expires_at,
+            h.placed_at,
+            h.status.value,
+        ),
+    )
+
+
+async def save_resolutions(conn: psycopg.AsyncConnection, resolved: Sequence[Hold]) -> None:
+    """Record each hold's one resolution; the ``status = 'open'`` guard makes a second one impossible."""
+    async with conn.cursor() as cur:
+        for h in resolved:
+            await cur.execute(
+                "UPDATE wallet_holds SET status = %s, posted_minor = %s, released_minor = %s, resolved_at = %s,"
+                " resolved_by = %s, postings = %s WHERE hold_id = %s AND status = 'open'",
+                (
+                    h.status.value,
+                    h.posted_minor,
+                    h.released_minor,
+                    h.resolved_at,
+                    h.resolved_by,
+                    json.dumps([list(p) for p in h.postings]),
+                    h.hold_id,
+                ),
+            )
+            assert cur.rowcount == 1, f"hold {h.hold_id} was not open"
+
+
+async def holds_page(
+    conn: psycopg.AsyncConnection, name: str, include_resolved: bool, before_seq: int, limit: int
+) -> list[tuple[int, Hold]]:
+    status = "" if include_resolved else " AND status = 'open'"
+    cur = await conn.execute(
+        f"SELECT seq, {_HOLD_COLUMNS} FROM wallet_holds WHERE account = %s AND seq < %s{status}"
+        " ORDER BY seq DESC LIMIT %s",
+        (name, before_seq, limit),
+    )
+    return [(int(r[0]), _hold(r[1:])) for r in await cur.fetchall()]
+
+
+async def due_holds(conn: psycopg.AsyncConnection, now: datetime, limit: int) -> list[tuple[str, str]]:
+    """(hold id, account) of open holds past their time, oldest first."""
+    cur = await conn.execute(
+        "SELECT hold_id, account FROM wallet_holds WHERE status = 'open' AND expires_at <= %s"
+        " ORDER BY expires_at LIMIT %s",
+        (now, limit),
+    )
+    return [(r[0], r[1]) for r in await cur.fetchall()]
+
+
+async def open_hold_stats(conn: psycopg.AsyncConnection) -> tuple[int, datetime | None]:
+    cur = await conn.execute("SELECT count(*), min(placed_at) FROM wallet_holds WHERE status = 'open'")
+    row = await cur.fetchone()
+    assert row is not None
+    return int(row[0]), row[1]
+
+
+# --------------------------------------------------------------------------- responsible play
+
+
+async def limits(conn: psycopg.AsyncConnection, name: str) -> dict[LimitKind, LimitSetting]:
+    cur = await conn.execute(
+        "SELECT kind, value, pending_value, pending_effective_at FROM wallet_limits WHERE account = %s", (name,)
+    )
+    return {
+        LimitKind(r[0]): LimitSetting(LimitKind(r[0]), int(r[1]), None if r[2] is None else int(r[2]), r[3])
+        for r in await cur.fetchall()
+    }
+
+
+async def save_limit(conn: psycopg.AsyncConnection, name: str, s: LimitSetting) -> None:
+    await conn.execute(
+        "INSERT INTO wallet_limits (account, kind, value, pending_value, pending_effective_at)"
+        " VALUES (%s, %s, %s, %s, %s) ON CONFLICT (account, kind) DO UPDATE SET value = EXCLUDED.value,"
+        " pending_value = EXCLUDED.pending_value, pending_effective_at = EXCLUDED.pending_effective_at",
+        (name, s.kind.value, s.value, s.pending_value, s.pending_effective_at),
+    )
+
+
+async def exclusion(conn: psycopg.AsyncConnection, name: str) -> Exclusion:
+    cur = await conn.execute("SELECT until, permanent FROM wallet_exclusions WHERE account = %s", (name,))
+    r = await cur.fetchone()
+    return Exclusion(r[0], bool(r[1])) if r else Exclusion()
+
+
+async def save_exclusion(conn: psycopg.AsyncConnection, name: str, e: Exclusion) -> None:
+    await conn.execute(
+        "INSERT INTO wallet_exclusions (account, until, permanent) VALUES (%s, %s, %s)"
+        " ON CONFLICT (account) DO UPDATE SET until = EXCLUDED.until, permanent = EXCLUDED.permanent",
+        (name, e.until, e.permanent),
+    )
+
+
+# --------------------------------------------------------------------------- users
+
+
+@dataclass(frozen=True, slots=True)
+class User:
+    account_id: str
+    username: str
+    email: str
+    password_hash: str
+    role: str
+    request_id: str | None
+    created_at: datetime
+
+
+_USER_COLUMNS = "account_id, username, email, password_hash, role, request_id, created_at"
+
+
+def _user(r: Sequence[Any]) -> User:
+    return User(str(r[0]), r[1], r[2], r[3], r[4], r[5], r[6])
+
+
+async def user_by(conn: psycopg.AsyncConnection, column: str, value: str) -> User | None:
+    assert column in ("account_id", "username", "request_id")
+    cur = await conn.execute(f"SELECT {_USER_COLUMNS} FROM wallet_users WHERE {column} = %s", (value,))
+    r = await cur.fetchone()
+    return _user(r) if r else None
+
+
+async def insert_user(conn: psycopg.AsyncConnection, u: User) -> None:
+    await conn.execute(
+        f"INSERT INTO wallet_users ({_USER_COLUMNS}) VALUES (%s, %s, %s, %s, %s, %s, %s)",
+        (u.account_id, u.username, u.email, u.password_hash, u.role, u.request_id, u.created_at),
+    )
+
+
+async def update_password_hash(conn: psycopg.AsyncConnection, account_id: str, password_hash: str) -> None:
+    await conn.execute("UPDATE wallet_users SET password_hash = %s WHERE account_id = %s", (password_hash, account_id))
+
+
+# --------------------------------------------------------------------------- rounds
+
+
+@dataclass(frozen=True, slots=True)
+class RoundRecord:
+    round_id: str
+    table_id: str
+    status: str
+    version: int
+    digest: str
+    reason: str
+    detail: str
+    updated_at: datetime
+
+
+async def round_record(conn: psycopg.AsyncConnection, round_id: str, *, lock: bool = False) -> RoundRecord | None:
+    suffix = " FOR UPDATE" if lock else ""
+    cur = await conn.execute(
+        "SELECT round_id, table_id, status, version, digest, reason, detail, updated_at FROM wallet_rounds"
+        f" WHERE round_id = %s{suffix}",
+        (round_id,),
+    )
+    r = await cur.fetchone()
+    return RoundRecord(r[0], r[1], r[2], int(r[3]), r[4], r[5], r[6], r[7]) if r else None
+
+
+async def save_round(conn: psycopg.AsyncConnection, r: RoundRecord) -> None:
+    await conn.execute(
+        "INSERT INTO wallet_rounds (round_id, table_id, status, version, digest, reason, detail, updated_at)"
+        " VALUES (%s, %s, %s, %s, %s, %s, %s, %s) ON CONFLICT (round_id) DO UPDATE SET"
+        " table_id = EXCLUDED.table_id, status = EXCLUDED.status, version = EXCLUDED.version,"
+        " digest = EXCLUDED.digest, reason = EXCLUDED.reason, detail = EXCLUDED.detail,"
+        " updated_at = EXCLUDED.updated_at",
+        (r.round_id, r.table_id, r.status, r.version, r.digest, r.reason, r.detail, r.updated_at),
+    )

@@ -1,0 +1,216 @@
+"""Kubernetes manifests: schema-valid (strict) and shaped the way the services need them."""
+
+from __future__ import annotations
+
+import re
+import tomllib
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+from ops_support import OVERLAYS, ROOT, SERVICES, kubectl, render, require, run_check_deploy, venv_tool, yaml
+
+from backbone.topics import Topics
+
+kubectl()
+require(venv_tool("kubernetes-validate"), "kubernetes-validate (PyPI)")
+
+Doc = dict[str, Any]
+ALL = ("base", *(f"overlays/{o}" for o in OVERLAYS))
+
+
+@pytest.fixture(scope="module")
+def rendered() -> dict[str, list[Doc]]:
+    return {name: render(name) for name in ALL}
+
+
+def of_kind(docs: list[Doc], kind: str) -> list[Doc]:
+    return [d for d in docs if d["kind"] == kind]
+
+
+def named(docs: list[Doc], kind: str, name: str) -> Doc:
+    (found,) = [d for d in of_kind(docs, kind) if d["metadata"]["name"] == name]
+    return found
+
+
+def ports_of(service: str) -> tuple[int, int]:
+    text = (ROOT / "services" / service / "server.py").read_text()
+    grpc, metrics = re.search(r"grpc_port=(\d+)", text), re.search(r"metrics_port=(\d+)", text)
+    assert grpc and metrics, f"no ports in services/{service}/server.py"
+    return int(grpc[1]), int(metrics[1])
+
+
+def test_check_deploy_k8s_validates_every_overlay_strictly() -> None:
+    done = run_check_deploy("k8s")
+    assert done.returncode == 0, done.stdout + done.stderr
+    for name in ALL:
+        assert f"ok: deploy/k8s/{name} " in done.stdout
+
+
+@pytest.mark.parametrize("where", ALL)
+@pytest.mark.parametrize("service", SERVICES)
+def test_deployment_probes_security_resources_env(rendered: dict[str, list[Doc]], where: str, service: str) -> None:
+    grpc_port, metrics_port = ports_of(service)
+    deployment = named(rendered[where], "Deployment", f"niuniu-{service}")
+    pod = deployment["spec"]["template"]["spec"]
+    (container,) = pod["containers"]
+    scripts = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["scripts"]
+    assert scripts[container["command"][0]] == f"services.{service}.server:main"
+    assert {p["name"]: p["containerPort"] for p in container["ports"]} == {"grpc": grpc_port, "metrics": metrics_port}
+    for probe in ("startupProbe", "readinessProbe", "livenessProbe"):
+        assert container[probe]["grpc"] == {"port": grpc_port}, probe
+    for kind in ("requests", "limits"):
+        assert set(container["resources"][kind]) == {"cpu", "memory"}
+    assert pod["securityContext"]["runAsNonRoot"] is True
+    assert pod["securityContext"]["runAsUser"] != 0
+    assert pod["automountServiceAccountToken"] is False
+    security = container["securityContext"]
+    assert security["readOnlyRootFilesystem"] is True
+    assert security["allowPrivilegeEscalation"] is False
+    assert security["capabilities"]["drop"] == ["ALL"]
+    sources = {(next(iter(s)), next(iter(s.values()))["name"]) for s in container["envFrom"]}
+    assert ("configMapRef", "niuniu-common") in sources
+    assert ("configMapRef", f"niuniu-{service}") in sources
+    assert ("secretRef", "niuniu-jwt") in sources
+    config = named(rendered[where], "ConfigMap", f"niuniu-{service}")["data"]
+    assert config == {
+        f"NIUNIU_{service.upper()}_GRPC_PORT": str(grpc_port),
+        f"NIUNIU_{service.upper()}_METRICS_PORT": str(metrics_port),
+    }
+    dsn = f"NIUNIU_{service.upper()}_DSN"
+    from_env = {e["name"]: e for e in container.get("env", [])}
+    if dsn in from_env:
+        assert from_env[dsn]["valueFrom"]["secretKeyRef"] == {"name": f"niuniu-{service}-pg-app", "key": "uri"}
+    else:
+        assert ("secretRef", f"niuniu-{service}-db") in sources
+        assert dsn in named(rendered[where], "Secret", f"niuniu-{service}-db")["stringData"]
+
+
+@pytest.mark.parametrize("where", ALL)
+@pytest.mark.parametrize("service", SERVICES)
+def test_service_pdb_and_hpa(rendered: dict[str, list[Doc]], where: str, service: str) -> None:
+    docs = rendered[where]
+    grpc_port, metrics_port = ports_of(service)
+    svc = named(docs, "Service", service)
+    assert {p["name"]: p["port"] for p in svc["spec"]["ports"]} == {"grpc": grpc_port, "metrics": metrics_port}
+    assert svc["spec"]["selector"] == {"app.kubernetes.io/name": service}
+    pdb = named(docs, "PodDisruptionBudget", f"niuniu-{service}")
+    assert pdb["spec"]["selector"]["matchLabels"] == {"app.kubernetes.io/name": service}
+    hpa = named(docs, "HorizontalPodAutoscaler", f"niuniu-{service}")
+    assert hpa["apiVersion"] == "autoscaling/v2"
+    assert hpa["spec"]["scaleTargetRef"] == {"apiVersion": "apps/v1", "kind": "Deployment", "name": f"niuniu-{service}"}
+    assert "replicas" not in named(docs, "Deployment", f"niuniu-{service}")["spec"], "the HPA owns the replica count"
+
+
+def _selects(selector: Doc, labels: dict[str, str]) -> bool:
+    assert not selector.get("matchExpressions"), "this check only understands matchLabels"
+    return all(labels.get(k) == v for k, v in selector.get("matchLabels", {}).items())
+
+
+def allowed_peers(docs: list[Doc], pod_labels: dict[str, str], port: int | str) -> Iterator[Doc]:
+    """Every `from` peer of every NetworkPolicy that lets traffic into these pods on this port."""
+    for policy in of_kind(docs, "NetworkPolicy"):
+        if not _selects(policy["spec"]["podSelector"], pod_labels):
+            continue
+        for rule in policy["spec"].get("ingress", []):
+            ports = [p["port"] for p in rule.get("ports", [])]
+            if not ports or port in ports:
+                yield from rule["from"]
+
+
+@pytest.mark.parametrize("where", ALL)
+def test_network_policies(rendered: dict[str, list[Doc]], where: str) -> None:
+    docs = rendered[where]
+    deny = named(docs, "NetworkPolicy", "default-deny-ingress")["spec"]
+    assert deny == {"podSelector": {}, "policyTypes": ["Ingress"]}
+    labels = {s: named(docs, "Deployment", f"niuniu-{s}")["spec"]["template"]["metadata"]["labels"] for s in SERVICES}
+    only_table = [{"podSelector": {"matchLabels": {"app.kubernetes.io/name": "table"}}}]
+    for service, expected in [
+        ("rng", only_table),
+        ("wallet", only_table),
+        (
+            "table",
+            [
+                {"namespaceSelector": {"matchLabels": {"niuniu.io/access-table": "true"}}},
+                {"podSelector": {"matchLabels": {"niuniu.io/frontend": "true"}}},
+            ],
+        ),
+        ("ledger", [{"namespaceSelector": {"matchLabels": {"niuniu.io/access-ledger": "true"}}}]),
+    ]:
+        grpc_port, _ = ports_of(service)
+        assert list(allowed_peers(docs, labels[service], grpc_port)) == expected, service
+        # Prometheus, and only Prometheus, reaches the metrics port.
+        assert list(allowed_peers(docs, labels[service], "metrics")) == [
+            {"namespaceSelector": {"matchLabels": {"niuniu.io/monitoring": "true"}}}
+        ]
+
+
+def test_base_secrets_are_marked_placeholders(rendered: dict[str, list[Doc]]) -> None:
+    secrets = of_kind(rendered["base"], "Secret")
+    assert {s["metadata"]["name"] for s in secrets} == {"niuniu-jwt", *(f"niuniu-{s}-db" for s in SERVICES)}
+    for secret in secrets:
+        assert "data" not in secret, "placeholders go in stringData"
+        assert "niuniu.io/placeholder" in secret["metadata"]["annotations"]
+        assert all("REPLACE_ME" in value for value in secret["stringData"].values()), secret["metadata"]["name"]
+    # Too short for backbone.auth (32 bytes): a service started with it refuses to run.
+    assert len(named(secrets, "Secret", "niuniu-jwt")["stringData"]["NIUNIU_JWT_SECRET"]) < 32
+
+
+def test_operators_overlay_drops_placeholder_dsns(rendered: dict[str, list[Doc]]) -> None:
+    secrets = of_kind(rendered["overlays/operators"], "Secret")
+    assert [s["metadata"]["name"] for s in secrets] == ["niuniu-jwt"]
+
+
+def test_local_overlay_needs_no_operator(rendered: dict[str, list[Doc]]) -> None:
+    docs = rendered["overlays/local"]
+    assert {d["apiVersion"].split("/")[0] for d in docs} <= {"v1", "apps", "policy", "autoscaling", "networking.k8s.io"}
+    assert {d["metadata"]["name"] for d in of_kind(docs, "StatefulSet")} == {"kafka", "postgres", "redis"}
+    assert "niuniu_ledger" in named(docs, "ConfigMap", "postgres-init")["data"]["10-databases.sql"]
+
+
+def test_kafka_topics_match_the_code(rendered: dict[str, list[Doc]]) -> None:
+    docs = rendered["overlays/operators"]
+    topics = {t["metadata"]["name"]: t["spec"] for t in of_kind(docs, "KafkaTopic")}
+    specs = {s.name: s for s in Topics().specs()}
+    assert set(topics) == set(specs)
+    for name, spec in topics.items():
+        assert spec["partitions"] == specs[name].partitions, name
+        assert str(spec["config"]["retention.ms"]) == specs[name].config["retention.ms"] == "-1"
+        assert spec["config"]["cleanup.policy"] == specs[name].config["cleanup.policy"] == "delete"
+    (kafka,) = of_kind(docs, "Kafka")
+    assert "zookeeper" not in kafka["spec"], "KRaft only"
+    assert kafka["spec"]["kafka"]["config"]["auto.create.topics.enable"] is False
+    (pool,) = of_kind(docs, "KafkaNodePool")
+    assert set(pool["spec"]["roles"]) == {"controller", "broker"}
+    assert pool["metadata"]["labels"]["strimzi.io/cluster"] == kafka["metadata"]["name"]
+    bootstrap = named(docs, "ConfigMap", "niuniu-common")["data"]["KAFKA_BOOTSTRAP_SERVERS"]
+    assert bootstrap == f"{kafka['metadata']['name']}-kafka-bootstrap:9092"
+
+
+def test_one_cloudnativepg_cluster_per_service(rendered: dict[str, list[Doc]]) -> None:
+    clusters = {c["metadata"]["name"]: c["spec"] for c in of_kind(rendered["overlays/operators"], "Cluster")}
+    assert set(clusters) == {f"niuniu-{s}-pg" for s in SERVICES}
+    for service in SERVICES:
+        initdb = clusters[f"niuniu-{service}-pg"]["bootstrap"]["initdb"]
+        assert initdb["database"] == f"niuniu_{service}"
+
+
+def test_monitoring_scrapes_every_service_and_loads_the_tested_rules(rendered: dict[str, list[Doc]]) -> None:
+    docs = rendered["overlays/operators"]
+    (monitor,) = of_kind(docs, "ServiceMonitor")
+    selected = [s for s in of_kind(docs, "Service") if _selects(monitor["spec"]["selector"], s["metadata"]["labels"])]
+    assert sorted(s["metadata"]["name"] for s in selected) == sorted(SERVICES)
+    assert [e["port"] for e in monitor["spec"]["endpoints"]] == ["metrics"]
+    assert monitor["spec"]["endpoints"][0]["honorLabels"] is True
+    (rule,) = of_kind(docs, "PrometheusRule")
+    tested = yaml.safe_load((ROOT / "deploy" / "observability" / "alerts.rules.yml").read_text())
+    assert rule["spec"]["groups"] == tested["groups"]
+
+
+def test_services_run_one_image(rendered: dict[str, list[Doc]]) -> None:
+    for where in ALL:
+        images = {
+            named(rendered[where], "Deployment", f"niuniu-{s}")["spec"]["template"]["spec"]["containers"][0]["image"]
+            for s in SERVICES
+        }
+        assert len(images) == 1, where

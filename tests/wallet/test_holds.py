@@ -1,0 +1,186 @@
+"""Holds through gRPC on the real stack: concurrency, idempotency, post/void/expiry exactly once."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import AsyncIterator
+from datetime import timedelta
+
+import grpc
+import pytest
+from niuniu.wallet.v1 import wallet_pb2 as pb
+from prometheus_client import REGISTRY
+from wallet_helpers import ADMIN, TABLE, Wallet, expect_error, wallet_service
+
+from services.wallet import events
+
+pytestmark = pytest.mark.integration
+
+INVALID = grpc.StatusCode.INVALID_ARGUMENT
+FAILED = grpc.StatusCode.FAILED_PRECONDITION
+
+
+@pytest.fixture
+async def wallet(infra: dict[str, str], unique: str) -> AsyncIterator[Wallet]:
+    async with wallet_service(infra, unique) as w:
+        yield w
+
+
+async def test_200_concurrent_holds_never_take_an_account_below_zero(wallet: Wallet) -> None:
+    player = await wallet.player(deposit_minor=10_050)
+
+    async def try_hold(i: int) -> bool:
+        try:
+            await wallet.hold(player.account, 100, hold_id=f"race-{i}")
+        except grpc.aio.AioRpcError as error:
+            assert error.code() == FAILED and "INSUFFICIENT_FUNDS" in (error.details() or "")
+            return False
+        return True
+
+    results = await asyncio.gather(*(try_hold(i) for i in range(200)))
+    assert sum(results) == 100
+    assert await wallet.balance(player.account) == (50, 10_000)
+    rows = await wallet.sql("SELECT count(*), sum(amount_minor) FROM wallet_holds WHERE status = 'open'")
+    assert rows == [(100, 10_000)]
+    assert await wallet.count_events(events.HOLD_PLACED) == 100
+
+
+async def test_a_hold_id_is_an_idempotency_key(wallet: Wallet) -> None:
+    player = await wallet.player(deposit_minor=1_000)
+    request = pb.PlaceHoldRequest(
+        hold_id="bet.1", account=player.account, amount_minor=300, reason="bet", round_id="r1"
+    )
+    first = await wallet.stub.PlaceHold(request, metadata=TABLE)
+    again = await wallet.stub.PlaceHold(request, metadata=TABLE)
+    assert not first.replayed and again.replayed
+    assert again.hold == first.hold
+    assert await wallet.balance(player.account) == (700, 300)
+
+    changed = pb.PlaceHoldRequest()
+    changed.CopyFrom(request)
+    changed.amount_minor = 301
+    await expect_error(wallet.stub.PlaceHold(changed, metadata=TABLE), grpc.StatusCode.ALREADY_EXISTS, "HOLD_ID_REUSED")
+    other = await wallet.player(deposit_minor=1_000)
+    changed.CopyFrom(request)
+    changed.account = other.account
+    await expect_error(wallet.stub.PlaceHold(changed, metadata=TABLE), grpc.StatusCode.ALREADY_EXISTS, "HOLD_ID_REUSED")
+    assert await wallet.balance(player.account) == (700, 300)
+    assert await wallet.balance(other.account) == (1_000, 0)
+
+
+async def test_post_pays_part_and_releases_the_rest_once(wallet: Wallet) -> None:
+    player = await wallet.player(deposit_minor=1_000)
+    banker = await wallet.player()
+    hold = await wallet.hold(player.account, 500, round_id="r1")
+    post = pb.PostHoldRequest(
+        hold_id=hold.hold_id,
+        postings=[pb.Posting(payee=banker.account, amount_minor=150), pb.Posting(payee="house", amount_minor=50)],
+    )
+    posted = await wallet.stub.PostHold(post, metadata=TABLE)
+    assert posted.hold.status == pb.HOLD_STATUS_POSTED
+    assert (posted.hold.posted_minor, posted.hold.released_minor) == (200, 300)
+    assert await wallet.balance(player.account) == (800, 0)
+    assert await wallet.balance(banker.account) == (150, 0)
+    house = await wallet.balance("house")
+
+    repeat = await wallet.stub.PostHold(post, metadata=TABLE)
+    assert repeat.replayed and repeat.hold == posted.hold
+    different = pb.PostHoldRequest(hold_id=hold.hold_id, postings=[pb.Posting(payee="house", amount_minor=1)])
+    await expect_error(wallet.stub.PostHold(different, metadata=TABLE), FAILED, "HOLD_ALREADY_RESOLVED")
+    void = pb.VoidHoldRequest(hold_id=hold.hold_id)
+    await expect_error(wallet.stub.VoidHold(void, metadata=ADMIN), FAILED, "HOLD_ALREADY_RESOLVED")
+    assert await wallet.balance(player.account) == (800, 0)
+    assert await wallet.balance("house") == house
+    assert await wallet.count_events(events.HOLD_POSTED) == 1
+
+    movements = await wallet.stub.ListMovements(
+        pb.ListMovementsRequest(account=player.account), metadata=player.metadata
+    )
+    kinds = [(m.kind, m.available_delta_minor, m.held_delta_minor) for m in movements.movements]
+    assert kinds == [
+        ("void", 300, -300),
+        ("post", 0, -50),
+        ("post", 0, -150),
+        ("hold", -500, 500),
+        ("deposit", 1000, 0),
+    ]
+
+
+async def test_void_releases_everything_and_a_repeat_answers_the_same(wallet: Wallet) -> None:
+    player = await wallet.player(deposit_minor=1_000)
+    hold = await wallet.hold(player.account, 400)
+    voided = await wallet.stub.VoidHold(pb.VoidHoldRequest(hold_id=hold.hold_id), metadata=TABLE)
+    again = await wallet.stub.VoidHold(pb.VoidHoldRequest(hold_id=hold.hold_id), metadata=TABLE)
+    assert voided.hold.status == pb.HOLD_STATUS_VOIDED and not voided.replayed
+    assert again.replayed and again.hold == voided.hold
+    post = pb.PostHoldRequest(hold_id=hold.hold_id, postings=[pb.Posting(payee="house", amount_minor=1)])
+    await expect_error(wallet.stub.PostHold(post, metadata=TABLE), FAILED, "HOLD_ALREADY_RESOLVED")
+    assert await wallet.balance(player.account) == (1_000, 0)
+    assert await wallet.count_events(events.HOLD_VOIDED) == 1
+
+
+async def test_concurrent_post_and_void_resolve_a_hold_exactly_once(wallet: Wallet) -> None:
+    player = await wallet.player(deposit_minor=10_000)
+    holds = [await wallet.hold(player.account, 100) for _ in range(20)]
+
+    async def resolve(hold_id: str) -> None:
+        post = pb.PostHoldRequest(hold_id=hold_id, postings=[pb.Posting(payee="house", amount_minor=100)])
+        calls = [
+            wallet.stub.PostHold(post, metadata=TABLE),
+            wallet.stub.VoidHold(pb.VoidHoldRequest(hold_id=hold_id), metadata=TABLE),
+        ]
+        results = await asyncio.gather(*calls, return_exceptions=True)
+        assert sum(not isinstance(r, Exception) for r in results) == 1, results
+
+    await asyncio.gather(*(resolve(h.hold_id) for h in holds))
+    posted = await wallet.sql("SELECT count(*) FROM wallet_holds WHERE status = 'posted'")
+    available, held = await wallet.balance(player.account)
+    assert held == 0 and available == 10_000 - 100 * posted[0][0]
+    resolutions = await wallet.count_events(events.HOLD_POSTED) + await wallet.count_events(events.HOLD_VOIDED)
+    assert resolutions == 20
+
+
+def counter(name: str) -> float:
+    return REGISTRY.get_sample_value(name) or 0.0
+
+
+async def test_the_sweeper_expires_holds_past_their_time(wallet: Wallet) -> None:
+    player = await wallet.player(deposit_minor=1_000)
+    expires = pb.PlaceHoldRequest(
+        hold_id="short",
+        account=player.account,
+        amount_minor=600,
+        reason="bet",
+        expires_at_unix_ms=int((wallet.clock() + timedelta(minutes=5)).timestamp() * 1000),
+    )
+    await wallet.stub.PlaceHold(expires, metadata=TABLE)
+    lasting = await wallet.hold(player.account, 100)  # default: an hour
+    expired_before = counter("niuniu_wallet_holds_expired_total")
+    wallet.clock.advance(timedelta(minutes=6))
+    post = pb.PostHoldRequest(hold_id="short", postings=[pb.Posting(payee="house", amount_minor=1)])
+    await expect_error(wallet.stub.PostHold(post, metadata=TABLE), FAILED, "HOLD_EXPIRED")
+    deadline = time.monotonic() + 10
+    while (await wallet.balance(player.account)) != (900, 100):
+        assert time.monotonic() < deadline, "the sweeper did not expire the hold"
+        await asyncio.sleep(0.05)
+    short = await wallet.stub.GetHold(pb.GetHoldRequest(hold_id="short"), metadata=TABLE)
+    assert short.status == pb.HOLD_STATUS_EXPIRED and short.resolved_by == "expire"
+    assert (await wallet.stub.GetHold(pb.GetHoldRequest(hold_id=lasting.hold_id), metadata=TABLE)).status == (
+        pb.HOLD_STATUS_OPEN
+    )
+    assert counter("niuniu_wallet_holds_expired_total") == expired_before + 1
+    # Voiding an expired hold is not a conflict: it is already released.
+    assert (await wallet.stub.VoidHold(pb.VoidHoldRequest(hold_id="short"), metadata=TABLE)).replayed
+    await expect_error(wallet.stub.PostHold(post, metadata=TABLE), FAILED, "HOLD_EXPIRED")
+    open_holds = await wallet.stub.ListHolds(pb.ListHoldsRequest(account=player.account), metadata=player.metadata)
+    assert [h.hold_id for h in open_holds.holds] == [lasting.hold_id]
+    every = await wallet.stub.ListHolds(
+        pb.ListHoldsRequest(account=player.account, include_resolved=True, page_size=1), metadata=ADMIN
+    )
+    assert len(every.holds) == 1 and every.next_page_token
+    rest = await wallet.stub.ListHolds(
+        pb.ListHoldsRequest(account=player.account, include_resolved=True, page_token=every.next_page_token),
+        metadata=ADMIN,
+    )
+    assert [h.hold_id for h in [*every.holds, *rest.holds]] == [lasting.hold_id, "short"]
