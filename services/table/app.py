@@ -526,7 +526,9 @@ class TableApp:
             row = await cur.fetchone()
             assert row is not None
             await conn.execute("UPDATE rounds SET phase = %s WHERE round_id = %s", (Phase.DEALING, round_id))
-            closed = ev.BettingClosed(table_id=table_id, round_id=round_id, bets=row[0], total_stake_minor=row[1])
+            closed = ev.BettingClosed(
+                table_id=table_id, round_id=round_id, bets=int(row[0]), total_stake_minor=int(row[1])
+            )
             await self._append_table(conn, table_id, "table.betting_closed", closed, correlation_id=round_id)
         self._notify_table(table_id)
 
