@@ -116,13 +116,33 @@ def money(minor: int) -> str:
     return f"{minor / 100:,.2f}"
 
 
+async def wallet_applied(wallet: wallet_pb2_grpc.WalletAsyncStub, admin: str, round_id: str) -> str:
+    """Wait until the wallet has applied the round's settlement (it arrives through Kafka)."""
+    for _ in range(150):
+        try:
+            applied = await wallet.GetRoundSettlement(
+                wallet_pb2.GetRoundSettlementRequest(round_id=round_id), metadata=bearer(admin)
+            )
+            return applied.status
+        except grpc.aio.AioRpcError as error:
+            if error.code() != grpc.StatusCode.NOT_FOUND:
+                raise
+        await asyncio.sleep(0.1)
+    return "not applied yet"
+
+
 async def report(
-    table: table_pb2_grpc.TableAsyncStub, wallet: wallet_pb2_grpc.WalletAsyncStub, bots: Sequence[Bot], round_id: str
+    table: table_pb2_grpc.TableAsyncStub,
+    wallet: wallet_pb2_grpc.WalletAsyncStub,
+    admin: str,
+    bots: Sequence[Bot],
+    round_id: str,
 ) -> bool:
     view = await table.GetRound(
         table_pb2.GetRoundRequest(table_id=TABLE_ID, round_id=round_id), metadata=bearer(bots[0].token)
     )
-    print(f"round {view.round_no} ({round_id}) commitment {view.commitment[:16]}...")
+    status = await wallet_applied(wallet, admin, round_id)
+    print(f"round {view.round_no} ({round_id}) commitment {view.commitment[:16]}... wallet: {status}")
     for hand in view.hands:
         print(f"  {hand.seat:7} {' '.join(hand.cards):15} {hand.category:10} x{hand.multiplier}")
     for b in bots:
@@ -175,7 +195,7 @@ async def play(rounds: int, players: int) -> int:
             if kind == "round_opened":
                 await place_bets(table, bots, update.round_id)
             elif kind == "result" and update.round_id in {r for b in bots for r in b.bets}:
-                await report(table, wallet, bots, update.round_id)
+                await report(table, wallet, admin, bots, update.round_id)
                 played.append(update.round_id)
                 if len(played) >= rounds:
                     break
