@@ -1,17 +1,69 @@
-"""The ledger service process: `niuniu-ledger`."""
+"""The ledger service process: `niuniu-ledger`.
+
+Exactly-once consumers apply the journal projection to the wallet events (journal)
+and the table events (round index); the gRPC API reads the journal.
+"""
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
+import logging
 from collections.abc import Sequence
 
 import grpc
+import psycopg
+from niuniu.ledger.v1 import ledger_pb2, ledger_pb2_grpc
 
 from backbone import service
-from backbone.service import ServiceContext, ServiceSpec
+from backbone.auth import Tokens, secret_from_env
+from backbone.db import run_ddl
+from backbone.grpcserver import BackgroundTask
+from backbone.service import ConsumerSpec, ServiceContext, ServiceSpec
+from backbone.topics import Topics
+from services.ledger import metrics, queries
+from services.ledger.api import LedgerServicer
+from services.ledger.projection import CONSUMER, DDL, ROUNDS_CONSUMER, apply
+
+log = logging.getLogger(__name__)
+
+IMBALANCE_CHECK_INTERVAL_S = 15.0
 
 
 def register(server: grpc.aio.Server, ctx: ServiceContext) -> Sequence[str]:
-    return []
+    ledger_pb2_grpc.add_LedgerServicer_to_server(LedgerServicer(ctx.pool, Tokens(secret_from_env())), server)
+    return [ledger_pb2.DESCRIPTOR.services_by_name["Ledger"].full_name]
+
+
+async def setup(conn: psycopg.AsyncConnection) -> None:
+    await run_ddl(conn, DDL)
+
+
+def wallet_topic(topics: Topics) -> Sequence[str]:
+    return [topics.wallet_events]
+
+
+def table_topic(topics: Topics) -> Sequence[str]:
+    return [topics.table_events]
+
+
+def imbalance_watch(ctx: ServiceContext) -> BackgroundTask:
+    """Keeps niuniu_ledger_imbalance_minor current (it must read 0)."""
+
+    async def watch(stop: asyncio.Event) -> None:
+        while not stop.is_set():
+            try:
+                async with ctx.pool.connection() as conn:
+                    trial = await queries.trial_balance(conn)
+                metrics.IMBALANCE_MINOR.set(trial.imbalance_minor)
+                if trial.imbalance_minor:
+                    log.error("the journal does not balance", extra={"imbalance_minor": trial.imbalance_minor})
+            except Exception:
+                log.exception("imbalance check failed; retrying")
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(stop.wait(), IMBALANCE_CHECK_INTERVAL_S)
+
+    return watch
 
 
 SPEC = ServiceSpec(
@@ -20,6 +72,15 @@ SPEC = ServiceSpec(
     metrics_port=9104,
     default_topic=lambda t: t.ledger_events,
     register=register,
+    setup=setup,
+    # One consumer per topic, sharing the projection's handler (the replay reads both topics
+    # as one). A group subscribed to two brand-new topics at once was seen to stay without
+    # partitions (kafka-python's assignment races the new topics' metadata).
+    consumers=(
+        ConsumerSpec(name=CONSUMER, topics=wallet_topic, handler=lambda ctx: apply),
+        ConsumerSpec(name=ROUNDS_CONSUMER, topics=table_topic, handler=lambda ctx: apply),
+    ),
+    background=(imbalance_watch,),
 )
 
 

@@ -8,7 +8,7 @@ from collections.abc import AsyncIterator
 
 import grpc
 import pytest
-from conftest import running_service
+from harness import running_service
 from niuniu.rng.v1 import rng_pb2, rng_pb2_grpc
 from niuniu.table.v1 import events_pb2 as table_events
 

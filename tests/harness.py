@@ -1,0 +1,38 @@
+"""Start a service in this process for integration tests (its tables in a schema, its topics under a prefix)."""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import AsyncIterator
+
+import psycopg
+from psycopg import sql
+
+from backbone.config import Settings
+from backbone.grpcserver import RunningServer
+from backbone.service import ServiceContext, ServiceSpec, start
+from backbone.topics import Topics
+
+
+@contextlib.asynccontextmanager
+async def running_service(
+    spec: ServiceSpec, infra: dict[str, str], *, prefix: str, schema: str
+) -> AsyncIterator[tuple[RunningServer, ServiceContext]]:
+    """Start ``spec`` in this process on a free port, its tables in ``schema``, its topics under ``prefix``."""
+    settings = Settings(
+        service=spec.name,
+        dsn=infra["DATABASE_URL"],
+        kafka_bootstrap_servers=infra["KAFKA_BOOTSTRAP_SERVERS"],
+        redis_url=infra["REDIS_URL"],
+        grpc_port=0,
+        metrics_port=0,
+    )
+    running, ctx = await start(spec, settings, Topics(prefix), schema=schema)
+    try:
+        yield running, ctx
+    finally:
+        await running.stop(0.5)
+        await ctx.redis.aclose()
+        await ctx.pool.close()
+        async with await psycopg.AsyncConnection.connect(infra["DATABASE_URL"], autocommit=True) as conn:
+            await conn.execute(sql.SQL("DROP SCHEMA IF EXISTS {} CASCADE").format(sql.Identifier(schema)))
