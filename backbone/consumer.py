@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import time
 from collections.abc import Awaitable, Callable, Sequence
 from typing import Any
 
@@ -53,6 +54,7 @@ TRACKING_SCHEMA = (
 )
 
 RETRY_SLEEP_S = 0.5
+METADATA_WAIT_S = 30.0
 
 
 class ExactlyOnceConsumer:
@@ -85,6 +87,7 @@ class ExactlyOnceConsumer:
     async def poll_once(self) -> int:
         """Poll once and apply what came; returns the number of events applied (duplicates excluded)."""
         if not self._subscribed:
+            await asyncio.to_thread(self._await_topic_metadata)
             self._kafka.subscribe(self.topics)
             self._subscribed = True
         batches = await asyncio.to_thread(self._kafka.poll, self._poll_timeout_ms)
@@ -93,6 +96,21 @@ class ExactlyOnceConsumer:
             applied += await self._apply_partition(tp, records)
         self._record_lag()
         return applied
+
+    def _await_topic_metadata(self) -> None:
+        """Know every topic's partitions before joining the group.
+
+        A member that joins before a new topic's metadata reached it gets no partitions
+        of that topic, and kafka-python may not rebalance for minutes; fetching the
+        metadata first closes that window.
+        """
+        deadline = time.monotonic() + METADATA_WAIT_S
+        for topic in self.topics:
+            while not self._kafka.partitions_for_topic(topic):
+                if time.monotonic() > deadline:
+                    log.warning("no partitions known for topic; subscribing anyway", extra={"topic": topic})
+                    return
+                time.sleep(0.2)
 
     async def _apply_partition(self, tp: TopicPartition, records: list[Any]) -> int:
         next_offset = await self._stored_position(tp)

@@ -96,7 +96,7 @@ async def start(
     )
     tasks: list[BackgroundTask] = [relay.run]
     for consumer_spec in spec.consumers:
-        # The group (and the consumer's tracking name) carries the topic prefix, so independent
+        # The group carries the topic prefix, so independent
         # deployments sharing a broker never share a group.
         group = f"{topics.prefix}{consumer_spec.name}"
         kafka = make_consumer(settings.kafka_bootstrap_servers, group, f"{spec.name}-{consumer_spec.name}")
