@@ -203,7 +203,8 @@ class RunningServer:
         self.stop_event.set()
         await self.server.stop(grace_s)
         for task in self.tasks:
-            with contextlib.suppress(asyncio.CancelledError):
+            # A task stuck in a blocking call past the grace period is cancelled.
+            with contextlib.suppress(asyncio.CancelledError, TimeoutError):
                 await asyncio.wait_for(task, timeout=grace_s)
 
 
