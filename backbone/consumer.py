@@ -54,6 +54,7 @@ TRACKING_SCHEMA = (
 )
 
 RETRY_SLEEP_S = 0.5
+MAX_BATCH_SIZE = 500
 METADATA_WAIT_S = 30.0
 
 
@@ -69,7 +70,11 @@ class ExactlyOnceConsumer:
         kafka_consumer: KafkaConsumer,
         *,
         poll_timeout_ms: int = 200,
+        batch_size: int = 500,
     ) -> None:
+        if not 1 <= batch_size <= MAX_BATCH_SIZE:
+            raise ValueError(f"batch_size must be 1..{MAX_BATCH_SIZE}")
+        self._batch_size = batch_size
         self.name = name
         self.topics = list(topics)
         self._pool = pool
@@ -93,7 +98,8 @@ class ExactlyOnceConsumer:
         batches = await asyncio.to_thread(self._kafka.poll, self._poll_timeout_ms)
         applied = 0
         for tp, records in batches.items():
-            applied += await self._apply_partition(tp, records)
+            for first in range(0, len(records), self._batch_size):
+                applied += await self._apply_partition(tp, records[first : first + self._batch_size])
         self._record_lag()
         return applied
 

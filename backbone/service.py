@@ -54,6 +54,10 @@ class ConsumerSpec:
     name: str
     topics: Callable[[Topics], Sequence[str]]
     handler: Callable[[ServiceContext], Handler]
+    # Records applied per transaction. 1 for handlers that lock rows: a transaction that
+    # appends events holds the event store's append lock to its commit, so taking row
+    # locks after an earlier record's append could deadlock with a command in flight.
+    batch_size: int = 500
 
 
 @dataclass(frozen=True)
@@ -101,7 +105,12 @@ async def start(
         group = f"{topics.prefix}{consumer_spec.name}"
         kafka = make_consumer(settings.kafka_bootstrap_servers, group, f"{spec.name}-{consumer_spec.name}")
         consumer = ExactlyOnceConsumer(
-            consumer_spec.name, consumer_spec.topics(topics), pool, consumer_spec.handler(ctx), kafka
+            consumer_spec.name,
+            consumer_spec.topics(topics),
+            pool,
+            consumer_spec.handler(ctx),
+            kafka,
+            batch_size=consumer_spec.batch_size,
         )
         tasks.append(consumer.run)
     tasks.extend(make(ctx) for make in spec.background)

@@ -67,7 +67,7 @@ def make_spec(
         default_topic=lambda t: t.wallet_events,
         register=register,
         setup=repo.setup,
-        consumers=(ConsumerSpec(consumer_name, lambda t: [t.table_events], settlement_handler),),
+        consumers=(ConsumerSpec(consumer_name, lambda t: [t.table_events], settlement_handler, batch_size=1),),
         background=(sweeper,),
     )
 
