@@ -74,6 +74,8 @@ class Hold:
     account: str
     amount: int
     open: bool = True
+    # (payee, amount) when a PostHold resolved it: the same post again is an idempotent repeat.
+    posted: tuple[str, int] | None = None
 
 
 @dataclass
@@ -158,13 +160,16 @@ async def apply(wallet: Wallet, model: Model, op: tuple[Any, ...]) -> None:
         if take == 0 or payee == hold.account:
             return
         posting = pb.Posting(payee=payee, amount_minor=take)
+        repeat = hold.posted == (payee, take)  # answered with the first resolution, nothing moves
         await expect(
-            s.PostHold(pb.PostHoldRequest(hold_id=hold.hold_id, postings=[posting]), metadata=TABLE), hold.open
+            s.PostHold(pb.PostHoldRequest(hold_id=hold.hold_id, postings=[posting]), metadata=TABLE),
+            hold.open or repeat,
         )
         if hold.open:
             model.move((hold.account, HELD), (payee, AVAILABLE), take)
             model.move((hold.account, HELD), (hold.account, AVAILABLE), hold.amount - take)
             hold.open = False
+            hold.posted = (payee, take)
     elif name == "void" and model.holds:
         hold = model.holds[op[1] % len(model.holds)]
         reply = await s.VoidHold(pb.VoidHoldRequest(hold_id=hold.hold_id), metadata=TABLE) if hold.open else None
