@@ -47,6 +47,11 @@ class RngServicer(rng_pb2_grpc.RngServicer):
             round_id=request.round_id, amounts=split.amounts, grab_order=split.grab_order, commitment=commitment
         )
 
+    async def SetTestDeck(self, request: rng_pb2.SetTestDeckRequest, context: Context) -> rng_pb2.SetTestDeckResponse:
+        require(self._tokens.authenticate(context), Role.ADMIN)
+        size = await self._app.set_test_deck(request.round_id, request.cards)
+        return rng_pb2.SetTestDeckResponse(round_id=request.round_id, deck_size=size)
+
     async def Reveal(self, request: rng_pb2.RevealRequest, context: Context) -> rng_pb2.RevealResponse:
         self._tokens.authenticate(context)
         seed = await self._app.reveal(request.round_id)

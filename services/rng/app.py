@@ -7,7 +7,9 @@ the same round returns the first result and appends nothing.
 
 from __future__ import annotations
 
+import logging
 import re
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -20,6 +22,9 @@ from backbone.errors import FailedPrecondition, InvalidArgument, NotFound
 from backbone.eventstore import EventStore, NewEvent
 from backbone.topics import Topics
 from services.rng import fair
+from services.table.rules.cards import CardError, deck, parse_cards
+
+log = logging.getLogger(__name__)
 
 DDL = (
     """
@@ -40,6 +45,14 @@ DDL = (
         closed_at             TIMESTAMPTZ,
         closed_cause          TEXT,
         revealed_at           TIMESTAMPTZ
+    )
+    """,
+    # TEST ONLY (SetTestDeck): read only when the process runs with NIUNIU_RNG_TEST_DECKS=1.
+    """
+    CREATE TABLE IF NOT EXISTS rng_test_decks (
+        round_id  TEXT PRIMARY KEY,
+        cards     TEXT[] NOT NULL,
+        set_at    TIMESTAMPTZ NOT NULL DEFAULT now()
     )
     """,
 )
@@ -82,10 +95,14 @@ def stream_id(round_id: str) -> str:
 
 
 class RngApp:
-    def __init__(self, pool: AsyncConnectionPool, store: EventStore, topics: Topics) -> None:
+    def __init__(
+        self, pool: AsyncConnectionPool, store: EventStore, topics: Topics, *, test_decks: bool = False
+    ) -> None:
         self._pool = pool
         self._store = store
         self._topics = topics
+        # TEST ONLY: honour SetTestDeck (see services/rng/server.py for how it is switched on).
+        self._test_decks = test_decks
 
     async def commit(self, round_id: str, purpose: str) -> str:
         check_round_id(round_id)
@@ -119,6 +136,11 @@ class RngApp:
         async with self._pool.connection() as conn, conn.transaction():
             row = await self._row(conn, round_id, lock=True)
             cards = tuple(card.code for card in fair.shuffle(row["server_seed"], round_id, client_seed, deck_size))
+            forced = await self._test_deck(conn, round_id) if self._test_decks else None
+            if forced is not None:
+                if len(forced) != deck_size:
+                    raise FailedPrecondition("TEST_DECK_SIZE", f"the test deck of {round_id} has {len(forced)} cards")
+                cards = forced
             if row["drawn_at"] is not None:
                 if (row["deck_size"], row["client_seed"]) != (deck_size, client_seed):
                     raise FailedPrecondition(
@@ -136,12 +158,44 @@ class RngApp:
                 client_seed=client_seed,
                 cards=cards,
                 commitment=row["commitment"],
+                test_deck=forced is not None,
             )
             await self._append(
                 conn, round_id, NewEvent("rng.drawn", sealed, correlation_id=round_id, topic=self._topics.rng_audit)
             )
         DRAWS.labels(str(deck_size)).inc()
         return cards, row["commitment"]
+
+    async def set_test_deck(self, round_id: str, cards: Sequence[str]) -> int:
+        """TEST ONLY: the deck order the round's draw will return. FAILED_PRECONDITION unless enabled."""
+        if not self._test_decks:
+            raise FailedPrecondition(
+                "TEST_DECKS_DISABLED", "test decks are off: they exist only in an rng started for tests"
+            )
+        check_round_id(round_id)
+        try:
+            parsed = parse_cards(list(cards))
+        except CardError as error:
+            raise InvalidArgument("TEST_DECK_INVALID", str(error)) from None
+        if len(parsed) not in fair.DECK_SIZES or set(parsed) != set(deck(len(parsed))):
+            raise InvalidArgument("TEST_DECK_INVALID", "a test deck is a full 52- or 54-card deck order")
+        async with self._pool.connection() as conn, conn.transaction():
+            cur = await conn.execute("SELECT drawn_at FROM rng_rounds WHERE round_id = %s FOR UPDATE", (round_id,))
+            row = await cur.fetchone()
+            if row is not None and row[0] is not None:
+                raise FailedPrecondition("ROUND_ALREADY_DRAWN", f"round {round_id} has been dealt")
+            await conn.execute(
+                "INSERT INTO rng_test_decks (round_id, cards) VALUES (%s, %s)"
+                " ON CONFLICT (round_id) DO UPDATE SET cards = excluded.cards, set_at = now()",
+                (round_id, [card.code for card in parsed]),
+            )
+        log.warning("TEST DECK set: this round will not verify", extra={"round_id": round_id})
+        return len(parsed)
+
+    async def _test_deck(self, conn: psycopg.AsyncConnection, round_id: str) -> tuple[str, ...] | None:
+        cur = await conn.execute("SELECT cards FROM rng_test_decks WHERE round_id = %s", (round_id,))
+        row = await cur.fetchone()
+        return tuple(row[0]) if row else None
 
     async def split_envelope(
         self, round_id: str, total_minor: int, shares: int, min_minor: int, client_seed: str

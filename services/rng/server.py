@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+import os
 from collections.abc import Sequence
 
 import grpc
@@ -12,7 +13,7 @@ from niuniu.table.v1 import events_pb2 as table_events
 from niuniu.v1 import events_pb2
 
 from backbone import service
-from backbone.auth import Tokens, secret_from_env
+from backbone.auth import DEV_SECRET, Tokens, secret_from_env
 from backbone.consumer import Handler
 from backbone.db import run_ddl
 from backbone.service import ConsumerSpec, ServiceContext, ServiceSpec
@@ -27,8 +28,29 @@ CLOSING_EVENTS = {
 }
 
 
+TEST_DECKS_ENV = "NIUNIU_RNG_TEST_DECKS"
+
+
+def test_decks_enabled() -> bool:
+    """TEST ONLY: SetTestDeck works when NIUNIU_RNG_TEST_DECKS=1 *and* the development JWT secret is in use.
+
+    A deployment has a real secret, so the flag can never switch fixed decks on there:
+    the service refuses to start instead of ignoring it, so the mistake is seen.
+    """
+    if os.environ.get(TEST_DECKS_ENV, "") != "1":
+        return False
+    if secret_from_env() != DEV_SECRET:
+        raise RuntimeError(f"{TEST_DECKS_ENV}=1 is for tests only and refused with a real NIUNIU_JWT_SECRET")
+    log.warning("%s=1: TEST DECKS ENABLED; rounds dealt from one do not verify. Never in production.", TEST_DECKS_ENV)
+    return True
+
+
 def app_for(ctx: ServiceContext) -> RngApp:
-    return RngApp(ctx.pool, ctx.store, ctx.topics)
+    enabled = ctx.extras.get("test_decks")
+    if not isinstance(enabled, bool):
+        enabled = test_decks_enabled()
+        ctx.extras["test_decks"] = enabled
+    return RngApp(ctx.pool, ctx.store, ctx.topics, test_decks=enabled)
 
 
 def register(server: grpc.aio.Server, ctx: ServiceContext) -> Sequence[str]:
@@ -63,7 +85,7 @@ SPEC = ServiceSpec(
     default_topic=lambda t: t.rng_events,
     register=register,
     setup=setup,
-    consumers=(ConsumerSpec("rng-round-closer", lambda t: [t.table_events], round_closer),),
+    consumers=(ConsumerSpec("rng-round-closer", lambda t: [t.table_events], round_closer, batch_size=1),),
 )
 
 

@@ -13,13 +13,15 @@ from backbone.auth import Principal, Role, Tokens
 from backbone.errors import InvalidArgument
 from backbone.eventstore import EventStore
 from services.table.app import BetReceipt, TableApp, player_account, unix_ms, variant_of
+from services.table.banker_api import BankerRpcs
+from services.table.rules.money import JACKPOT_POOL
 from services.table.watch import Notifier, watch
 
 Context = grpc.aio.ServicerContext[Any, Any]
 MAX_ROUNDS_LISTED = 100
 
 
-class TableServicer(table_pb2_grpc.TableServicer):
+class TableServicer(BankerRpcs, table_pb2_grpc.TableServicer):
     def __init__(self, app: TableApp, store: EventStore, tokens: Tokens, notifier: Notifier | None) -> None:
         self._app = app
         self._store = store
@@ -90,9 +92,31 @@ class TableServicer(table_pb2_grpc.TableServicer):
         who = self._who(context)
         if request.after_position < 0:
             raise InvalidArgument("POSITION_INVALID", "after_position must be >= 0")
-        await self._app.get_table(request.table_id)  # NOT_FOUND before streaming starts
-        async for update in watch(self._app.pool, self._notifier, who, request.table_id, request.after_position):
+        table, _ = await self._app.get_table(request.table_id)  # NOT_FOUND before streaming starts
+        updates = watch(self._app.pool, self._notifier, who, request.table_id, request.after_position)
+        async for update in self._app.banker.with_allowance(updates, who, table):  # banked tables: BetAllowance
             yield update
+
+    async def GetJackpot(self, request: table_pb2.GetJackpotRequest, context: Context) -> table_pb2.Jackpot:
+        self._who(context)
+        stake = 0
+        if request.table_id:
+            table, _ = await self._app.get_table(request.table_id)
+            variant = variant_of(table["variant"])
+            fixed = [variant.fixed_stake_minor(area, variant.parse_config(table["config"])) for area in variant.areas]
+            stakes = {f for f in fixed if f is not None}
+            if not stakes:
+                raise InvalidArgument("NO_JACKPOT", f"table {request.table_id} has no jackpot side bets")
+            stake = max(stakes)
+        async with self._app.pool.connection() as conn, conn.transaction():
+            pool = await self._app.jackpot.read(conn)
+        return table_pb2.Jackpot(
+            account=JACKPOT_POOL,
+            balance_minor=pool.balance_minor,
+            in_flight_payouts_minor=pool.in_flight_minor,
+            payable_minor=pool.payable_minor,
+            stake_minor=stake,
+        )
 
     async def _info(self, table_id: str) -> table_pb2.TableInfo:
         table, current = await self._app.get_table(table_id)
@@ -116,11 +140,14 @@ class TableServicer(table_pb2_grpc.TableServicer):
         async with self._app.pool.connection() as conn:
             events = await self._store.read_correlated(conn, row["round_id"])
         hands = []
+        settled = ev.RoundSettled()
         for event in events:
             if event.event_type == "table.hand_revealed":
                 hand = ev.HandRevealed()
                 event.unpack(hand)
                 hands.append(hand)
+            elif event.event_type == "table.round_settled":
+                event.unpack(settled)
         bets = await self._app.round_bets(row["round_id"])
         totals: dict[str, int] = {}
         for bet in bets:
@@ -136,6 +163,7 @@ class TableServicer(table_pb2_grpc.TableServicer):
                 outcome=b["outcome"] or b["status"],
                 net_minor=b["net_minor"] or 0,
                 hold_id=b["hold_id"],
+                odds=settled.area_odds.get(b["area"], "") if b["status"] == "settled" else "",
             )
             for b in bets
             if privileged or b["player"] == player_account(who)
@@ -152,6 +180,8 @@ class TableServicer(table_pb2_grpc.TableServicer):
             my_bets=mine,
             server_seed=row["server_seed"] or "",
             client_seed=row["client_seed"] if row["server_seed"] else "",
+            area_outcomes=settled.area_outcomes,
+            area_odds=settled.area_odds,
         )
 
 

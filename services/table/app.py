@@ -29,11 +29,14 @@ from psycopg_pool import AsyncConnectionPool
 from backbone.auth import Principal, Role, require
 from backbone.errors import AlreadyExists, DomainError, FailedPrecondition, InvalidArgument, NotFound
 from backbone.eventstore import EventStore, NewEvent
+from services.table.baibian import annotate_dealt
+from services.table.banker import BankerSeats
+from services.table.jackpot import JackpotPool, PoolView
 from services.table.ports import RngPort, WalletPort
 from services.table.rules._config import ConfigError
 from services.table.rules.cards import parse_cards
-from services.table.rules.money import Settlement
-from services.table.variants import VARIANTS, SeatHand, TableBet, Variant
+from services.table.rules.money import JACKPOT_POOL, Settlement
+from services.table.variants import VARIANTS, SeatHand, TableBet, Variant, decimal_text, reveal_steps
 
 log = logging.getLogger(__name__)
 
@@ -63,6 +66,10 @@ SETTLEMENT_SECONDS = Histogram(
     ["variant"],
     buckets=(0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5),
 )
+
+
+class WindowClosed(FailedPrecondition):
+    """The betting window closed between the checks and the recording of a bet."""
 
 
 class Phase:
@@ -160,6 +167,8 @@ class TableApp:
         self._rng = rng
         self._clock = clock
         self._notify = notify
+        self.jackpot = JackpotPool(wallet)
+        self.banker = BankerSeats(pool, store, wallet, clock=clock, notify=notify)
 
     # ------------------------------------------------------------------ tables
 
@@ -254,6 +263,7 @@ class TableApp:
                 refunded.append(bet_id)
             except FailedPrecondition:
                 pass  # the cards are being opened: the bet settles normally
+        await self.banker.leave_table(who, table_id)  # a banker leaves once their round has settled
         return refunded
 
     # ------------------------------------------------------------------ bets
@@ -278,8 +288,16 @@ class TableApp:
             self._check_open_for_bets(current, round_id)
             assert current is not None
             limits = ev.TableLimits.FromString(current["limits"])
-            await self._check_stake(conn, current, player_account(who), amount_minor, limits)
-            hold = variant.hold_minor(amount_minor, variant.parse_config(current["config"]))
+            config = variant.parse_config(current["config"])
+            fixed = variant.fixed_stake_minor(area, config)
+            if fixed is not None and amount_minor != fixed:
+                BETS_REFUSED.labels("FIXED_STAKE_REQUIRED").inc()
+                raise InvalidArgument("FIXED_STAKE_REQUIRED", f"a bet on {area} costs exactly {fixed}")
+            await self._check_stake(conn, current, player_account(who), amount_minor, limits, fixed=fixed is not None)
+            await self.banker.check_bet(
+                conn, variant.variant_id, config, current["round_id"], player_account(who), amount_minor
+            )
+            hold = variant.hold_minor(amount_minor, config)
         hold_id = f"bet.{command_id}"
         expires = current["betting_closes_at"] + HOLD_GRACE
         await self._wallet.place_hold(
@@ -287,8 +305,10 @@ class TableApp:
         )
         try:
             receipt = await self._record_bet(who, command_id, table_id, current, area, amount_minor, hold, hold_id)
-        except DomainError:
-            await self._wallet.void_hold(hold_id)  # the window closed while the wallet held: release it
+        except WindowClosed:
+            # The window closed while the wallet held: release the hold. (A bet that lost a
+            # race with the same command id keeps the hold: it belongs to the recorded bet.)
+            await self._wallet.void_hold(hold_id)
             raise
         BETS.labels(variant.variant_id, area).inc()
         BET_STAKES.labels(variant.variant_id).inc(amount_minor)
@@ -304,13 +324,21 @@ class TableApp:
             raise FailedPrecondition("ROUND_MISMATCH", f"round {round_id} is not the round taking bets")
 
     async def _check_stake(
-        self, conn: psycopg.AsyncConnection, current: dict[str, Any], player: str, amount: int, limits: ev.TableLimits
+        self,
+        conn: psycopg.AsyncConnection,
+        current: dict[str, Any],
+        player: str,
+        amount: int,
+        limits: ev.TableLimits,
+        *,
+        fixed: bool = False,
     ) -> None:
-        if amount < limits.min_bet_minor:
+        """Table minimum and chips (not for a fixed-price side bet), and the per-player maximum (for all)."""
+        if not fixed and amount < limits.min_bet_minor:
             BETS_REFUSED.labels("BELOW_TABLE_MINIMUM").inc()
             raise FailedPrecondition("BELOW_TABLE_MINIMUM", f"the table minimum is {limits.min_bet_minor}")
         smallest_chip = min(limits.chips_minor)
-        if amount % smallest_chip:
+        if not fixed and amount % smallest_chip:
             BETS_REFUSED.labels("NOT_A_CHIP_AMOUNT").inc()
             raise InvalidArgument("NOT_A_CHIP_AMOUNT", f"a bet is made of chips: a multiple of {smallest_chip}")
         cur = await conn.execute(
@@ -345,7 +373,7 @@ class TableApp:
             row = await cur.fetchone()
             if row is None or row[0] != Phase.BETTING or self._clock() >= row[1]:
                 BETS_REFUSED.labels("BETTING_CLOSED").inc()
-                raise FailedPrecondition("BETTING_CLOSED", "betting closed before the bet could be recorded")
+                raise WindowClosed("BETTING_CLOSED", "betting closed before the bet could be recorded")
             cur = await conn.execute(
                 "INSERT INTO bets (bet_id, round_id, table_id, player, area, stake_minor, hold_minor, hold_id, status,"
                 " placed_at) VALUES (%s, %s, %s, %s, %s, %s, %s, %s, 'placed', %s) ON CONFLICT DO NOTHING",
@@ -355,6 +383,7 @@ class TableApp:
                 existing = await self._bet(conn, command_id)
                 assert existing is not None
                 return self._replay(existing, who, table_id, area, amount)
+            await self.banker.reserve(conn, round_id, player_account(who), amount)  # banked tables' cap, atomically
             placed = ev.BetPlaced(
                 table_id=table_id,
                 round_id=round_id,
@@ -411,6 +440,7 @@ class TableApp:
             if row is None or row[0] != Phase.BETTING or self._clock() >= row[1]:
                 raise FailedPrecondition("BETTING_CLOSED", "a bet can be cancelled only during the betting window")
             await conn.execute("UPDATE bets SET status = 'cancelled' WHERE bet_id = %s", (bet_id,))
+            await self.banker.release(conn, bet["round_id"], bet["stake_minor"])
             cancelled = ev.BetCancelled(
                 table_id=table_id, round_id=bet["round_id"], bet_id=bet_id, player=bet["player"], cause=cause
             )
@@ -473,6 +503,7 @@ class TableApp:
         round_no = table["round_no"] + 1
         round_id = f"{table_id}-r{round_no}"
         commitment = await self._rng.commit(round_id)  # idempotent: a retry after a crash gets the same one
+        banker = await self.banker.prepare_round(table, round_id)  # banked variants: seat and hold the banker
         now = self._clock()
         limits = ev.TableLimits.FromString(table["limits"])
         closes = now + timedelta(seconds=limits.betting_seconds)
@@ -510,6 +541,7 @@ class TableApp:
                 config_version=locked["config_version"],
                 fencing_token=fencing_token,
             )
+            self.banker.stamp_opened(opened, banker)
             await self._append_table(conn, table_id, "table.round_opened", opened, correlation_id=round_id)
         self._notify_table(table_id)
 
@@ -559,9 +591,10 @@ class TableApp:
                 table_id=table_id,
                 round_id=round_id,
                 deck_size=variant.deck_size,
-                cards_dealt=5 * len(variant.reveal_order),
+                cards_dealt=variant.cards_dealt,
                 client_seed=current["client_seed"],
             )
+            annotate_dealt(variant, deck, dealt)
             await self._append_table(conn, table_id, "table.dealt", dealt, correlation_id=round_id)
         self._notify_table(table_id)
 
@@ -574,14 +607,18 @@ class TableApp:
         variant = variant_of(table["variant"])
         interval = timedelta(milliseconds=ev.TableLimits.FromString(current["limits"]).reveal_interval_ms)
         hands = self._hands(table, current)
+        config = variant.parse_config(current["config"])
+        steps = reveal_steps(variant)
         async with self._pool.connection() as conn, conn.transaction():
             locked = await self._round(conn, round_id, lock=True)
             done = locked["reveals_done"]
-            if locked["phase"] != Phase.REVEALING or done >= len(variant.reveal_order):
+            if locked["phase"] != Phase.REVEALING or done >= len(steps):
                 return
-            seat = variant.reveal_order[done]
-            hand = hands[seat]
-            last = done + 1 == len(variant.reveal_order)
+            seat, group = steps[done]
+            hand = variant.reveal_part(hands[seat], group, config)
+            last = done + 1 == len(steps)
+            # A hand revealed in parts is complete once its last part is shown.
+            completes = bool(group) and group == variant.reveal_groups[-1]
             await conn.execute(
                 "UPDATE rounds SET reveals_done = %s, phase = %s, next_step_at = %s WHERE round_id = %s",
                 (done + 1, Phase.SETTLING if last else Phase.REVEALING, self._clock() + interval, round_id),
@@ -594,6 +631,8 @@ class TableApp:
                 category=hand.category,
                 points=hand.points,
                 multiplier=_decimal(hand.multiplier),
+                group=group,
+                hand_category=hands[seat].category if completes else "",
             )
             await self._append_table(conn, table_id, "table.hand_revealed", revealed, correlation_id=round_id)
         self._notify_table(table_id)
@@ -609,13 +648,26 @@ class TableApp:
             if locked["phase"] != Phase.SETTLING:
                 return
             bets = await self._round_bets(conn, round_id)
-            live = [b for b in bets if b["status"] == "placed"]
-            settlement = variant.settle(
-                hands, [TableBet(b["bet_id"], b["player"], b["area"], b["stake_minor"]) for b in live], config
-            )
+            live = [
+                TableBet(b["bet_id"], b["player"], b["area"], b["stake_minor"]) for b in bets if b["status"] == "placed"
+            ]
+            pool: PoolView | None = None
+            if variant.claims_jackpot_pool(hands, live, config):
+                pool = await self.jackpot.lock_and_read(conn)
+            settlement = variant.settle(hands, live, config, jackpot_pool_minor=pool.payable_minor if pool else 0)
+            if pool is not None:
+                pool_delta = settlement.net_by_party().get(JACKPOT_POOL, 0)
+                await self.jackpot.record_claim(conn, table_id, round_id, pool_delta, pool)
+                log.info(
+                    "jackpot pool paid",
+                    extra={"round_id": round_id, "pool_delta_minor": pool_delta, "payable_minor": pool.payable_minor},
+                )
             await self._save_outcomes(conn, settlement)
-            settled = settlement_event(table_id, round_id, variant.variant_id, settlement, bets)
+            odds = variant.area_odds(hands, config)
+            settled = settlement_event(table_id, round_id, variant.variant_id, settlement, bets, odds)
             settled.area_outcomes.update(variant.area_outcomes(hands, config))
+            settled.area_odds.update(odds)
+            await self.banker.fund_settlement(conn, round_id, settled)
             await conn.execute(
                 "UPDATE rounds SET phase = %s, ended_at = %s WHERE round_id = %s",
                 (Phase.SETTLED, self._clock(), round_id),
@@ -652,6 +704,7 @@ class TableApp:
             voided = ev.RoundVoided(
                 table_id=table_id, round_id=round_id, reason=reason, hold_ids=[b["hold_id"] for b in bets]
             )
+            await self.banker.fund_void(conn, round_id, voided)
             await self._append_table(conn, table_id, "table.round_voided", voided, correlation_id=round_id)
         ROUNDS.labels(table["variant"], "voided").inc()
         self._notify_table(table_id)
@@ -736,7 +789,12 @@ class TableApp:
 
 
 def settlement_event(
-    table_id: str, round_id: str, variant: str, settlement: Settlement, bets: Sequence[Mapping[str, Any]]
+    table_id: str,
+    round_id: str,
+    variant: str,
+    settlement: Settlement,
+    bets: Sequence[Mapping[str, Any]],
+    area_odds: Mapping[str, str] | None = None,
 ) -> ev.RoundSettled:
     """The wallet's contract: every transfer, the hold it is paid from, and every hold of the round."""
     holds = {b["bet_id"]: b["hold_id"] for b in bets}
@@ -761,6 +819,7 @@ def settlement_event(
             outcome=str(r.outcome),
             net_minor=r.net_minor,
             hold_id=holds[r.bet_id],
+            odds=(area_odds or {}).get(r.area, ""),
         )
         for r in settlement.bets
     ]
@@ -775,6 +834,4 @@ def settlement_event(
 
 
 def _decimal(value: Fraction) -> str:
-    if value.denominator == 1:
-        return str(value.numerator)
-    return f"{float(value):.6g}"
+    return decimal_text(value)

@@ -43,6 +43,12 @@ class WalletPort(Protocol):
 
     async def void_hold(self, hold_id: str) -> None: ...
 
+    async def balance_minor(self, account: str) -> int:
+        """The account's available balance now (system accounts hold nothing)."""
+
+    async def settlement_status(self, round_id: str) -> str | None:
+        """What the wallet did with the round's settlement ("settled", "voided", "rejected"), None if unseen."""
+
 
 class RngPort(Protocol):
     async def commit(self, round_id: str) -> str: ...
@@ -100,6 +106,26 @@ class GrpcWallet:
             )
         except grpc.aio.AioRpcError as error:
             raise translate(error, "wallet") from None
+
+    async def balance_minor(self, account: str) -> int:
+        try:
+            reply = await self._stub.GetBalance(
+                wallet_pb2.GetBalanceRequest(account=account), metadata=self._metadata, timeout=CALL_TIMEOUT_S
+            )
+        except grpc.aio.AioRpcError as error:
+            raise translate(error, "wallet") from None
+        return int(reply.available_minor)
+
+    async def settlement_status(self, round_id: str) -> str | None:
+        try:
+            reply = await self._stub.GetRoundSettlement(
+                wallet_pb2.GetRoundSettlementRequest(round_id=round_id), metadata=self._metadata, timeout=CALL_TIMEOUT_S
+            )
+        except grpc.aio.AioRpcError as error:
+            if error.code() == grpc.StatusCode.NOT_FOUND:
+                return None
+            raise translate(error, "wallet") from None
+        return str(reply.status)
 
 
 class GrpcRng:

@@ -70,4 +70,16 @@ DDL = (
     """,
     # WatchTable reads one table's events (its own stream and its bets' streams) by prefix.
     "CREATE INDEX IF NOT EXISTS events_stream_prefix_idx ON events (stream_id text_pattern_ops, position)",
+    # Settlements that pay from the jackpot pool, until the wallet has applied them (services/table/jackpot.py).
+    """
+    CREATE TABLE IF NOT EXISTS jackpot_claims (
+        round_id          TEXT PRIMARY KEY,
+        table_id          TEXT NOT NULL,
+        pool_delta_minor  BIGINT NOT NULL CHECK (pool_delta_minor < 0),
+        payable_minor     BIGINT NOT NULL CHECK (payable_minor >= 0),
+        status            TEXT NOT NULL DEFAULT 'in_flight',
+        claimed_at        TIMESTAMPTZ NOT NULL DEFAULT now()
+    )
+    """,
+    "CREATE INDEX IF NOT EXISTS jackpot_claims_in_flight_idx ON jackpot_claims (claimed_at) WHERE status = 'in_flight'",
 )

@@ -161,7 +161,9 @@ class WatchState:
         return [{"phase_changed": table_pb2.PhaseChanged(phase="dealing")}]
 
     def _dealt(self, event: StoredEvent) -> list[dict[str, Any]]:
-        return [{"phase_changed": table_pb2.PhaseChanged(phase="revealing")}]
+        dealt = ev.Dealt()
+        event.unpack(dealt)  # public facts only: no hand's card (百變牛牛's drawn card is shown and burned)
+        return [{"phase_changed": table_pb2.PhaseChanged(phase="revealing")}, {"dealt": dealt}]
 
     def _hand_revealed(self, event: StoredEvent) -> list[dict[str, Any]]:
         hand = ev.HandRevealed()
