@@ -45,6 +45,7 @@ COMMAND_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._:-]{0,127}$")
 MAX_STAKE_MINOR = 10**13
 HOLD_GRACE = timedelta(hours=1)
 SEED_REVEAL_PATIENCE = timedelta(seconds=30)
+OVERDUE_REVEALS_PER_STEP = 3
 RNG_DRAW_ATTEMPTS = 20
 
 DEFAULT_LIMITS = ev.TableLimits(
@@ -478,6 +479,7 @@ class TableApp:
             if current is not None and current["server_seed"] is None:  # noqa: SIM102 (two different questions)
                 if not await self._reveal_seed(current) and now < current["ended_at"] + SEED_REVEAL_PATIENCE:
                     return 0.2
+            await self._reveal_overdue_seeds(table_id, current)
             pause = timedelta(milliseconds=ev.TableLimits.FromString(table["limits"]).pause_between_rounds_ms)
             if current is not None and now < current["ended_at"] + pause:
                 return float((current["ended_at"] + pause - now).total_seconds())
@@ -708,6 +710,22 @@ class TableApp:
             await self._append_table(conn, table_id, "table.round_voided", voided, correlation_id=round_id)
         ROUNDS.labels(table["variant"], "voided").inc()
         self._notify_table(table_id)
+
+    async def _reveal_overdue_seeds(self, table_id: str, current: dict[str, Any] | None) -> None:
+        """Keep asking for seeds the rng had not released in time (it closes rounds from Kafka).
+
+        A round's seed must be revealed eventually for players to verify it; the table does
+        not wait for it forever, so earlier rounds are retried here, a few per step.
+        """
+        async with self._pool.connection() as conn, conn.cursor(row_factory=dict_row) as cur:
+            await cur.execute(
+                "SELECT * FROM rounds WHERE table_id = %s AND phase = ANY(%s) AND server_seed IS NULL"
+                " AND round_id <> %s ORDER BY round_no LIMIT %s",
+                (table_id, list(Phase.ENDED), current["round_id"] if current else "", OVERDUE_REVEALS_PER_STEP),
+            )
+            overdue = list(await cur.fetchall())
+        for row in overdue:
+            await self._reveal_seed(row)
 
     async def _reveal_seed(self, current: dict[str, Any]) -> bool:
         round_id, table_id = current["round_id"], current["table_id"]
