@@ -82,7 +82,8 @@ async def _abort_for(error: BaseException, context: grpc.aio.ServicerContext[Any
 
 
 def _is_abort(error: BaseException) -> bool:
-    return isinstance(error, grpc.aio.AbortError | asyncio.CancelledError)
+    """Already a status (abort) or the client went away (cancel): not an error to map."""
+    return isinstance(error, grpc.aio.AbortError | asyncio.CancelledError | GeneratorExit)
 
 
 class ErrorInterceptor(grpc.aio.ServerInterceptor):
@@ -143,8 +144,12 @@ class MetricsInterceptor(grpc.aio.ServerInterceptor):
 
     @staticmethod
     def _wrap(behavior: Behavior, streaming: bool, labels: tuple[str, str, str]) -> Behavior:
-        def finish(context: grpc.aio.ServicerContext[Any, Any], started: float, failed: bool) -> None:
+        def finish(
+            context: grpc.aio.ServicerContext[Any, Any], started: float, failed: bool, *, cancelled: bool = False
+        ) -> None:
             code = context.code()
+            if code is None and (cancelled or context.cancelled()):
+                code = grpc.StatusCode.CANCELLED  # the client left (e.g. closed WatchTable): not a server error
             if code is None:
                 code = grpc.StatusCode.INTERNAL if failed else grpc.StatusCode.OK
             name = code.name if isinstance(code, grpc.StatusCode) else str(code)
@@ -159,24 +164,31 @@ class MetricsInterceptor(grpc.aio.ServerInterceptor):
                 try:
                     async for item in behavior(request, context):
                         yield item
+                except (asyncio.CancelledError, GeneratorExit):
+                    finish(context, started, failed, cancelled=True)
+                    raise
                 except BaseException:
                     failed = True
+                    finish(context, started, failed)
                     raise
-                finally:
+                else:
                     finish(context, started, failed)
 
             return stream
 
         async def unary(request: Any, context: grpc.aio.ServicerContext[Any, Any]) -> Any:
             metrics.GRPC_STARTED.labels(*labels).inc()
-            started, failed = time.perf_counter(), False
+            started = time.perf_counter()
             try:
-                return await behavior(request, context)
-            except BaseException:
-                failed = True
+                reply = await behavior(request, context)
+            except asyncio.CancelledError:
+                finish(context, started, False, cancelled=True)
                 raise
-            finally:
-                finish(context, started, failed)
+            except BaseException:
+                finish(context, started, True)
+                raise
+            finish(context, started, False)
+            return reply
 
         return unary
 

@@ -49,6 +49,7 @@ from backbone.replay import ReplayReport, replay
 from backbone.topics import Topics
 from services.ledger import queries
 from services.ledger.projection import CONSUMER, JOURNAL
+from services.ledger.recompute import recompute_via_table, table_address
 from services.ledger.reconcile import (
     BalanceSource,
     Difference,
@@ -364,10 +365,11 @@ async def _run_verify_round(args: argparse.Namespace, out: TextIO) -> int:
     async with conn:
         record = await queries.round_record(conn, args.round_id)
     evidence = RoundEvidence.of(record)
-    findings, recomputed = await verify(evidence)
+    step = None if args.no_recompute else recompute_via_table(args.table)
+    findings, recomputed = await verify(evidence, recompute=step)
     for line in [*journal_text(record), *settlement_text(evidence)]:
         print(line, file=out)
-    print("recompute: " + ("done" if recomputed else "skipped (needs the table and rng services)"), file=out)
+    print("recompute: " + ("done (deal and settlement from the revealed seed)" if recomputed else "skipped"), file=out)
     print(f"findings: {len(findings)}", file=out)
     for finding in findings:
         print(f"  {finding}", file=out)
@@ -485,6 +487,8 @@ def build_parser() -> argparse.ArgumentParser:
     rep.add_argument("--no-progress", action="store_true", help="no progress line on stderr")
     ver = commands.add_parser("verify-round", parents=[common], help="check a round's journal against its settlement")
     ver.add_argument("round_id", metavar="ROUND")
+    ver.add_argument("--table", default=table_address(), help="table gRPC address (default: $NIUNIU_TABLE_ADDR)")
+    ver.add_argument("--no-recompute", action="store_true", help="check the journal only; do not re-deal the round")
     bench = commands.add_parser("bench-replay", parents=[common], help="replay speed on synthetic events")
     bench.add_argument("--events", type=int, default=DEFAULT_BENCH_EVENTS, help="how many events (default: 20000)")
     return parser

@@ -182,7 +182,13 @@ class TableServicer(BankerRpcs, table_pb2_grpc.TableServicer):
             client_seed=row["client_seed"] if row["server_seed"] else "",
             area_outcomes=settled.area_outcomes,
             area_odds=settled.area_odds,
+            variant=await self._variant_of_table(row["table_id"]),
+            config=row["config"],
         )
+
+    async def _variant_of_table(self, table_id: str) -> str:
+        table, _ = await self._app.get_table(table_id)
+        return str(table["variant"])
 
 
 def _receipt(receipt: BetReceipt) -> table_pb2.BetReceipt:

@@ -163,6 +163,9 @@ class TableApp:
     ) -> None:
         self.pool = pool
         self._pool = pool
+        for variant_id in VARIANTS:  # series exist from the start, so the first round shows in rate()
+            for outcome in Phase.ENDED:
+                ROUNDS.labels(variant_id, outcome)
         self._store = store
         self._wallet = wallet
         self._rng = rng

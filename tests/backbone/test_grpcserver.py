@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import AsyncIterator, Sequence
 from typing import Any
 
@@ -38,12 +39,19 @@ async def stream(request: bytes, context: Any) -> AsyncIterator[bytes]:
     raise InvalidArgument("STREAM_BAD", "second item refused")
 
 
+async def forever(request: bytes, context: Any) -> AsyncIterator[bytes]:
+    while True:
+        yield b"tick"
+        await asyncio.sleep(0.01)
+
+
 def register(server: grpc.aio.Server) -> Sequence[str]:
     unary = {
         name: grpc.unary_unary_rpc_method_handler(fn)
         for name, fn in {"Ok": ok, "BadInput": bad_input, "Missing": missing, "Bug": bug}.items()
     }
     unary["Stream"] = grpc.unary_stream_rpc_method_handler(stream)
+    unary["Forever"] = grpc.unary_stream_rpc_method_handler(forever)
     server.add_generic_rpc_handlers((grpc.method_handlers_generic_handler(SERVICE, unary),))
     return [SERVICE]
 
@@ -138,3 +146,19 @@ async def test_reflection_lists_the_services(running: RunningServer) -> None:
         async for response in stub.ServerReflectionInfo(requests()):
             names |= {s.name for s in response.list_services_response.service}
     assert {SERVICE, "grpc.health.v1.Health"} <= names
+
+
+async def test_a_client_leaving_a_stream_is_cancelled_not_a_server_error(running: RunningServer) -> None:
+    labels = {"grpc_service": SERVICE, "grpc_method": "Forever", "grpc_type": "server_stream"}
+    before = counter("grpc_server_handled_total", **labels, grpc_code="CANCELLED")
+    async with grpc.aio.insecure_channel(f"127.0.0.1:{running.port}") as channel:
+        call = channel.unary_stream(f"/{SERVICE}/Forever")(b"x")
+        async for _ in call:
+            break
+        call.cancel()
+    for _ in range(100):
+        if counter("grpc_server_handled_total", **labels, grpc_code="CANCELLED") > before:
+            break
+        await asyncio.sleep(0.02)
+    assert counter("grpc_server_handled_total", **labels, grpc_code="CANCELLED") == before + 1
+    assert counter("grpc_server_handled_total", **labels, grpc_code="INTERNAL") == 0

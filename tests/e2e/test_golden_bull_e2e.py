@@ -220,6 +220,22 @@ async def test_three_players_play_fifty_rounds_and_everything_reconciles(stack: 
     )
     report, _ = await audit.communicate()
     assert audit.returncode == 0, report.decode()
+
+    # Every round re-dealt from its revealed seed and re-settled with the rules, against the journal.
+    limit = asyncio.Semaphore(4)
+
+    async def verify_journal(round_id: str) -> None:
+        async with limit:
+            checker = await asyncio.create_subprocess_exec(
+                str(BIN / "niuniu-audit"), "verify-round", round_id, "--schema", stack.schema_of("ledger"),
+                "--topic-prefix", stack.prefix, "--dsn", stack.infra["DATABASE_URL"], "--table", stack.addr("table"),
+                stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.STDOUT,
+            )  # fmt: skip
+            out, _ = await checker.communicate()
+        text = out.decode()
+        assert checker.returncode == 0 and "recompute: done" in text and "RESULT: OK" in text, text
+
+    await asyncio.gather(*(verify_journal(round_id) for round_id in played))
     assert "differences: 0" in report.decode() and "RESULT: OK" in report.decode(), report.decode()
 
 
