@@ -29,3 +29,9 @@ SETTLEMENTS_DUPLICATE = Counter(
     "niuniu_wallet_settlements_duplicate_total", "Re-emitted settlements of an already applied round (ignored)."
 )
 SWEEPER_FAILURES = Counter("niuniu_wallet_sweeper_failures_total", "Hold sweeps that failed (retried).")
+
+SETTLEMENT_LAG_SECONDS = Histogram(
+    "niuniu_wallet_settlement_lag_seconds",
+    "From a round's settlement event (right after its last reveal) to the wallet applying its movements.",
+    buckets=(0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60),
+)

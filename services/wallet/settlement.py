@@ -9,6 +9,8 @@ failing the consumer: one bad round must not stop every round behind it.
 
 from __future__ import annotations
 
+import time
+
 import psycopg
 from google.protobuf.message import DecodeError
 from niuniu.table.v1 import events_pb2 as table_pb
@@ -17,6 +19,7 @@ from niuniu.v1 import events_pb2
 from backbone.consumer import Handler
 from services.wallet.app import WalletApp
 from services.wallet.domain import SettlementCommand, SettlementTransfer
+from services.wallet.metrics import SETTLEMENT_LAG_SECONDS
 
 ROUND_SETTLED = "table.round_settled"
 ROUND_VOIDED = "table.round_voided"
@@ -58,5 +61,8 @@ def make_handler(app: WalletApp) -> Handler:
             )
             return
         await app.apply_settlement(conn, command, envelope.event_type, envelope.event_id)
+        # From the table's settlement (right after the last reveal) to the wallet's movements.
+        lag_s = time.time() - envelope.occurred_at.ToNanoseconds() / 1e9
+        SETTLEMENT_LAG_SECONDS.observe(max(0.0, lag_s))
 
     return handle
