@@ -10,6 +10,7 @@ a restart resumes where the round was.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import logging
 import re
@@ -27,7 +28,7 @@ from psycopg.rows import dict_row
 from psycopg_pool import AsyncConnectionPool
 
 from backbone.auth import Principal, Role, require
-from backbone.errors import AlreadyExists, DomainError, FailedPrecondition, InvalidArgument, NotFound
+from backbone.errors import AlreadyExists, DomainError, FailedPrecondition, InvalidArgument, NotFound, Unavailable
 from backbone.eventstore import EventStore, NewEvent
 from services.table.baibian import annotate_dealt
 from services.table.banker import BankerSeats
@@ -304,9 +305,16 @@ class TableApp:
             hold = variant.hold_minor(amount_minor, config)
         hold_id = f"bet.{command_id}"
         expires = current["betting_closes_at"] + HOLD_GRACE
-        await self._wallet.place_hold(
-            hold_id, player_account(who), hold, f"bet on {area}", current["round_id"], unix_ms(expires)
-        )
+        try:
+            await self._wallet.place_hold(
+                hold_id, player_account(who), hold, f"bet on {area}", current["round_id"], unix_ms(expires)
+            )
+        except Unavailable:
+            # The wallet may have placed the hold before the call timed out: release it now
+            # rather than leave it to its expiry (VoidHold is idempotent and a no-op if absent).
+            with contextlib.suppress(DomainError):
+                await self._wallet.void_hold(hold_id)
+            raise
         try:
             receipt = await self._record_bet(who, command_id, table_id, current, area, amount_minor, hold, hold_id)
         except WindowClosed:
@@ -387,7 +395,7 @@ class TableApp:
                 existing = await self._bet(conn, command_id)
                 assert existing is not None
                 return self._replay(existing, who, table_id, area, amount)
-            await self.banker.reserve(conn, round_id, player_account(who), amount)  # banked tables' cap, atomically
+            await self.banker.reserve(conn, round_id, player_account(who), amount, hold_id)  # banked tables' cap
             placed = ev.BetPlaced(
                 table_id=table_id,
                 round_id=round_id,

@@ -490,8 +490,21 @@ class BankerSeats:
         if staked + amount > plan.table_cap_minor:
             raise _table_cap_reached(plan, staked)
 
-    async def reserve(self, conn: psycopg.AsyncConnection, round_id: str, player: str, amount: int) -> None:
-        """In the bet's transaction: count the stake against the table cap, atomically (see the module docstring)."""
+    async def reserve(
+        self, conn: psycopg.AsyncConnection, round_id: str, player: str, amount: int, hold_id: str
+    ) -> None:
+        """In the bet's transaction: count the stake against the table cap, atomically (see the module docstring).
+
+        A refused bet was already held by the wallet: its hold is voided here, before the
+        refusal rolls the bet back (the wallet answers a repeated void as the first).
+        """
+        try:
+            await self._count_stake(conn, round_id, player, amount)
+        except DomainError:
+            await self._wallet.void_hold(hold_id)
+            raise
+
+    async def _count_stake(self, conn: psycopg.AsyncConnection, round_id: str, player: str, amount: int) -> None:
         cur = await conn.execute(
             "UPDATE banked_rounds SET staked_minor = staked_minor + %s WHERE round_id = %s AND banker IS NOT NULL"
             " AND banker <> %s AND staked_minor + %s <= table_cap_minor RETURNING staked_minor",

@@ -74,6 +74,7 @@ def services(run_id: str) -> Iterator[dict[str, str]]:
                 {
                     "NIUNIU_TOPIC_PREFIX": f"bench{run_id}.",
                     "NIUNIU_DB_SCHEMA": schema_of(run_id, service),
+                    f"NIUNIU_{service.upper()}_DSN": os.environ["DATABASE_URL"],  # one database, a schema each
                     f"NIUNIU_{service.upper()}_GRPC_PORT": str(ports[service]),
                     f"NIUNIU_{service.upper()}_METRICS_PORT": str(free_port()),
                     "NIUNIU_RNG_ADDR": addrs["rng"],
@@ -97,6 +98,9 @@ def services(run_id: str) -> Iterator[dict[str, str]]:
                 proc.wait(timeout=15)
             except subprocess.TimeoutExpired:
                 proc.kill()
+        with psycopg.connect(os.environ["DATABASE_URL"], autocommit=True) as conn:
+            for service in SERVICES:
+                conn.execute(f'DROP SCHEMA IF EXISTS "{schema_of(run_id, service)}" CASCADE')
 
 
 def schema_of(run_id: str, service: str) -> str:
