@@ -29,9 +29,7 @@ from niuniu.rng.v1 import rng_pb2, rng_pb2_grpc
 from niuniu.table.v1 import events_pb2 as ev
 from niuniu.table.v1 import table_pb2
 from niuniu.wallet.v1 import wallet_pb2
-from players import Clients, Player, all_balances, register
-from stack import BIN, HEALTH_TIMEOUT_S, ROOT, Stack, free_port
-from test_golden_bull_e2e import (
+from play import (
     EXTERNAL,
     WAIT_S,
     Watcher,
@@ -43,6 +41,8 @@ from test_golden_bull_e2e import (
     settle_everything,
     total_money,
 )
+from players import Clients, Player, all_balances, register
+from stack import BIN, HEALTH_TIMEOUT_S, ROOT, Stack, free_port
 
 from backbone.healthcheck import check
 from services.rng import verify

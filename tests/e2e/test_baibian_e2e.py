@@ -29,9 +29,9 @@ from niuniu.rng.v1 import rng_pb2, rng_pb2_grpc
 from niuniu.table.v1 import events_pb2 as ev
 from niuniu.table.v1 import table_pb2
 from niuniu.wallet.v1 import wallet_pb2
+from play import Watcher, connect, expect_refused, kind, ledger_matches_wallet, settle_everything, total_money
 from players import TOKENS, Clients, Player, all_balances
 from stack import BIN, Stack
-from test_golden_bull_e2e import Watcher, connect, expect_refused, kind, ledger_matches_wallet, total_money
 
 from backbone.auth import Role
 from services.rng import verify
@@ -150,20 +150,6 @@ async def bet_all(c: Clients, bettors: Sequence[Player], table_id: str, round_id
             return await outcome(bet(c, p, table_id, round_id, "0", rng.choice(AREAS), amount))
 
     return list(await asyncio.gather(*(one(p) for p in bettors)))
-
-
-async def open_holds(c: Clients, players: Sequence[Player]) -> int:
-    pages = await asyncio.gather(
-        *(c.wallet.ListHolds(wallet_pb2.ListHoldsRequest(account=p.account), metadata=c.admin) for p in players)
-    )
-    return sum(len(page.holds) for page in pages)
-
-
-async def settle_everything(c: Clients, players: Sequence[Player]) -> None:
-    deadline = time.monotonic() + WAIT_S
-    while await open_holds(c, players):
-        assert time.monotonic() < deadline, "holds still open long after their rounds ended"
-        await asyncio.sleep(0.3)
 
 
 async def round_view(c: Clients, table_id: str, round_id: str) -> table_pb2.RoundView:

@@ -14,17 +14,26 @@ import contextlib
 import io
 import random
 import time
-from collections import defaultdict
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import Sequence
 
 import grpc
 import pytest
-from google.protobuf import text_format
-from niuniu.ledger.v1 import ledger_pb2
 from niuniu.table.v1 import events_pb2 as ev
 from niuniu.table.v1 import table_pb2
 from niuniu.wallet.v1 import wallet_pb2
-from players import Clients, Player, all_balances, clients, register
+from play import (
+    EXTERNAL,
+    WAIT_S,
+    Watcher,
+    card_updates_are_reveals,
+    connect,
+    expect_refused,
+    kind,
+    ledger_matches_wallet,
+    settle_everything,
+    total_money,
+)
+from players import Clients, Player, all_balances, register
 from stack import BIN, Stack
 
 from services.rng import verify
@@ -33,7 +42,6 @@ pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
 ROUNDS = 50
 DEPOSIT_MINOR = 1_000_000
-EXTERNAL = "external:cashier"
 FAST = ev.TableLimits(
     min_bet_minor=100,
     max_bet_minor=5_000,
@@ -42,57 +50,6 @@ FAST = ev.TableLimits(
     reveal_interval_ms=10,
     pause_between_rounds_ms=50,
 )
-WAIT_S = 120.0
-
-
-@contextlib.asynccontextmanager
-async def connect(stack: Stack) -> AsyncIterator[Clients]:
-    async with (
-        grpc.aio.insecure_channel(stack.addr("wallet")) as w,
-        grpc.aio.insecure_channel(stack.addr("table")) as t,
-        grpc.aio.insecure_channel(stack.addr("ledger")) as lg,
-    ):
-        yield clients(w, t, lg)
-
-
-class Watcher:
-    """Collects one player's WatchTable stream in the background, reconnecting after a restart."""
-
-    def __init__(self, c: Clients, player: Player, table_id: str) -> None:
-        self.c, self.player, self.table_id = c, player, table_id
-        self.updates: list[table_pb2.TableUpdate] = []
-        self.position = 0
-        self.task = asyncio.create_task(self._run())
-
-    async def _run(self) -> None:
-        while True:
-            try:
-                request = table_pb2.WatchTableRequest(table_id=self.table_id, after_position=self.position)
-                async for update in self.c.table.WatchTable(request, metadata=self.player.auth):
-                    self.updates.append(update)
-                    self.position = update.position
-            except grpc.aio.AioRpcError:
-                await asyncio.sleep(0.2)  # the table is restarting: resume from the last position
-
-    async def wait_for(self, predicate: object, timeout_s: float = WAIT_S) -> table_pb2.TableUpdate:
-        deadline = time.monotonic() + timeout_s
-        seen = 0
-        while time.monotonic() < deadline:
-            for update in self.updates[seen:]:
-                if predicate(update):  # type: ignore[operator]
-                    return update
-            seen = len(self.updates)
-            await asyncio.sleep(0.02)
-        raise AssertionError(f"{self.player.name}: no matching update on {self.table_id} within {timeout_s}s")
-
-    async def stop(self) -> None:
-        self.task.cancel()
-        with contextlib.suppress(asyncio.CancelledError):
-            await self.task
-
-
-def kind(update: table_pb2.TableUpdate) -> str:
-    return update.WhichOneof("update") or ""
 
 
 async def bet_randomly(c: Clients, players: Sequence[Player], table_id: str, round_id: str, rng: random.Random) -> int:
@@ -113,54 +70,6 @@ async def bet_randomly(c: Clients, players: Sequence[Player], table_id: str, rou
                 assert error.code() == grpc.StatusCode.FAILED_PRECONDITION, error  # only a closing window may refuse
                 assert "BETTING_CLOSED" in (error.details() or "")
     return placed
-
-
-async def open_holds(c: Clients, players: Sequence[Player]) -> int:
-    total = 0
-    for p in players:
-        page = await c.wallet.ListHolds(wallet_pb2.ListHoldsRequest(account=p.account), metadata=c.admin)
-        total += len(page.holds)
-    return total
-
-
-async def settle_everything(c: Clients, players: Sequence[Player]) -> None:
-    deadline = time.monotonic() + WAIT_S
-    while await open_holds(c, players):
-        assert time.monotonic() < deadline, "holds still open long after their rounds ended"
-        await asyncio.sleep(0.2)
-
-
-def total_money(balances: dict[str, tuple[int, int]]) -> int:
-    return sum(available + held for account, (available, held) in balances.items() if account != EXTERNAL)
-
-
-async def ledger_matches_wallet(c: Clients) -> None:
-    """Wait for the ledger to journal everything, then its trial balance must be zero."""
-    deadline = time.monotonic() + WAIT_S
-    while True:
-        wallet = await all_balances(c)
-        trial = await c.ledger.TrialBalance(ledger_pb2.TrialBalanceRequest(), metadata=c.auditor)
-        ledger: dict[str, list[int]] = defaultdict(lambda: [0, 0])
-        for row in trial.rows:
-            ledger[row.account][0 if row.bucket == 1 else 1] += row.balance_minor
-        assert trial.imbalance_minor == 0
-        if {a: tuple(v) for a, v in ledger.items() if any(v)} == {a: v for a, v in wallet.items() if any(v)}:
-            return
-        assert time.monotonic() < deadline, f"ledger never caught up with the wallet: {dict(ledger)} vs {wallet}"
-        await asyncio.sleep(0.5)
-
-
-def card_updates_are_reveals(updates: Sequence[table_pb2.TableUpdate]) -> None:
-    """No update but a hand's own reveal carries a card, and no hand is revealed before the reveal phase."""
-    revealing: set[str] = set()
-    for update in updates:
-        text = text_format.MessageToString(update)
-        if kind(update) == "phase_changed" and update.phase_changed.phase == "revealing":
-            revealing.add(update.round_id)
-        if kind(update) == "hand_revealed":
-            assert update.round_id in revealing, f"hand of {update.round_id} shown before its reveal phase"
-        else:
-            assert "cards:" not in text, f"an update other than a reveal carried cards: {text}"
 
 
 async def verify_round(c: Clients, player: Player, table_id: str, round_id: str) -> None:
@@ -281,13 +190,6 @@ async def test_table_killed_in_a_phase_resumes_without_losing_money(stack: Stack
         await watcher.stop()
         card_updates_are_reveals(watcher.updates)
         await verify_round(c, players[0], table_id, opened.round_id)
-
-
-async def expect_refused(call: object, code: grpc.StatusCode, reason: str) -> None:
-    with pytest.raises(grpc.aio.AioRpcError) as refused:
-        await call  # type: ignore[misc]
-    assert refused.value.code() == code, refused.value
-    assert reason in (refused.value.details() or ""), refused.value.details()
 
 
 async def test_bad_bets_are_refused_with_a_reason_and_change_nothing(stack: Stack) -> None:

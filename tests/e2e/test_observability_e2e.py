@@ -23,10 +23,10 @@ import grpc
 import pytest
 from niuniu.table.v1 import events_pb2 as ev
 from niuniu.table.v1 import table_pb2
+from play import Watcher, connect, kind, settle_everything
 from players import Clients, Player, register
 from prometheus_local import LocalPrometheus
 from stack import ROOT, Stack
-from test_golden_bull_e2e import Watcher, connect, kind, settle_everything
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
