@@ -9,6 +9,13 @@ checks, with nothing but the published derivation and the rules engine:
 - settling the round's bets on those hands gives exactly the transfers of the
   table's RoundSettled event, which the journal check then ties to the money moved.
 
+A red-envelope round (``red_envelope_bull``) has no deck: its envelope split and grab
+order are derived from the seed and checked against the grabs the table revealed, and
+its bets are re-settled with the dealer, the dealer pool and the grabbed amounts. The
+table pays the dealer's part first from the pool's hold and then from the round's
+credits, which can split one payment in two: transfers are compared as totals per
+(payer, payee, kind, bet).
+
 Jackpot pool payouts depend on the pool's balance when the round settled, which the
 round's own record does not carry; they are left to the journal checks.
 """
@@ -25,10 +32,14 @@ from niuniu.table.v1 import table_pb2, table_pb2_grpc
 from backbone.auth import Role, Tokens, bearer, secret_from_env
 from services.ledger.verify import Finding, RecomputeStep, RoundEvidence
 from services.rng import fair
+from services.table.envelope import EnvelopeTableConfig
+from services.table.rules import red_envelope as re_
 from services.table.variants import VARIANTS, SeatHand, TableBet
 
 DEFAULT_TABLE_ADDR = "127.0.0.1:50052"
-RECOMPUTABLE = ("golden_bull", "bai_buu")
+RECOMPUTABLE = ("golden_bull", "bai_buu", re_.VARIANT_ID)
+DEALER_VOID = "DEALER_GRABBED_0.01"
+
 POOL_DEPENDENT_KINDS = frozenset({"jackpot_payout"})
 
 
@@ -62,6 +73,8 @@ def recompute(view: table_pb2.RoundView, evidence: RoundEvidence) -> list[Findin
         return [Finding("recompute", round_id, "the round's seed is not revealed yet")]
     if view.variant not in RECOMPUTABLE or view.variant not in VARIANTS:
         return [Finding("recompute", round_id, f"no recompute for variant {view.variant!r} yet")]
+    if view.variant == re_.VARIANT_ID:
+        return _recompute_envelope(view, evidence)
     variant = VARIANTS[view.variant]
     config = variant.parse_config(dict(view.config))
     seed = bytes.fromhex(view.server_seed)
@@ -74,6 +87,50 @@ def recompute(view: table_pb2.RoundView, evidence: RoundEvidence) -> list[Findin
     if evidence.settlement is not None and not findings:
         findings += _compare_settlement(round_id, variant.settle(hands, _bets(evidence), config), evidence)
     return findings
+
+
+def _recompute_envelope(view: table_pb2.RoundView, evidence: RoundEvidence) -> list[Finding]:
+    round_id = view.round_id
+    grabs = sorted(view.grabs, key=lambda g: g.grab_no)
+    envelope = None
+    if grabs:
+        envelope = fair.EnvelopeRecord(
+            view.envelope_total_minor,
+            len(grabs),
+            1,
+            amounts=tuple(g.amount_minor for g in grabs),
+            grab_order=tuple(g.position for g in grabs),
+        )
+    seed = bytes.fromhex(view.server_seed)
+    derived = fair.verify_round(view.commitment, seed, round_id, view.client_seed, envelope=envelope)
+    findings = [Finding(f"recompute.{c.name}", round_id, c.detail) for c in derived.failures]
+    dealer_grab = next((g.amount_minor for g in grabs if g.dealer), None)
+    if evidence.voided is not None:
+        if DEALER_VOID in evidence.voided.reason and dealer_grab != re_.VOID_AMOUNT_MINOR:
+            findings.append(
+                Finding("recompute.void", round_id, f"voided for the dealer's 0.01; dealer grabbed {dealer_grab}")
+            )
+        return findings
+    if evidence.settlement is None or findings:
+        return findings
+    if dealer_grab is None:
+        return [Finding("recompute.envelope", round_id, "a settled round with no grab for the dealer")]
+    config = EnvelopeTableConfig.from_settings(dict(view.config))
+    amounts = {g.bet_id: g.amount_minor for g in grabs if g.bet_id}
+    missing = [b.bet_id for b in evidence.settlement.bets if b.bet_id not in amounts]
+    if missing:
+        return [Finding("recompute.envelope", round_id, f"bets with no grab: {', '.join(missing)}")]
+    rnd = re_.EnvelopeRound(
+        view.dealer,
+        view.dealer_pool_minor,
+        dealer_grab,
+        tuple(re_.EnvelopeBet(b.bet_id, b.player, b.stake_minor, amounts[b.bet_id]) for b in evidence.settlement.bets),
+    )
+    try:
+        settlement = re_.settle(rnd, config.rules)
+    except (re_.BetError, re_.AmountError) as error:
+        return [Finding("recompute.settlement", round_id, f"the rules refuse the round: {error}")]
+    return _compare_settlement(round_id, settlement, evidence)
 
 
 def _compare_hands(round_id: str, hands: dict[str, SeatHand], view: table_pb2.RoundView) -> list[Finding]:
@@ -100,23 +157,25 @@ def _bets(evidence: RoundEvidence) -> list[TableBet]:
 def _compare_settlement(round_id: str, settlement: object, evidence: RoundEvidence) -> list[Finding]:
     assert evidence.settlement is not None
     transfers: Sequence[object] = getattr(settlement, "transfers", ())
-    want = Counter(
-        (t.payer, t.payee, t.amount_minor, str(t.kind), t.bet_id or "")  # type: ignore[attr-defined]
-        for t in transfers
-        if str(t.kind) not in POOL_DEPENDENT_KINDS  # type: ignore[attr-defined]
-    )
-    got = Counter(
-        (t.payer, t.payee, t.amount_minor, t.kind, t.bet_id)
-        for t in evidence.settlement.transfers
-        if t.kind not in POOL_DEPENDENT_KINDS
-    )
+    want: Counter[tuple[str, str, str, str]] = Counter()
+    for t in transfers:
+        if str(t.kind) not in POOL_DEPENDENT_KINDS:  # type: ignore[attr-defined]
+            key = (t.payer, t.payee, str(t.kind), t.bet_id or "")  # type: ignore[attr-defined]
+            want[key] += t.amount_minor  # type: ignore[attr-defined]
+    got: Counter[tuple[str, str, str, str]] = Counter()
+    for t in evidence.settlement.transfers:
+        if t.kind not in POOL_DEPENDENT_KINDS:
+            got[(t.payer, t.payee, t.kind, t.bet_id)] += t.amount_minor
     findings = []
-    for key in sorted((want - got).keys()):
-        findings.append(
-            Finding("recompute.settlement", round_id, f"the rules give transfer {key} the table did not make")
-        )
-    for key in sorted((got - want).keys()):
-        findings.append(
-            Finding("recompute.settlement", round_id, f"the table made transfer {key} the rules do not give")
-        )
+    for key in sorted(want.keys() | got.keys()):
+        if want[key] != got[key]:
+            payer, payee, kind, bet_id = key
+            findings.append(
+                Finding(
+                    "recompute.settlement",
+                    round_id,
+                    f"{kind} {payer} -> {payee} (bet {bet_id or '-'}): the rules give {want[key]},"
+                    f" the table paid {got[key]}",
+                )
+            )
     return findings

@@ -1,10 +1,10 @@
 """Wallet- and table-shaped events for tests and the replay benchmark.
 
 A seeded, deterministic stream in the wallet's contract (niuniu.wallet.v1): deposits,
-holds for bets, round settlements (loss, win with commission, push, rebate, jackpot
-contribution), a partly posted hold, voided holds and withdrawals. Each round
-settlement also yields the table's RoundSettled. ``expected`` holds the balances the
-stream must leave, in the wallet's sign.
+holds for bets (some resized before the round settles), round settlements (loss, win
+with commission, push, rebate, jackpot contribution), a partly posted hold, voided holds
+and withdrawals. Each round settlement also yields the table's RoundSettled. ``expected``
+holds the balances the stream must leave, in the wallet's sign.
 """
 
 from __future__ import annotations
@@ -73,6 +73,25 @@ def hold_placed(account: str, amount_minor: int, hold_id: str, round_id: str) ->
         hold_id=hold_id, account=account, amount_minor=amount_minor, reason="bet", round_id=round_id, movement=m
     )
     return NewEvent("wallet.hold_placed", payload, correlation_id=round_id)
+
+
+def hold_resized(
+    account: str, previous_minor: int, amount_minor: int, hold_id: str, resize_id: str, round_id: str
+) -> NewEvent:
+    change = amount_minor - previous_minor
+    assert change != 0
+    available, held = leg(account, AVAILABLE, -change), leg(account, HELD, change)
+    m = movement(
+        f"{resize_id}:resize",
+        "hold_resize",
+        *((available, held) if change > 0 else (held, available)),
+        round_id=round_id,
+        hold_id=hold_id,
+    )
+    payload = wallet_pb2.HoldResized(
+        hold_id=hold_id, resize_id=resize_id, previous_minor=previous_minor, amount_minor=amount_minor, movement=m
+    )
+    return NewEvent("wallet.hold_resized", payload, correlation_id=round_id)
 
 
 def hold_voided(account: str, amount_minor: int, hold_id: str, cause: str, round_id: str = "") -> NewEvent:
@@ -172,6 +191,12 @@ class SyntheticStream:
             hold_id, bet_id = self._id("hold"), self._id("bet")
             rnd.holds.append(hold_id)
             yield self._emit("wallet", f"account-{account}", hold_placed(account, stake, hold_id, rnd.round_id))
+            if len(rnd.holds) == 2:  # the round's second bet changes before betting closes
+                resized = stake + 100 if self._available[account] >= 100 else stake - 100
+                if resized > 0:
+                    event = hold_resized(account, stake, resized, hold_id, self._id("resize"), rnd.round_id)
+                    yield self._emit("wallet", f"account-{account}", event)
+                    stake = resized
             self._settle_bet(rnd, account, stake, hold_id, bet_id)
         settled = table_pb2.RoundSettled(
             table_id=rnd.table_id,

@@ -21,9 +21,22 @@ from niuniu.table.v1 import events_pb2 as table_pb2
 from services.ledger.journal import Line
 from services.ledger.queries import EntryRecord, RoundRecord
 
-# Movement kinds that are the settlement's transfers (not hold bookkeeping).
+# Movement kinds that are the settlement's transfers (not hold bookkeeping such as "hold",
+# "hold_resize", "post", "void", "expire"); the last three are the red-envelope dealer's fees.
 TRANSFER_KINDS = frozenset(
-    {"win", "loss", "commission", "rebate", "jackpot_contribution", "jackpot_payout", "jackpot_stake", "fee"}
+    {
+        "win",
+        "loss",
+        "commission",
+        "rebate",
+        "jackpot_contribution",
+        "jackpot_payout",
+        "jackpot_stake",
+        "fee",
+        "dealer_fee",
+        "service_fee",
+        "envelope_fee",
+    }
 )
 
 

@@ -52,6 +52,15 @@ class RngServicer(rng_pb2_grpc.RngServicer):
         size = await self._app.set_test_deck(request.round_id, request.cards)
         return rng_pb2.SetTestDeckResponse(round_id=request.round_id, deck_size=size)
 
+    async def SetTestEnvelope(
+        self, request: rng_pb2.SetTestEnvelopeRequest, context: Context
+    ) -> rng_pb2.SetTestEnvelopeResponse:
+        require(self._tokens.authenticate(context), Role.ADMIN)
+        split = await self._app.set_test_envelope(request.round_id, request.amounts, request.grab_order)
+        return rng_pb2.SetTestEnvelopeResponse(
+            round_id=request.round_id, shares=len(split.amounts), total_minor=split.total_minor
+        )
+
     async def Reveal(self, request: rng_pb2.RevealRequest, context: Context) -> rng_pb2.RevealResponse:
         self._tokens.authenticate(context)
         seed = await self._app.reveal(request.round_id)

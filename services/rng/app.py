@@ -55,6 +55,15 @@ DDL = (
         set_at    TIMESTAMPTZ NOT NULL DEFAULT now()
     )
     """,
+    # TEST ONLY (SetTestEnvelope): read only when the process runs with NIUNIU_RNG_TEST_DECKS=1.
+    """
+    CREATE TABLE IF NOT EXISTS rng_test_envelopes (
+        round_id    TEXT PRIMARY KEY,
+        amounts     BIGINT[] NOT NULL,
+        grab_order  INT[] NOT NULL,
+        set_at      TIMESTAMPTZ NOT NULL DEFAULT now()
+    )
+    """,
 )
 
 ROUND_ID_PATTERN = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._:-]{0,127}$")
@@ -88,6 +97,47 @@ def check_client_seed(client_seed: str) -> str:
     if len(client_seed) > CLIENT_SEED_MAX_CHARS:
         raise InvalidArgument("CLIENT_SEED_TOO_LONG", f"client_seed must be at most {CLIENT_SEED_MAX_CHARS} characters")
     return client_seed
+
+
+def check_test_envelope(amounts: Sequence[int], grab_order: Sequence[int]) -> fair.Split:
+    """TEST ONLY: a forced split as SetTestEnvelope takes it, or INVALID_ARGUMENT TEST_ENVELOPE_INVALID."""
+    if len(amounts) < 2:
+        raise InvalidArgument("TEST_ENVELOPE_INVALID", f"a test envelope has at least 2 shares, got {len(amounts)}")
+    if min(amounts) < 1:
+        raise InvalidArgument("TEST_ENVELOPE_INVALID", f"every amount must be at least 1, got {min(amounts)}")
+    try:
+        # The limits of a derived split: at most MAX_SHARES shares, MAX_TOTAL_MINOR in all.
+        fair.check_envelope(sum(amounts), len(amounts), 1)
+    except fair.EnvelopeError as error:
+        raise InvalidArgument("TEST_ENVELOPE_INVALID", str(error)) from None
+    if sorted(grab_order) != list(range(len(amounts))):
+        raise InvalidArgument(
+            "TEST_ENVELOPE_INVALID",
+            f"grab_order must be a permutation of 0..{len(amounts) - 1}, got {list(grab_order)}",
+        )
+    return fair.Split(tuple(amounts), tuple(grab_order))
+
+
+def forced_split_mismatch(forced: fair.Split, total_minor: int, shares: int, min_minor: int) -> str | None:
+    """How a forced split differs from the split asked for (None when it fits)."""
+    differences = []
+    if forced.total_minor != total_minor:
+        differences.append(f"it totals {forced.total_minor}, the split asks for total_minor {total_minor}")
+    if len(forced.amounts) != shares:
+        differences.append(f"it has {len(forced.amounts)} shares, the split asks for {shares}")
+    if min(forced.amounts) < min_minor:
+        differences.append(f"its smallest share is {min(forced.amounts)}, below min_minor {min_minor}")
+    return "; ".join(differences) or None
+
+
+def _recorded_envelope(row: dict[str, Any]) -> tuple[Any, ...]:
+    """The (total_minor, shares, min_minor, client_seed) a round's envelope was split with."""
+    return (
+        row["envelope_total_minor"],
+        row["envelope_shares"],
+        row["envelope_min_minor"],
+        row["envelope_client_seed"],
+    )
 
 
 def stream_id(round_id: str) -> str:
@@ -197,6 +247,46 @@ class RngApp:
         row = await cur.fetchone()
         return tuple(row[0]) if row else None
 
+    async def set_test_envelope(self, round_id: str, amounts: Sequence[int], grab_order: Sequence[int]) -> fair.Split:
+        """TEST ONLY: the split the round's SplitEnvelope will return. FAILED_PRECONDITION unless enabled."""
+        if not self._test_decks:
+            raise FailedPrecondition(
+                "TEST_DECKS_DISABLED", "test envelopes are off: they exist only in an rng started for tests"
+            )
+        check_round_id(round_id)
+        forced = check_test_envelope(amounts, grab_order)
+        async with self._pool.connection() as conn, conn.transaction():
+            cur = await conn.execute("SELECT split_at FROM rng_rounds WHERE round_id = %s FOR UPDATE", (round_id,))
+            row = await cur.fetchone()
+            if row is not None and row[0] is not None:
+                raise FailedPrecondition("ROUND_ALREADY_SPLIT", f"round {round_id}'s envelope has been split")
+            await conn.execute(
+                "INSERT INTO rng_test_envelopes (round_id, amounts, grab_order) VALUES (%s, %s, %s)"
+                " ON CONFLICT (round_id) DO UPDATE"
+                " SET amounts = excluded.amounts, grab_order = excluded.grab_order, set_at = now()",
+                (round_id, list(forced.amounts), list(forced.grab_order)),
+            )
+        log.warning("TEST ENVELOPE set: this round will not verify", extra={"round_id": round_id})
+        return forced
+
+    async def _forced_split(
+        self, conn: psycopg.AsyncConnection, round_id: str, total_minor: int, shares: int, min_minor: int
+    ) -> fair.Split | None:
+        """TEST ONLY: the round's test envelope if there is one (and test decks are on), checked against the split."""
+        if not self._test_decks:
+            return None
+        cur = await conn.execute("SELECT amounts, grab_order FROM rng_test_envelopes WHERE round_id = %s", (round_id,))
+        row = await cur.fetchone()
+        if row is None:
+            return None
+        forced = fair.Split(tuple(row[0]), tuple(row[1]))
+        mismatch = forced_split_mismatch(forced, total_minor, shares, min_minor)
+        if mismatch is not None:
+            raise FailedPrecondition(
+                "TEST_ENVELOPE_MISMATCH", f"the test envelope of {round_id} does not fit: {mismatch}"
+            )
+        return forced
+
     async def split_envelope(
         self, round_id: str, total_minor: int, shares: int, min_minor: int, client_seed: str
     ) -> tuple[fair.Split, str]:
@@ -209,18 +299,18 @@ class RngApp:
         params = (total_minor, shares, min_minor, client_seed)
         async with self._pool.connection() as conn, conn.transaction():
             row = await self._row(conn, round_id, lock=True)
-            split = fair.split_envelope(row["server_seed"], round_id, client_seed, total_minor, shares, min_minor)
-            if row["split_at"] is not None:
-                recorded = (
-                    row["envelope_total_minor"],
-                    row["envelope_shares"],
-                    row["envelope_min_minor"],
-                    row["envelope_client_seed"],
+            already_split = row["split_at"] is not None
+            if already_split and _recorded_envelope(row) != params:
+                raise FailedPrecondition(
+                    "SPLIT_PARAMETERS_DIFFER", "this round's envelope was already split with other parameters"
                 )
-                if recorded != params:
-                    raise FailedPrecondition(
-                        "SPLIT_PARAMETERS_DIFFER", "this round's envelope was already split with other parameters"
-                    )
+            forced = await self._forced_split(conn, round_id, total_minor, shares, min_minor)
+            split = (
+                forced
+                if forced is not None
+                else fair.split_envelope(row["server_seed"], round_id, client_seed, total_minor, shares, min_minor)
+            )
+            if already_split:
                 return split, row["commitment"]
             self._require_open(row)
             await conn.execute(
@@ -237,6 +327,7 @@ class RngApp:
                 amounts=split.amounts,
                 grab_order=split.grab_order,
                 commitment=row["commitment"],
+                test_envelope=forced is not None,
             )
             await self._append(
                 conn,

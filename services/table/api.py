@@ -11,9 +11,10 @@ from niuniu.table.v1 import table_pb2, table_pb2_grpc
 
 from backbone.auth import Principal, Role, Tokens
 from backbone.errors import InvalidArgument
-from backbone.eventstore import EventStore
-from services.table.app import BetReceipt, TableApp, player_account, unix_ms, variant_of
+from backbone.eventstore import EventStore, StoredEvent
+from services.table.app import TableApp, variant_of
 from services.table.banker_api import BankerRpcs
+from services.table.common import BetReceipt, player_account, unix_ms
 from services.table.rules.money import JACKPOT_POOL
 from services.table.watch import Notifier, watch
 
@@ -71,6 +72,25 @@ class TableServicer(BankerRpcs, table_pb2_grpc.TableServicer):
     async def CancelBet(self, request: table_pb2.CancelBetRequest, context: Context) -> table_pb2.BetReceipt:
         return _receipt(await self._app.cancel_bet(self._who(context), request.table_id, request.bet_id))
 
+    async def ChangeBet(self, request: table_pb2.ChangeBetRequest, context: Context) -> table_pb2.BetReceipt:
+        receipt = await self._app.envelope.change_bet(
+            self._who(context), request.command_id, request.table_id, request.bet_id, request.amount_minor
+        )
+        return _receipt(receipt)
+
+    async def PlaceBid(self, request: table_pb2.PlaceBidRequest, context: Context) -> table_pb2.BidReceipt:
+        bid = await self._app.envelope.place_bid(
+            self._who(context), request.command_id, request.table_id, request.amount_minor, request.round_id
+        )
+        return table_pb2.BidReceipt(
+            bid_id=bid.bid_id,
+            round_id=bid.round_id,
+            amount_minor=bid.amount_minor,
+            hold_minor=bid.hold_minor,
+            status=bid.status,
+            replayed=bid.replayed,
+        )
+
     async def GetRound(self, request: table_pb2.GetRoundRequest, context: Context) -> table_pb2.RoundView:
         who = self._who(context)
         row = await self._app.round_row(request.round_id)
@@ -123,6 +143,9 @@ class TableServicer(BankerRpcs, table_pb2_grpc.TableServicer):
         variant = variant_of(table["variant"])
         config = variant.parse_config(table["config"])
         multiplier = variant.hold_multiplier(config)
+        bidding_closes = None
+        if current is not None and current["phase"] == "bidding":
+            bidding_closes = await self._app.envelope.bidding_closes_at(current["round_id"])
         return table_pb2.TableInfo(
             table_id=table_id,
             variant=table["variant"],
@@ -134,6 +157,7 @@ class TableServicer(BankerRpcs, table_pb2_grpc.TableServicer):
             betting_closes_at_unix_ms=unix_ms(current["betting_closes_at"]) if current else 0,
             areas=variant.areas,
             hold_multiplier=str(multiplier) if multiplier.denominator == 1 else f"{float(multiplier):g}",
+            bidding_closes_at_unix_ms=unix_ms(bidding_closes),
         )
 
     async def _round_view(self, who: Principal, row: dict[str, Any]) -> table_pb2.RoundView:
@@ -141,6 +165,7 @@ class TableServicer(BankerRpcs, table_pb2_grpc.TableServicer):
             events = await self._store.read_correlated(conn, row["round_id"])
         hands = []
         settled = ev.RoundSettled()
+        envelope = EnvelopeFacts()
         for event in events:
             if event.event_type == "table.hand_revealed":
                 hand = ev.HandRevealed()
@@ -148,6 +173,8 @@ class TableServicer(BankerRpcs, table_pb2_grpc.TableServicer):
                 hands.append(hand)
             elif event.event_type == "table.round_settled":
                 event.unpack(settled)
+            else:
+                envelope.fold(event)
         bets = await self._app.round_bets(row["round_id"])
         totals: dict[str, int] = {}
         for bet in bets:
@@ -184,11 +211,53 @@ class TableServicer(BankerRpcs, table_pb2_grpc.TableServicer):
             area_odds=settled.area_odds,
             variant=await self._variant_of_table(row["table_id"]),
             config=row["config"],
+            dealer=envelope.dealer,
+            dealer_pool_minor=envelope.pool_minor,
+            highest_bid_minor=envelope.highest_bid_minor,
+            grabs=envelope.grabs,
+            envelope_total_minor=envelope.total_minor,
+            redeal_of=envelope.redeal_of,
+            void_reason=row["void_reason"] or "",
         )
 
     async def _variant_of_table(self, table_id: str) -> str:
         table, _ = await self._app.get_table(table_id)
         return str(table["variant"])
+
+
+class EnvelopeFacts:
+    """A red-envelope round's public facts, from its events: bids, dealer, the grabs revealed so far."""
+
+    def __init__(self) -> None:
+        self.dealer = ""
+        self.pool_minor = 0
+        self.highest_bid_minor = 0
+        self.total_minor = 0
+        self.redeal_of = ""
+        self.grabs: list[ev.EnvelopeGrabbed] = []
+
+    def fold(self, event: StoredEvent) -> None:
+        kind = event.event_type
+        if kind == "table.round_opened":
+            opened = ev.RoundOpened()
+            event.unpack(opened)
+            self.redeal_of = opened.redeal_of
+        elif kind == "table.bid_placed":
+            bid = ev.BidPlaced()
+            event.unpack(bid)
+            self.highest_bid_minor = max(self.highest_bid_minor, bid.amount_minor)
+        elif kind == "table.dealer_chosen":
+            chosen = ev.DealerChosen()
+            event.unpack(chosen)
+            self.dealer, self.pool_minor = chosen.dealer, chosen.dealer_pool_minor
+        elif kind == "table.envelope_sent":
+            sent = ev.EnvelopeSent()
+            event.unpack(sent)
+            self.total_minor = sent.total_minor
+        elif kind == "table.envelope_grabbed":
+            grab = ev.EnvelopeGrabbed()
+            event.unpack(grab)
+            self.grabs.append(grab)
 
 
 def _receipt(receipt: BetReceipt) -> table_pb2.BetReceipt:

@@ -14,8 +14,7 @@ import contextlib
 import json
 import logging
 import re
-from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
+from collections.abc import Callable, Mapping
 from datetime import UTC, datetime, timedelta
 from fractions import Fraction
 from typing import Any
@@ -23,7 +22,7 @@ from typing import Any
 import psycopg
 from google.protobuf.message import Message
 from niuniu.table.v1 import events_pb2 as ev
-from prometheus_client import Counter, Histogram
+from prometheus_client import Counter
 from psycopg.rows import dict_row
 from psycopg_pool import AsyncConnectionPool
 
@@ -32,6 +31,20 @@ from backbone.errors import AlreadyExists, DomainError, FailedPrecondition, Inva
 from backbone.eventstore import EventStore, NewEvent
 from services.table.baibian import annotate_dealt
 from services.table.banker import BankerSeats
+from services.table.common import (
+    COMMAND_ID,
+    MAX_STAKE_MINOR,
+    ROUNDS,
+    SETTLEMENT_SECONDS,
+    BetReceipt,
+    Phase,
+    bet_stream,
+    player_account,
+    settlement_event,
+    table_stream,
+    unix_ms,
+)
+from services.table.envelope import EnvelopeRounds, OneBetPerRound, default_limits, is_envelope
 from services.table.jackpot import JackpotPool, PoolView
 from services.table.ports import RngPort, WalletPort
 from services.table.rules._config import ConfigError
@@ -42,8 +55,6 @@ from services.table.variants import VARIANTS, SeatHand, TableBet, Variant, decim
 log = logging.getLogger(__name__)
 
 TABLE_ID = re.compile(r"^[a-z0-9][a-z0-9-]{0,63}$")
-COMMAND_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._:-]{0,127}$")
-MAX_STAKE_MINOR = 10**13
 HOLD_GRACE = timedelta(hours=1)
 SEED_REVEAL_PATIENCE = timedelta(seconds=30)
 OVERDUE_REVEALS_PER_STEP = 3
@@ -58,62 +69,17 @@ DEFAULT_LIMITS = ev.TableLimits(
     pause_between_rounds_ms=3_000,
 )
 
-ROUNDS = Counter("niuniu_table_rounds_total", "Rounds ended, by variant and outcome.", ["variant", "outcome"])
 BETS = Counter("niuniu_table_bets_total", "Bets accepted, by variant and area.", ["variant", "area"])
 BET_STAKES = Counter("niuniu_table_bet_stake_minor_total", "Minor units staked, by variant.", ["variant"])
 BETS_REFUSED = Counter("niuniu_table_bets_refused_total", "Bets refused, by reason.", ["reason"])
-SETTLEMENT_SECONDS = Histogram(
-    "niuniu_table_settlement_seconds",
-    "From the last reveal to the settlement event committed.",
-    ["variant"],
-    buckets=(0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5),
-)
 
 
 class WindowClosed(FailedPrecondition):
     """The betting window closed between the checks and the recording of a bet."""
 
 
-class Phase:
-    BETTING = "betting"
-    DEALING = "dealing"
-    REVEALING = "revealing"
-    SETTLING = "settling"
-    SETTLED = "settled"
-    VOIDED = "voided"
-    ENDED = (SETTLED, VOIDED)
-
-
-@dataclass(frozen=True, slots=True)
-class BetReceipt:
-    bet_id: str
-    round_id: str
-    area: str
-    stake_minor: int
-    hold_minor: int
-    status: str
-    replayed: bool
-
-
 def utc_now() -> datetime:
     return datetime.now(UTC)
-
-
-def unix_ms(moment: datetime | None) -> int:
-    return int(moment.timestamp() * 1000) if moment else 0
-
-
-def player_account(who: Principal) -> str:
-    """The wallet account a player bets from (the same name the ledger journals)."""
-    return f"player:{who.subject}"
-
-
-def table_stream(table_id: str) -> str:
-    return f"table-{table_id}"
-
-
-def bet_stream(table_id: str, bet_id: str) -> str:
-    return f"table-{table_id}.bet-{bet_id}"
 
 
 def check_limits(limits: ev.TableLimits) -> ev.TableLimits:
@@ -174,6 +140,7 @@ class TableApp:
         self._notify = notify
         self.jackpot = JackpotPool(wallet)
         self.banker = BankerSeats(pool, store, wallet, clock=clock, notify=notify)
+        self.envelope = EnvelopeRounds(self, pool, store, wallet, rng, clock=clock)
 
     # ------------------------------------------------------------------ tables
 
@@ -185,7 +152,7 @@ class TableApp:
             raise InvalidArgument("TABLE_ID_MALFORMED", "table_id must be 1-64 of a-z, 0-9 and '-'")
         variant = variant_of(variant_name)
         settings = parse_config(variant, config)
-        checked = check_limits(limits)
+        checked = check_limits(default_limits(variant, limits))
         async with self._pool.connection() as conn, conn.transaction():
             cur = await conn.execute(
                 "INSERT INTO tables (table_id, variant, config, limits, config_version) VALUES (%s, %s, %s, %s, 1)"
@@ -216,7 +183,7 @@ class TableApp:
             table = await self._table(conn, table_id, lock=True)
             variant = variant_of(table["variant"])
             settings = parse_config(variant, config)
-            checked = check_limits(limits)
+            checked = check_limits(default_limits(variant, limits))
             version = table["config_version"] + 1
             await conn.execute(
                 "UPDATE tables SET config = %s, limits = %s, config_version = %s WHERE table_id = %s",
@@ -302,6 +269,7 @@ class TableApp:
             await self.banker.check_bet(
                 conn, variant.variant_id, config, current["round_id"], player_account(who), amount_minor
             )
+            await self.envelope.check_bet(conn, variant.variant_id, current["round_id"], player_account(who))
             hold = variant.hold_minor(amount_minor, config)
         hold_id = f"bet.{command_id}"
         expires = current["betting_closes_at"] + HOLD_GRACE
@@ -317,9 +285,10 @@ class TableApp:
             raise
         try:
             receipt = await self._record_bet(who, command_id, table_id, current, area, amount_minor, hold, hold_id)
-        except WindowClosed:
-            # The window closed while the wallet held: release the hold. (A bet that lost a
-            # race with the same command id keeps the hold: it belongs to the recorded bet.)
+        except (WindowClosed, OneBetPerRound):
+            # The window closed while the wallet held, or the player's other bet of the round won
+            # a race: release the hold. (A bet that lost a race with the same command id keeps
+            # the hold: it belongs to the recorded bet.)
             await self._wallet.void_hold(hold_id)
             raise
         BETS.labels(variant.variant_id, area).inc()
@@ -393,7 +362,8 @@ class TableApp:
             )
             if cur.rowcount == 0:  # the same command raced itself: the first one won
                 existing = await self._bet(conn, command_id)
-                assert existing is not None
+                if existing is None:  # no: a red-envelope player's other bet (one per round) won
+                    raise OneBetPerRound("ALREADY_BET", "you have bet this round: change that bet with ChangeBet")
                 return self._replay(existing, who, table_id, area, amount)
             await self.banker.reserve(conn, round_id, player_account(who), amount, hold_id)  # banked tables' cap
             placed = ev.BetPlaced(
@@ -492,34 +462,47 @@ class TableApp:
                     return 0.2
             await self._reveal_overdue_seeds(table_id, current)
             pause = timedelta(milliseconds=ev.TableLimits.FromString(table["limits"]).pause_between_rounds_ms)
+            if await self.envelope.redeal_of(table):
+                pause = timedelta(0)  # a re-deal follows its voided round at once
             if current is not None and now < current["ended_at"] + pause:
                 return float((current["ended_at"] + pause - now).total_seconds())
             await self._open_round(table, fencing_token)
             return 0.0
         phase = current["phase"]
-        if phase == Phase.BETTING:
+        envelope = is_envelope(table["variant"])
+        if phase == Phase.BIDDING:
+            closes = await self.envelope.bidding_closes_at(current["round_id"])
+            if closes is not None and now < closes:
+                return float((closes - now).total_seconds())
+            await self.envelope.close_bidding(current)
+        elif phase == Phase.BETTING:
             if now < current["betting_closes_at"]:
                 return float((current["betting_closes_at"] - now).total_seconds())
             await self._close_betting(current)
         elif phase == Phase.DEALING:
-            await self._deal(table, current)
+            await (self.envelope.send(current) if envelope else self._deal(table, current))
         elif phase == Phase.REVEALING:
             if current["next_step_at"] is not None and now < current["next_step_at"]:
                 return float((current["next_step_at"] - now).total_seconds())
-            await self._reveal_next(table, current)
+            await (self.envelope.grab_next(current) if envelope else self._reveal_next(table, current))
         elif phase == Phase.SETTLING:
-            await self._settle(table, current)
+            await (self.envelope.settle(current) if envelope else self._settle(table, current))
         return 0.0
 
     async def _open_round(self, table: dict[str, Any], fencing_token: int) -> None:
         table_id = table["table_id"]
         round_no = table["round_no"] + 1
         round_id = f"{table_id}-r{round_no}"
-        commitment = await self._rng.commit(round_id)  # idempotent: a retry after a crash gets the same one
+        envelope = is_envelope(table["variant"])
+        # Idempotent: a retry after a crash gets the same commitment.
+        commitment = await self._rng.commit(round_id, "envelope" if envelope else "deck")
         banker = await self.banker.prepare_round(table, round_id)  # banked variants: seat and hold the banker
+        redeal_of = await self.envelope.redeal_of(table)
         now = self._clock()
         limits = ev.TableLimits.FromString(table["limits"])
         closes = now + timedelta(seconds=limits.betting_seconds)
+        if envelope:  # the dealer bidding window comes first
+            bidding_closes, closes = self.envelope.windows(self.envelope.config(table["config"]), limits, now)
         async with self._pool.connection() as conn, conn.transaction():
             locked = await self._table(conn, table_id, lock=True)
             if locked["round_no"] != table["round_no"]:
@@ -531,7 +514,7 @@ class TableApp:
                     round_id,
                     table_id,
                     round_no,
-                    Phase.BETTING,
+                    Phase.BIDDING if envelope else Phase.BETTING,
                     commitment,
                     json.dumps(locked["config"]),
                     locked["limits"],
@@ -555,6 +538,8 @@ class TableApp:
                 fencing_token=fencing_token,
             )
             self.banker.stamp_opened(opened, banker)
+            if envelope:
+                await self.envelope.opened(conn, table_id, round_id, bidding_closes, redeal_of, opened)
             await self._append_table(conn, table_id, "table.round_opened", opened, correlation_id=round_id)
         self._notify_table(table_id)
 
@@ -718,6 +703,8 @@ class TableApp:
                 table_id=table_id, round_id=round_id, reason=reason, hold_ids=[b["hold_id"] for b in bets]
             )
             await self.banker.fund_void(conn, round_id, voided)
+            if is_envelope(table["variant"]):
+                await self.envelope.fund_void(conn, round_id, voided)
             await self._append_table(conn, table_id, "table.round_voided", voided, correlation_id=round_id)
         ROUNDS.labels(table["variant"], "voided").inc()
         self._notify_table(table_id)
@@ -815,51 +802,6 @@ class TableApp:
     def _notify_table(self, table_id: str) -> None:
         if self._notify is not None:
             self._notify(table_id)
-
-
-def settlement_event(
-    table_id: str,
-    round_id: str,
-    variant: str,
-    settlement: Settlement,
-    bets: Sequence[Mapping[str, Any]],
-    area_odds: Mapping[str, str] | None = None,
-) -> ev.RoundSettled:
-    """The wallet's contract: every transfer, the hold it is paid from, and every hold of the round."""
-    holds = {b["bet_id"]: b["hold_id"] for b in bets}
-    players = {b["bet_id"]: b["player"] for b in bets}
-    transfers = [
-        ev.SettlementTransfer(
-            payer=t.payer,
-            payee=t.payee,
-            amount_minor=t.amount_minor,
-            kind=str(t.kind),
-            bet_id=t.bet_id or "",
-            hold_id=holds[t.bet_id] if t.bet_id and players.get(t.bet_id) == t.payer else "",
-        )
-        for t in settlement.transfers
-    ]
-    outcomes = [
-        ev.BetOutcome(
-            bet_id=r.bet_id,
-            player=r.player,
-            area=r.area,
-            stake_minor=r.stake_minor,
-            outcome=str(r.outcome),
-            net_minor=r.net_minor,
-            hold_id=holds[r.bet_id],
-            odds=(area_odds or {}).get(r.area, ""),
-        )
-        for r in settlement.bets
-    ]
-    return ev.RoundSettled(
-        table_id=table_id,
-        round_id=round_id,
-        variant=variant,
-        bets=outcomes,
-        transfers=transfers,
-        hold_ids=[b["hold_id"] for b in bets],
-    )
 
 
 def _decimal(value: Fraction) -> str:

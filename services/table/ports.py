@@ -43,6 +43,9 @@ class WalletPort(Protocol):
 
     async def void_hold(self, hold_id: str) -> None: ...
 
+    async def resize_hold(self, resize_id: str, hold_id: str, amount_minor: int) -> None:
+        """Change an open hold's amount (idempotent by ``resize_id``)."""
+
     async def balance_minor(self, account: str) -> int:
         """The account's available balance now (system accounts hold nothing)."""
 
@@ -51,9 +54,14 @@ class WalletPort(Protocol):
 
 
 class RngPort(Protocol):
-    async def commit(self, round_id: str) -> str: ...
+    async def commit(self, round_id: str, purpose: str = "deck") -> str: ...
 
     async def draw(self, round_id: str, deck_size: int, client_seed: str) -> list[str]: ...
+
+    async def split_envelope(
+        self, round_id: str, total_minor: int, shares: int, min_minor: int, client_seed: str
+    ) -> tuple[list[int], list[int]]:
+        """(amounts in draw order, the participant position each goes to)."""
 
     async def reveal(self, round_id: str) -> RevealedSeed: ...
 
@@ -107,6 +115,13 @@ class GrpcWallet:
         except grpc.aio.AioRpcError as error:
             raise translate(error, "wallet") from None
 
+    async def resize_hold(self, resize_id: str, hold_id: str, amount_minor: int) -> None:
+        request = wallet_pb2.ResizeHoldRequest(resize_id=resize_id, hold_id=hold_id, amount_minor=amount_minor)
+        try:
+            await self._stub.ResizeHold(request, metadata=self._metadata, timeout=CALL_TIMEOUT_S)
+        except grpc.aio.AioRpcError as error:
+            raise translate(error, "wallet") from None
+
     async def balance_minor(self, account: str) -> int:
         try:
             reply = await self._stub.GetBalance(
@@ -133,10 +148,10 @@ class GrpcRng:
         self._stub = rng_pb2_grpc.RngStub(channel)
         self._metadata = bearer(tokens.service_token("table"))
 
-    async def commit(self, round_id: str) -> str:
+    async def commit(self, round_id: str, purpose: str = "deck") -> str:
         try:
             reply = await self._stub.Commit(
-                rng_pb2.CommitRequest(round_id=round_id, purpose="deck"),
+                rng_pb2.CommitRequest(round_id=round_id, purpose=purpose),
                 metadata=self._metadata,
                 timeout=CALL_TIMEOUT_S,
             )
@@ -151,6 +166,18 @@ class GrpcRng:
         except grpc.aio.AioRpcError as error:
             raise translate(error, "rng") from None
         return list(reply.cards)
+
+    async def split_envelope(
+        self, round_id: str, total_minor: int, shares: int, min_minor: int, client_seed: str
+    ) -> tuple[list[int], list[int]]:
+        request = rng_pb2.SplitEnvelopeRequest(
+            round_id=round_id, total_minor=total_minor, shares=shares, min_minor=min_minor, client_seed=client_seed
+        )
+        try:
+            reply = await self._stub.SplitEnvelope(request, metadata=self._metadata, timeout=CALL_TIMEOUT_S)
+        except grpc.aio.AioRpcError as error:
+            raise translate(error, "rng") from None
+        return list(reply.amounts), list(reply.grab_order)
 
     async def reveal(self, round_id: str) -> RevealedSeed:
         try:

@@ -24,7 +24,7 @@ from redis.asyncio import Redis
 
 from backbone.auth import Principal
 from backbone.eventstore import StoredEvent, stored_event
-from services.table.app import player_account, table_stream
+from services.table.common import player_account, table_stream
 
 log = logging.getLogger(__name__)
 
@@ -156,6 +156,39 @@ class WatchState:
             made.append({"my_bet_cancelled": cancelled})
         made.append({"area_totals": table_pb2.AreaTotals(totals_minor=self.totals, bets=self.bets)})
         return made
+
+    def _bet_changed(self, event: StoredEvent) -> list[dict[str, Any]]:
+        changed = ev.BetChanged()
+        event.unpack(changed)
+        area, stake = self.stakes.get(changed.bet_id, (changed.area, changed.previous_stake_minor))
+        self.totals[area] += changed.stake_minor - stake
+        self.stakes[changed.bet_id] = (area, changed.stake_minor)
+        made: list[dict[str, Any]] = []
+        if changed.player == self.watcher:
+            made.append({"my_bet_changed": changed})
+        made.append({"area_totals": table_pb2.AreaTotals(totals_minor=self.totals, bets=self.bets)})
+        return made
+
+    def _bid_placed(self, event: StoredEvent) -> list[dict[str, Any]]:
+        bid = ev.BidPlaced()
+        event.unpack(bid)  # bids are public: everyone sees the amount to beat
+        return [{"bid_placed": bid}]
+
+    def _dealer_chosen(self, event: StoredEvent) -> list[dict[str, Any]]:
+        chosen = ev.DealerChosen()
+        event.unpack(chosen)
+        phase = table_pb2.PhaseChanged(phase="betting", deadline_unix_ms=chosen.betting_closes_at_unix_ms)
+        return [{"phase_changed": phase}, {"dealer_chosen": chosen}]
+
+    def _envelope_sent(self, event: StoredEvent) -> list[dict[str, Any]]:
+        sent = ev.EnvelopeSent()
+        event.unpack(sent)  # who takes part and the total; each amount only in its grab
+        return [{"phase_changed": table_pb2.PhaseChanged(phase="revealing")}, {"envelope_sent": sent}]
+
+    def _envelope_grabbed(self, event: StoredEvent) -> list[dict[str, Any]]:
+        grabbed = ev.EnvelopeGrabbed()
+        event.unpack(grabbed)
+        return [{"envelope_grabbed": grabbed}]
 
     def _betting_closed(self, event: StoredEvent) -> list[dict[str, Any]]:
         return [{"phase_changed": table_pb2.PhaseChanged(phase="dealing")}]

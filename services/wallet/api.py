@@ -2,7 +2,7 @@
 
 Who may call what is decided here, in one place per RPC (see wallet.proto):
 players reach only their own account; admin and auditor any account (auditor only
-reads); holds are placed and resolved only by the table service (or an admin).
+reads); holds are placed, resized and resolved only by the table service (or an admin).
 Domain errors become status codes in backbone.grpcserver's interceptor.
 """
 
@@ -18,7 +18,7 @@ from backbone.auth import Principal, Role, require
 from backbone.errors import InvalidArgument, PermissionDenied
 from services.wallet import domain, repo
 from services.wallet.app import WalletApp
-from services.wallet.domain import AccountState, Hold, HoldRequest, LimitKind, ResponsiblePlay
+from services.wallet.domain import AccountState, Hold, HoldRequest, LimitKind, ResizeRequest, ResponsiblePlay
 
 Context = grpc.aio.ServicerContext[Any, Any]
 
@@ -71,7 +71,7 @@ def hold_pb(h: Hold) -> pb.Hold:
     return pb.Hold(
         hold_id=q.hold_id,
         account=q.account,
-        amount_minor=q.amount_minor,
+        amount_minor=h.amount_minor,
         reason=q.reason,
         round_id=q.round_id,
         expires_at_unix_ms=domain.to_ms(h.expires_at),
@@ -199,6 +199,11 @@ class WalletServicer(wallet_pb2_grpc.WalletServicer):
     async def VoidHold(self, request: pb.VoidHoldRequest, context: Context) -> pb.HoldResult:
         self._hold_caller(context)
         decision = await self._app.void_hold(request.hold_id)
+        return pb.HoldResult(hold=hold_pb(decision.hold), replayed=decision.replayed)
+
+    async def ResizeHold(self, request: pb.ResizeHoldRequest, context: Context) -> pb.HoldResult:
+        self._hold_caller(context)
+        decision = await self._app.resize_hold(ResizeRequest(request.resize_id, request.hold_id, request.amount_minor))
         return pb.HoldResult(hold=hold_pb(decision.hold), replayed=decision.replayed)
 
     async def GetHold(self, request: pb.GetHoldRequest, context: Context) -> pb.Hold:

@@ -35,6 +35,7 @@ from services.wallet.domain import (
     Hold,
     HoldRequest,
     LimitKind,
+    ResizeRequest,
     ResponsiblePlay,
     SettlementCommand,
     SettlementRejected,
@@ -297,6 +298,37 @@ class WalletApp:
         if not decision.replayed:
             metrics.HOLDS_PLACED.inc()
             metrics.HOLDS_OPEN.inc()
+        return decision
+
+    async def resize_hold(self, request: ResizeRequest) -> Decision:
+        domain.check_resize_request(request)
+
+        async def work(conn: psycopg.AsyncConnection) -> Decision:
+            found = await repo.hold(conn, request.hold_id)
+            if found is None:
+                raise NotFound("HOLD_NOT_FOUND", f"no hold {request.hold_id}")
+            locked = await self._lock(conn, [found.account])
+            target = locked[found.account]
+            hold = await repo.hold(conn, request.hold_id, lock=True)
+            assert hold is not None
+            existing = await repo.hold_resize(conn, request.resize_id)
+            now = self.clock()
+            play = ResponsiblePlay() if existing else await self._play(conn, hold.account, now)
+            decision = domain.decide_resize(request, existing, hold, target.state, play, now)
+            if decision.replayed:
+                return decision
+            assert decision.resize is not None
+            domain.apply_movements({hold.account: target.state}, decision.movements)
+            await repo.save_resize(conn, decision.hold, decision.resize)
+            await repo.save_movements(conn, decision.movements, "resize", now)
+            event = events.hold_resized(decision.hold, decision.resize, decision.movements)
+            await self._append_account(conn, target, [event])
+            return decision
+
+        decision = await self._transaction(work)
+        if decision.resize is not None:
+            change = decision.resize.request.amount_minor - decision.resize.previous_minor
+            metrics.HOLDS_RESIZED.labels("up" if change > 0 else "down" if change < 0 else "same").inc()
         return decision
 
     async def post_hold(self, hold_id: str, postings: list[tuple[str, int]]) -> Decision:

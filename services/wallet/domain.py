@@ -4,7 +4,8 @@ Money is integer minor units. Every movement is a balanced set of legs on
 (account, bucket) pairs; a hold (TigerBeetle's pending transfer) moves money from
 an account's available bucket to its held bucket, and is resolved exactly once by
 a post (all or part of it paid out, the rest released), a void or an expiry.
-Invariants are checked when a hold is placed, so resolving it can never break them.
+Invariants are checked when a hold is placed (or resized), so resolving it can never
+break them.
 
 The deciders take the loaded state and the time, and return what to save; they
 raise ``DomainError`` subclasses for operating errors (bad input, short funds) and
@@ -413,6 +414,9 @@ class Hold:
     resolved_at: datetime | None = None
     resolved_by: str = ""
     postings: tuple[tuple[str, int], ...] = ()
+    # The amount the last ResizeHold set; None while the hold holds what was placed. The
+    # request keeps the placed amount: a repeat of PlaceHold is compared with it.
+    resized_minor: int | None = None
 
     @property
     def hold_id(self) -> str:
@@ -424,7 +428,8 @@ class Hold:
 
     @property
     def amount_minor(self) -> int:
-        return self.request.amount_minor
+        """What the hold holds now (posted and released from when it is resolved)."""
+        return self.request.amount_minor if self.resized_minor is None else self.resized_minor
 
     def resolve(
         self, status: HoldStatus, posted_minor: int, now: datetime, by: str, postings: tuple[tuple[str, int], ...] = ()
@@ -455,12 +460,29 @@ def check_hold_request(request: HoldRequest) -> HoldRequest:
 
 
 @dataclass(frozen=True, slots=True)
+class ResizeRequest:
+    resize_id: str
+    hold_id: str
+    amount_minor: int
+
+
+@dataclass(frozen=True, slots=True)
+class Resize:
+    """One ResizeHold as recorded: the hold went from ``previous_minor`` to ``request.amount_minor``."""
+
+    request: ResizeRequest
+    previous_minor: int
+    resized_at: datetime
+
+
+@dataclass(frozen=True, slots=True)
 class Decision:
     """What a command decided: the hold as it now is, the movements to save, and whether it was a repeat."""
 
     hold: Hold
     movements: tuple[Movement, ...] = ()
     replayed: bool = False
+    resize: Resize | None = None  # ResizeHold: the record to save with the movement
 
 
 def decide_place_hold(
@@ -489,6 +511,59 @@ def decide_place_hold(
         hold_id=request.hold_id,
     )
     return Decision(Hold(request, expires_at, now), (movement,))
+
+
+def check_resize_request(request: ResizeRequest) -> ResizeRequest:
+    check_id(request.resize_id, "RESIZE_ID")
+    check_id(request.hold_id, "HOLD_ID")
+    check_amount(request.amount_minor)
+    return request
+
+
+def decide_resize(
+    request: ResizeRequest,
+    existing: Resize | None,
+    hold: Hold,
+    account: AccountState,
+    play: ResponsiblePlay,
+    now: datetime,
+) -> Decision:
+    """Change an open hold's amount: a larger hold takes the difference from the available
+    balance (with PlaceHold's checks on the increase), a smaller one releases it. A repeat of
+    the same resize answers with the hold as it is now."""
+    if existing is not None:
+        if existing.request != request:
+            raise AlreadyExists("RESIZE_ID_REUSED", f"resize {request.resize_id} was made with other fields")
+        return Decision(hold, replayed=True)
+    assert hold.hold_id == request.hold_id and hold.account == account.account
+    if hold.status is not HoldStatus.OPEN:
+        raise FailedPrecondition("HOLD_NOT_OPEN", f"hold {hold.hold_id} is {hold.status.value}")
+    if now >= hold.expires_at:  # as good as expired, whether or not the sweeper has run yet
+        raise FailedPrecondition("HOLD_NOT_OPEN", f"hold {hold.hold_id} expired at {hold.expires_at.isoformat()}")
+    change = request.amount_minor - hold.amount_minor
+    if change > 0:
+        check_may_hold(play, account, change, now)
+        if account.available_minor < change:
+            raise FailedPrecondition(
+                "INSUFFICIENT_FUNDS",
+                f"{account.account} has {account.available_minor} available, the larger hold needs {change} more",
+            )
+    movements: tuple[Movement, ...] = ()
+    if change:
+        available, held = (hold.account, Bucket.AVAILABLE), (hold.account, Bucket.HELD)
+        movements = (
+            transfer(
+                f"resize:{request.resize_id}",
+                "hold_resize",
+                available if change > 0 else held,
+                held if change > 0 else available,
+                abs(change),
+                round_id=hold.request.round_id,
+                hold_id=hold.hold_id,
+            ),
+        )
+    resized = replace(hold, resized_minor=request.amount_minor)
+    return Decision(resized, movements, resize=Resize(request, hold.amount_minor, now))
 
 
 def check_postings(hold_account: str, postings: Sequence[tuple[str, int]]) -> tuple[tuple[str, int], ...]:
@@ -646,8 +721,9 @@ def decide_settlement(
     _reject_unless(not (command.voided and command.transfers), "PAYLOAD_INVALID", "a voided round moves no money")
     movements: list[Movement] = []
     taken: dict[str, int] = defaultdict(int)
+    credited: dict[str, int] = defaultdict(int)
     for i, t in enumerate(command.transfers):
-        movements.append(_settlement_transfer(command, i, t, accounts, holds, taken))
+        movements.append(_settlement_transfer(command, i, t, accounts, holds, taken, credited))
     resolved: list[Hold] = []
     posted: list[str] = []
     voided: list[str] = []
@@ -694,7 +770,10 @@ def _settlement_transfer(
     accounts: Mapping[str, AccountState],
     holds: Mapping[str, Hold],
     taken: dict[str, int],
+    credited: dict[str, int],
 ) -> Movement:
+    """One transfer's movement. ``taken``: what earlier transfers drew from each hold;
+    ``credited``: what earlier transfers paid each account, less what it paid on without a hold."""
     where = f"transfer {index}"
     _reject_unless(0 < t.amount_minor <= MAX_AMOUNT_MINOR, "AMOUNT_INVALID", f"{where}: amount {t.amount_minor}")
     _reject_unless(0 < len(t.kind) <= MAX_KIND_CHARS, "KIND_INVALID", f"{where}: kind {t.kind!r:.80}")
@@ -702,7 +781,17 @@ def _settlement_transfer(
     payer = _settlement_account(accounts, t.payer)
     _settlement_account(accounts, t.payee)
     if not t.hold_id:
-        _reject_unless(payer.kind is AccountKind.SYSTEM, "PAYER_NOT_SYSTEM", f"{where}: {t.payer} must pay from a hold")
+        # A player pays without a hold only out of what this settlement paid it before (a
+        # red-envelope dealer paying winners past its pool from the losers' payments), so a
+        # settlement never spends a player's own free balance.
+        if payer.kind is not AccountKind.SYSTEM:
+            _reject_unless(
+                t.amount_minor <= credited[t.payer],
+                "PAYER_NOT_SYSTEM",
+                f"{where}: {t.payer} must pay from a hold or from what this settlement paid it before"
+                f" ({credited[t.payer]} of that left, {t.amount_minor} to pay)",
+            )
+            credited[t.payer] -= t.amount_minor
         source = (t.payer, Bucket.AVAILABLE)
     else:
         hold = holds.get(t.hold_id)
@@ -720,6 +809,7 @@ def _settlement_transfer(
             f"{where}: hold {t.hold_id} of {hold.amount_minor} cannot cover {taken[t.hold_id]}",
         )
         source = (t.payer, Bucket.HELD)
+    credited[t.payee] += t.amount_minor
     return transfer(
         f"settle:{command.round_id}:{index}",
         t.kind,

@@ -7,13 +7,14 @@ from collections.abc import Iterable
 from niuniu.wallet.v1 import events_pb2 as pb
 
 from backbone.eventstore import NewEvent
-from services.wallet.domain import Bucket, Hold, LimitSetting, Movement, SettlementPlan, to_ms
+from services.wallet.domain import Bucket, Hold, LimitSetting, Movement, Resize, SettlementPlan, to_ms
 
 ACCOUNT_OPENED = "wallet.account_opened"
 DEPOSITED = "wallet.deposited"
 WITHDRAWN = "wallet.withdrawn"
 HOLD_PLACED = "wallet.hold_placed"
 HOLD_POSTED = "wallet.hold_posted"
+HOLD_RESIZED = "wallet.hold_resized"
 HOLD_VOIDED = "wallet.hold_voided"
 ROUND_SETTLEMENT_APPLIED = "wallet.round_settlement_applied"
 ROUND_SETTLEMENT_REJECTED = "wallet.round_settlement_rejected"
@@ -68,6 +69,21 @@ def hold_placed(h: Hold, m: Movement) -> NewEvent:
         movement=movement(m),
     )
     return NewEvent(HOLD_PLACED, payload, q.round_id or q.hold_id, causation_id=q.hold_id)
+
+
+def hold_resized(h: Hold, resize: Resize, movements: Iterable[Movement]) -> NewEvent:
+    """HoldResized; without a movement when the amount did not change."""
+    ms = [movement(m) for m in movements]
+    assert len(ms) <= 1
+    q = resize.request
+    payload = pb.HoldResized(
+        hold_id=q.hold_id,
+        resize_id=q.resize_id,
+        previous_minor=resize.previous_minor,
+        amount_minor=q.amount_minor,
+        movement=ms[0] if ms else None,
+    )
+    return NewEvent(HOLD_RESIZED, payload, h.request.round_id or h.hold_id, causation_id=q.resize_id)
 
 
 def hold_resolved(h: Hold, movements: Iterable[Movement]) -> NewEvent:

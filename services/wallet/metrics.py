@@ -14,6 +14,11 @@ HOLD_AGE_SECONDS = Histogram(
     buckets=(0.1, 0.5, 1, 5, 15, 30, 60, 120, 300, 900, 3600, 4 * 3600, 24 * 3600),
 )
 HOLDS_PLACED = Counter("niuniu_wallet_holds_placed_total", "Holds placed.")
+HOLDS_RESIZED = Counter(
+    "niuniu_wallet_holds_resized_total",
+    "Open holds resized by ResizeHold, by direction (up, down, same); repeats are not counted.",
+    ["direction"],
+)
 HOLDS_POSTED = Counter("niuniu_wallet_holds_posted_total", "Holds posted (all or part), by PostHold or a settlement.")
 HOLDS_VOIDED = Counter("niuniu_wallet_holds_voided_total", "Holds released whole, by VoidHold or a settlement.")
 HOLDS_EXPIRED = Counter("niuniu_wallet_holds_expired_total", "Holds released by the sweeper at their expiry.")

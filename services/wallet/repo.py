@@ -30,6 +30,8 @@ from services.wallet.domain import (
     LimitKind,
     LimitSetting,
     Movement,
+    Resize,
+    ResizeRequest,
     net_by_account,
 )
 
@@ -71,11 +73,25 @@ SCHEMA = (
         released_minor           BIGINT NOT NULL DEFAULT 0,
         resolved_at              TIMESTAMPTZ,
         resolved_by              TEXT NOT NULL DEFAULT '',
-        postings                 JSONB NOT NULL DEFAULT '[]'
+        postings                 JSONB NOT NULL DEFAULT '[]',
+        resized_minor            BIGINT CHECK (resized_minor > 0)
     )
     """,
+    # amount_minor stays what PlaceHold asked; resized_minor (NULL: never resized) is what
+    # the hold holds after its last ResizeHold. For tables created before ResizeHold:
+    "ALTER TABLE wallet_holds ADD COLUMN IF NOT EXISTS resized_minor BIGINT CHECK (resized_minor > 0)",
     "CREATE INDEX IF NOT EXISTS wallet_holds_open_idx ON wallet_holds (expires_at) WHERE status = 'open'",
     "CREATE INDEX IF NOT EXISTS wallet_holds_account_idx ON wallet_holds (account, seq)",
+    """
+    CREATE TABLE IF NOT EXISTS wallet_hold_resizes (
+        resize_id       TEXT PRIMARY KEY,
+        hold_id         TEXT NOT NULL REFERENCES wallet_holds (hold_id),
+        previous_minor  BIGINT NOT NULL CHECK (previous_minor > 0),
+        amount_minor    BIGINT NOT NULL CHECK (amount_minor > 0),
+        resized_at      TIMESTAMPTZ NOT NULL
+    )
+    """,
+    "CREATE INDEX IF NOT EXISTS wallet_hold_resizes_hold_idx ON wallet_hold_resizes (hold_id, resized_at)",
     """
     CREATE TABLE IF NOT EXISTS wallet_entries (
         entry_id         BIGSERIAL PRIMARY KEY,
@@ -305,7 +321,7 @@ async def insert_request(conn: psycopg.AsyncConnection, key: str, stored: Stored
 
 _HOLD_COLUMNS = (
     "hold_id, account, amount_minor, reason, round_id, requested_expires_at_ms, expires_at, placed_at, status,"
-    " posted_minor, released_minor, resolved_at, resolved_by, postings"
+    " posted_minor, released_minor, resolved_at, resolved_by, postings, resized_minor"
 )
 
 
@@ -320,6 +336,7 @@ def _hold(r: Sequence[Any]) -> Hold:
         resolved_at=r[11],
         resolved_by=r[12],
         postings=tuple((str(p), int(a)) for p, a in r[13]),
+        resized_minor=None if r[14] is None else int(r[14]),
     )
 
 
@@ -373,6 +390,31 @@ async def save_resolutions(conn: psycopg.AsyncConnection, resolved: Sequence[Hol
                 ),
             )
             assert cur.rowcount == 1, f"hold {h.hold_id} was not open"
+
+
+async def save_resize(conn: psycopg.AsyncConnection, resized: Hold, resize: Resize) -> None:
+    """Record the resize and the hold's new amount; the ``status = 'open'`` guard as in save_resolutions."""
+    q = resize.request
+    await conn.execute(
+        "INSERT INTO wallet_hold_resizes (resize_id, hold_id, previous_minor, amount_minor, resized_at)"
+        " VALUES (%s, %s, %s, %s, %s)",
+        (q.resize_id, q.hold_id, resize.previous_minor, q.amount_minor, resize.resized_at),
+    )
+    cur = await conn.execute(
+        "UPDATE wallet_holds SET resized_minor = %s WHERE hold_id = %s AND status = 'open'",
+        (resized.resized_minor, resized.hold_id),
+    )
+    assert cur.rowcount == 1, f"hold {resized.hold_id} was not open"
+
+
+async def hold_resize(conn: psycopg.AsyncConnection, resize_id: str) -> Resize | None:
+    cur = await conn.execute(
+        "SELECT resize_id, hold_id, amount_minor, previous_minor, resized_at FROM wallet_hold_resizes"
+        " WHERE resize_id = %s",
+        (resize_id,),
+    )
+    r = await cur.fetchone()
+    return Resize(ResizeRequest(r[0], r[1], int(r[2])), int(r[3]), r[4]) if r else None
 
 
 async def holds_page(

@@ -33,6 +33,7 @@ from play import (
     EXTERNAL,
     WAIT_S,
     Watcher,
+    audit_replay_is_clean,
     card_updates_are_reveals,
     connect,
     expect_refused,
@@ -243,17 +244,6 @@ async def wallet_applied(c: Clients, round_id: str) -> None:
 
 async def pool_balance(c: Clients) -> int:
     return (await all_balances(c))["jackpot_pool"][0]
-
-
-async def audit_replay_is_clean(stack: Stack) -> None:
-    argv = ["replay", "--schema", stack.schema_of("ledger"), "--topic-prefix", stack.prefix]
-    argv += ["--wallet", stack.addr("wallet"), "--dsn", stack.infra["DATABASE_URL"], "--no-progress"]
-    audit = await asyncio.create_subprocess_exec(
-        str(BIN / "niuniu-audit"), *argv, stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.STDOUT
-    )
-    report, _ = await audit.communicate()
-    assert audit.returncode == 0, report.decode()
-    assert "differences: 0" in report.decode() and "RESULT: OK" in report.decode(), report.decode()
 
 
 # --------------------------------------------------------------------------- tests

@@ -29,9 +29,18 @@ from niuniu.rng.v1 import rng_pb2, rng_pb2_grpc
 from niuniu.table.v1 import events_pb2 as ev
 from niuniu.table.v1 import table_pb2
 from niuniu.wallet.v1 import wallet_pb2
-from play import Watcher, connect, expect_refused, kind, ledger_matches_wallet, settle_everything, total_money
+from play import (
+    Watcher,
+    audit_replay_is_clean,
+    connect,
+    expect_refused,
+    kind,
+    ledger_matches_wallet,
+    settle_everything,
+    total_money,
+)
 from players import TOKENS, Clients, Player, all_balances
-from stack import BIN, Stack
+from stack import Stack
 
 from backbone.auth import Role
 from services.rng import verify
@@ -260,17 +269,6 @@ async def retire(c: Clients, banker: Player, table_id: str, w: Watcher) -> None:
     await w.wait_for(lambda u: kind(u) == "round_opened" and not u.round_opened.banker)
 
 
-async def audit_replay(stack: Stack) -> None:
-    argv = ["replay", "--schema", stack.schema_of("ledger"), "--topic-prefix", stack.prefix]
-    argv += ["--wallet", stack.addr("wallet"), "--dsn", stack.infra["DATABASE_URL"], "--no-progress"]
-    audit = await asyncio.create_subprocess_exec(
-        str(BIN / "niuniu-audit"), *argv, stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.STDOUT
-    )
-    report, _ = await audit.communicate()
-    assert audit.returncode == 0, report.decode()
-    assert "differences: 0" in report.decode() and "RESULT: OK" in report.decode(), report.decode()
-
-
 async def test_a_banker_and_two_hundred_bettors_play_twenty_rounds(stack: Stack) -> None:
     rng = random.Random(20261130)
     table_id = "bb-main"
@@ -328,7 +326,7 @@ async def test_a_banker_and_two_hundred_bettors_play_twenty_rounds(stack: Stack)
             await w.stop()
             fifth_cards_stay_hidden(w.updates, fifths)
             assert check_allowances(w, set(played)) >= ROUNDS
-    await audit_replay(stack)
+    await audit_replay_is_clean(stack)
 
 
 async def test_caps_hold_under_concurrent_betting(stack: Stack) -> None:

@@ -14,7 +14,16 @@ from niuniu.wallet.v1 import events_pb2 as wallet_pb2
 
 from services.ledger.accounts import AccountError, account_type
 from services.ledger.journal import Entry, Journaled, Line, Reason, Rejected, build_entry, journal_event
-from services.ledger.synthetic import AVAILABLE, HELD, SyntheticStream, deposited, hold_placed, leg, movement
+from services.ledger.synthetic import (
+    AVAILABLE,
+    HELD,
+    SyntheticStream,
+    deposited,
+    hold_placed,
+    hold_resized,
+    leg,
+    movement,
+)
 
 
 def envelope(payload: object, event_type: str = "wallet.test", correlation_id: str = "") -> events_pb2.EventEnvelope:
@@ -142,9 +151,12 @@ def test_an_entry_balances_exactly_when_its_legs_sum_to_zero(parts: list[int]) -
 
 def test_the_synthetic_stream_balances_and_journals_without_rejects() -> None:
     stream = SyntheticStream(seed=3)
+    types = set()
     for item in stream.events(300):
+        types.add(item.event.event_type)
         if item.target == "wallet":
             assert journal_event(envelope(item.event.payload, item.event.event_type)).rejected == ()
+    assert "wallet.hold_resized" in types
     assert sum(stream.expected.values()) == 0
     assert all(v == 0 for (account, bucket), v in stream.expected.items() if bucket == "held")
 
@@ -153,3 +165,14 @@ def test_hold_placed_moves_available_to_held() -> None:
     (entry,) = journal_event(envelope(hold_placed("player:2", 300, "h-2", "r-1").payload)).entries
     assert entry.hold_id == "h-2" and entry.round_id == "r-1"
     assert entry.lines == (Line("player:2", "available", 300, 0), Line("player:2", "held", 0, 300))
+
+
+def test_a_resize_is_journaled_on_its_hold_and_round() -> None:
+    (up,) = journal_event(envelope(hold_resized("player:2", 300, 500, "h-2", "rs-1", "r-1").payload)).entries
+    assert (up.entry_id, up.kind, up.hold_id, up.round_id) == ("rs-1:resize", "hold_resize", "h-2", "r-1")
+    assert up.lines == (Line("player:2", "available", 200, 0), Line("player:2", "held", 0, 200))
+    (down,) = journal_event(envelope(hold_resized("player:2", 500, 100, "h-2", "rs-2", "r-1").payload)).entries
+    assert down.lines == (Line("player:2", "held", 400, 0), Line("player:2", "available", 0, 400))
+    # A resize to the same amount moves nothing and carries no movement.
+    same = wallet_pb2.HoldResized(hold_id="h-2", resize_id="rs-3", previous_minor=100, amount_minor=100)
+    assert journal_event(envelope(same, "wallet.hold_resized", "r-1")) == Journaled((), ())

@@ -84,4 +84,7 @@ def test_a_settlement_transfer_the_rules_do_not_give_is_caught() -> None:
     evidence.settlement.transfers[0].amount_minor += 1
     findings = recompute(view, evidence)
     assert {f.check for f in findings} == {"recompute.settlement"}
-    assert len(findings) == 2  # the amount the rules give is missing, the one paid is unexplained
+    assert len(findings) == 1  # one (payer, payee, kind, bet) whose total differs, both totals named
+    t = evidence.settlement.transfers[0]
+    assert f"the table paid {t.amount_minor}" in findings[0].detail
+    assert f"the rules give {t.amount_minor - 1}" in findings[0].detail

@@ -134,3 +134,39 @@ async def test_round_verification_matches_each_transfer_to_its_movement() -> Non
     findings, _ = await verify(RoundEvidence.of(replace(good, entries=(hold, short))))
     assert {f.check for f in findings} == {"transfers", "holds"}
     assert any("transfer #0 loss player:1 -> house 100" in f.subject for f in findings)
+
+
+async def test_a_resized_hold_and_a_dealer_paying_on_without_a_hold_verify() -> None:
+    """Red envelope: the loser's bet grew before settling; the dealer pays its fee from the loss it got."""
+    loser, dealer = "player:1", "player:2"
+    settled = table_pb2.RoundSettled(
+        round_id="r-1",
+        hold_ids=["h-1"],
+        transfers=[
+            table_pb2.SettlementTransfer(
+                payer=loser, payee=dealer, amount_minor=150, kind="loss", bet_id="b-1", hold_id="h-1"
+            ),
+            table_pb2.SettlementTransfer(payer=dealer, payee="fees", amount_minor=30, kind="dealer_fee"),
+        ],
+    )
+    hold = entry("h", 0, Line(loser, "available", 100, 0), Line(loser, "held", 0, 100), kind="hold", hold_id="h-1")
+    grown = entry(
+        "rs", 1, Line(loser, "available", 50, 0), Line(loser, "held", 0, 50), kind="hold_resize", hold_id="h-1"
+    )
+    loss = replace(
+        entry("l", 2, Line(loser, "held", 150, 0), Line(dealer, "available", 0, 150), kind="loss", hold_id="h-1"),
+        bet_id="b-1",
+    )
+    fee = entry("f", 3, Line(dealer, "available", 30, 0), Line("fees", "available", 0, 30), kind="dealer_fee")
+    good = RoundRecord("r-1", "settled", settled.SerializeToString(), (hold, grown, loss, fee), ())
+    findings, _ = await verify(RoundEvidence.of(good))
+    assert findings == []
+
+    # Without the resize the hold's held legs do not net to zero; a fee movement nobody asked for is caught.
+    findings, _ = await verify(RoundEvidence.of(replace(good, entries=(hold, loss, fee))))
+    assert [f.check for f in findings] == ["holds"]
+    unasked = table_pb2.RoundSettled()
+    unasked.CopyFrom(settled)
+    del unasked.transfers[1]
+    findings, _ = await verify(RoundEvidence.of(replace(good, event=unasked.SerializeToString())))
+    assert [(f.check, f.subject) for f in findings] == [("transfers", "entry f")]

@@ -1,14 +1,16 @@
-"""The rng service through gRPC on the real stack: commit, draw, split, reveal, verify."""
+"""The rng service through gRPC on the real stack: commit, draw, split, reveal, verify, test envelopes."""
 
 from __future__ import annotations
 
 import asyncio
+import json
 import time
 from collections.abc import AsyncIterator
 
 import grpc
 import pytest
 from harness import running_service
+from niuniu.rng.v1 import events_pb2 as rng_events
 from niuniu.rng.v1 import rng_pb2, rng_pb2_grpc
 from niuniu.table.v1 import events_pb2 as table_events
 
@@ -19,7 +21,7 @@ from backbone.kafka import make_producer
 from backbone.relay import OutboxRelay
 from backbone.service import ServiceContext
 from backbone.topics import Topics
-from services.rng import fair
+from services.rng import fair, verify
 from services.rng.server import SPEC
 from services.table.rules.cards import parse_cards
 
@@ -196,3 +198,211 @@ async def test_unknown_round_and_bad_envelope(
             rng_pb2.SplitEnvelopeRequest(round_id=round_id, total_minor=3, shares=5, min_minor=1), metadata=TABLE
         )
     assert too_small.value.code() == grpc.StatusCode.INVALID_ARGUMENT
+
+
+# --------------------------------------------------------------------------- test envelopes (TEST ONLY hook)
+
+TEST_DECKS_ENV = "NIUNIU_RNG_TEST_DECKS"
+FORCED_AMOUNTS = [700, 100, 200]  # 700 > 2 * 1000 // 3: no seed can derive it as share 0
+FORCED_GRAB_ORDER = [2, 0, 1]
+
+
+@pytest.fixture
+async def rng_test_decks(
+    infra: dict[str, str], unique: str, monkeypatch: pytest.MonkeyPatch
+) -> AsyncIterator[tuple[rng_pb2_grpc.RngStub, ServiceContext, str]]:
+    """An rng started for tests: NIUNIU_RNG_TEST_DECKS=1 with the development secret."""
+    monkeypatch.setenv(TEST_DECKS_ENV, "1")
+    monkeypatch.delenv("NIUNIU_JWT_SECRET", raising=False)
+    prefix = f"t{unique}."
+    async with (
+        running_service(SPEC, infra, prefix=prefix, schema=f"rng_{unique}") as (running, ctx),
+        grpc.aio.insecure_channel(f"127.0.0.1:{running.port}") as channel,
+    ):
+        assert ctx.extras["test_decks"] is True
+        yield rng_pb2_grpc.RngStub(channel), ctx, prefix
+
+
+def envelope_request(round_id: str, amounts: list[int], grab_order: list[int]) -> rng_pb2.SetTestEnvelopeRequest:
+    return rng_pb2.SetTestEnvelopeRequest(round_id=round_id, amounts=amounts, grab_order=grab_order)
+
+
+def split_request(
+    round_id: str, total_minor: int = 1000, shares: int = 3, min_minor: int = 1
+) -> rng_pb2.SplitEnvelopeRequest:
+    return rng_pb2.SplitEnvelopeRequest(
+        round_id=round_id, total_minor=total_minor, shares=shares, min_minor=min_minor, client_seed="c"
+    )
+
+
+async def expect_refused(call: object, code: grpc.StatusCode, reason: str) -> None:
+    with pytest.raises(grpc.aio.AioRpcError) as refused:
+        await call  # type: ignore[misc]
+    assert refused.value.code() == code, refused.value
+    assert reason in (refused.value.details() or ""), refused.value.details()
+
+
+async def sealed_split(ctx: ServiceContext, round_id: str) -> tuple[rng_events.EnvelopeSplit, str]:
+    """The round's sealed EnvelopeSplit event and the topic its outbox row goes to."""
+    async with ctx.pool.connection() as conn:
+        (stored,) = [e for e in await ctx.store.read_correlated(conn, round_id) if e.event_type == "rng.envelope_split"]
+        cur = await conn.execute("SELECT topic FROM outbox WHERE position = %s", (stored.position,))
+        row = await cur.fetchone()
+    sealed = rng_events.EnvelopeSplit()
+    assert stored.envelope.payload.Unpack(sealed)
+    assert row is not None
+    return sealed, str(row[0])
+
+
+async def test_test_envelopes_are_refused_by_default(
+    rng: tuple[rng_pb2_grpc.RngStub, ServiceContext, str], unique: str
+) -> None:
+    stub, ctx, _ = rng
+    round_id = f"r-{unique}"
+    request = envelope_request(round_id, FORCED_AMOUNTS, FORCED_GRAB_ORDER)
+    failed = grpc.StatusCode.FAILED_PRECONDITION
+    await expect_refused(stub.SetTestEnvelope(request, metadata=ADMIN), failed, "TEST_DECKS_DISABLED")
+    await expect_refused(
+        stub.SetTestEnvelope(request, metadata=PLAYER), grpc.StatusCode.PERMISSION_DENIED, "ROLE_NOT_ALLOWED"
+    )
+    await expect_refused(stub.SetTestEnvelope(request), grpc.StatusCode.UNAUTHENTICATED, "TOKEN_MISSING")
+    # The derived split, as always: nothing was stored for the round.
+    await stub.Commit(rng_pb2.CommitRequest(round_id=round_id, purpose="envelope"), metadata=TABLE)
+    split = await stub.SplitEnvelope(split_request(round_id), metadata=TABLE)
+    assert list(split.amounts) != FORCED_AMOUNTS
+    sealed, _ = await sealed_split(ctx, round_id)
+    assert not sealed.test_envelope
+
+
+async def test_only_admins_may_set_a_test_envelope(
+    rng_test_decks: tuple[rng_pb2_grpc.RngStub, ServiceContext, str], unique: str
+) -> None:
+    stub, _, _ = rng_test_decks
+    request = envelope_request(f"r-{unique}", FORCED_AMOUNTS, FORCED_GRAB_ORDER)
+    for who in (PLAYER, TABLE, WALLET):
+        await expect_refused(
+            stub.SetTestEnvelope(request, metadata=who), grpc.StatusCode.PERMISSION_DENIED, "ROLE_NOT_ALLOWED"
+        )
+    await expect_refused(stub.SetTestEnvelope(request), grpc.StatusCode.UNAUTHENTICATED, "TOKEN_MISSING")
+
+
+@pytest.mark.parametrize(
+    ("round_id", "amounts", "grab_order", "reason"),
+    [
+        ("bad id!", [500, 500], [0, 1], "ROUND_ID_MALFORMED"),
+        ("r1", [], [], "TEST_ENVELOPE_INVALID"),
+        ("r1", [1000], [0], "TEST_ENVELOPE_INVALID"),
+        ("r1", [1000, 0], [0, 1], "TEST_ENVELOPE_INVALID"),
+        ("r1", [1001, -1], [0, 1], "TEST_ENVELOPE_INVALID"),
+        ("r1", [fair.MAX_TOTAL_MINOR, 1], [0, 1], "TEST_ENVELOPE_INVALID"),
+        ("r1", [1] * (fair.MAX_SHARES + 1), list(range(fair.MAX_SHARES + 1)), "TEST_ENVELOPE_INVALID"),
+        ("r1", [500, 500], [0], "TEST_ENVELOPE_INVALID"),
+        ("r1", [500, 500], [0, 1, 2], "TEST_ENVELOPE_INVALID"),
+        ("r1", [500, 500], [1, 1], "TEST_ENVELOPE_INVALID"),
+        ("r1", [500, 500], [1, 2], "TEST_ENVELOPE_INVALID"),
+        ("r1", [500, 500], [-1, 0], "TEST_ENVELOPE_INVALID"),
+    ],
+)
+async def test_a_malformed_test_envelope_is_invalid_argument(
+    rng_test_decks: tuple[rng_pb2_grpc.RngStub, ServiceContext, str],
+    round_id: str,
+    amounts: list[int],
+    grab_order: list[int],
+    reason: str,
+) -> None:
+    stub, _, _ = rng_test_decks
+    await expect_refused(
+        stub.SetTestEnvelope(envelope_request(round_id, amounts, grab_order), metadata=ADMIN),
+        grpc.StatusCode.INVALID_ARGUMENT,
+        reason,
+    )
+
+
+async def test_a_test_envelope_is_the_split_and_fails_verification(
+    rng_test_decks: tuple[rng_pb2_grpc.RngStub, ServiceContext, str],
+    infra: dict[str, str],
+    unique: str,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    stub, ctx, prefix = rng_test_decks
+    round_id = f"r-{unique}"
+    # Allowed before the round is committed, and replaced until it is split.
+    await stub.SetTestEnvelope(envelope_request(round_id, [1, 999], [1, 0]), metadata=ADMIN)
+    set_ = await stub.SetTestEnvelope(envelope_request(round_id, FORCED_AMOUNTS, FORCED_GRAB_ORDER), metadata=ADMIN)
+    assert (set_.round_id, set_.shares, set_.total_minor) == (round_id, 3, 1000)
+    commitment = (
+        await stub.Commit(rng_pb2.CommitRequest(round_id=round_id, purpose="envelope"), metadata=TABLE)
+    ).commitment
+
+    split = await stub.SplitEnvelope(split_request(round_id), metadata=TABLE)
+    assert (list(split.amounts), list(split.grab_order)) == (FORCED_AMOUNTS, FORCED_GRAB_ORDER)
+    again = await stub.SplitEnvelope(split_request(round_id), metadata=TABLE)
+    assert (list(again.amounts), list(again.grab_order)) == (FORCED_AMOUNTS, FORCED_GRAB_ORDER)
+    assert await count_events(ctx, round_id) == 2  # committed + split, once each
+    sealed, topic = await sealed_split(ctx, round_id)
+    assert sealed.test_envelope and list(sealed.amounts) == FORCED_AMOUNTS
+    assert topic == Topics(prefix).rng_audit
+
+    await settle_round(infra, prefix, f"fake_table_{unique}", round_id)
+    revealed = await reveal_when_closed(stub, round_id)
+    status = verify.main(
+        [
+            *("--commitment", commitment, "--seed", revealed.server_seed, "--round", round_id),
+            *("--client-seed", "c", "--envelope", "1000:3:1", "--json"),
+            *("--split", ",".join(map(str, split.amounts)), "--grab-order", ",".join(map(str, split.grab_order))),
+        ]
+    )
+    report = json.loads(capsys.readouterr().out)
+    assert status == verify.EXIT_CHECK_FAILED and not report["ok"]
+    checks = {check["name"]: check for check in report["checks"]}
+    assert checks["commitment"]["ok"]
+    assert not checks["split"]["ok"]
+    assert checks["split"]["detail"].startswith("share 0: the table recorded 700 but the seed gives ")
+
+
+@pytest.mark.parametrize(
+    ("total_minor", "shares", "min_minor", "differs"),
+    [
+        (999, 3, 1, "it totals 1000, the split asks for total_minor 999"),
+        (1000, 4, 1, "it has 3 shares, the split asks for 4"),
+        (1000, 3, 101, "its smallest share is 100, below min_minor 101"),
+    ],
+)
+async def test_a_test_envelope_that_does_not_fit_the_split_is_refused(
+    rng_test_decks: tuple[rng_pb2_grpc.RngStub, ServiceContext, str],
+    unique: str,
+    total_minor: int,
+    shares: int,
+    min_minor: int,
+    differs: str,
+) -> None:
+    stub, ctx, _ = rng_test_decks
+    round_id = f"r-{unique}"
+    await stub.Commit(rng_pb2.CommitRequest(round_id=round_id, purpose="envelope"), metadata=TABLE)
+    await stub.SetTestEnvelope(envelope_request(round_id, FORCED_AMOUNTS, FORCED_GRAB_ORDER), metadata=ADMIN)
+    await expect_refused(
+        stub.SplitEnvelope(split_request(round_id, total_minor, shares, min_minor), metadata=TABLE),
+        grpc.StatusCode.FAILED_PRECONDITION,
+        f"TEST_ENVELOPE_MISMATCH: the test envelope of {round_id} does not fit: {differs}",
+    )
+    assert await count_events(ctx, round_id) == 1  # nothing split
+    split = await stub.SplitEnvelope(split_request(round_id), metadata=TABLE)
+    assert list(split.amounts) == FORCED_AMOUNTS
+
+
+async def test_a_test_envelope_after_the_split_is_refused(
+    rng_test_decks: tuple[rng_pb2_grpc.RngStub, ServiceContext, str], unique: str
+) -> None:
+    stub, ctx, _ = rng_test_decks
+    round_id = f"r-{unique}"
+    await stub.Commit(rng_pb2.CommitRequest(round_id=round_id, purpose="envelope"), metadata=TABLE)
+    derived = await stub.SplitEnvelope(split_request(round_id), metadata=TABLE)
+    sealed, _ = await sealed_split(ctx, round_id)
+    assert not sealed.test_envelope  # test mode derives rounds without a test envelope as always
+    await expect_refused(
+        stub.SetTestEnvelope(envelope_request(round_id, FORCED_AMOUNTS, FORCED_GRAB_ORDER), metadata=ADMIN),
+        grpc.StatusCode.FAILED_PRECONDITION,
+        "ROUND_ALREADY_SPLIT",
+    )
+    again = await stub.SplitEnvelope(split_request(round_id), metadata=TABLE)
+    assert (list(again.amounts), list(again.grab_order)) == (list(derived.amounts), list(derived.grab_order))

@@ -116,6 +116,9 @@ async def test_a_player_cannot_read_or_move_another_players_money(wallet: Wallet
             metadata=me,
         ),
         wallet.stub.VoidHold(pb.VoidHoldRequest(hold_id=bob_hold.hold_id), metadata=me),
+        wallet.stub.ResizeHold(
+            pb.ResizeHoldRequest(resize_id="mine", hold_id=bob_hold.hold_id, amount_minor=1), metadata=me
+        ),
         wallet.stub.Deposit(pb.DepositRequest(request_id="d", account=alice.account, amount_minor=1), metadata=me),
         wallet.stub.Withdraw(pb.WithdrawRequest(request_id="w", account=bob.account, amount_minor=1), metadata=me),
         wallet.stub.ListBalances(pb.ListBalancesRequest(), metadata=me),
@@ -135,6 +138,10 @@ async def test_services_and_staff_reach_only_what_their_role_allows(wallet: Wall
     await expect_error(wallet.stub.PlaceHold(hold, metadata=rng), DENIED, "SERVICE_NOT_ALLOWED")
     await expect_error(wallet.stub.PlaceHold(hold, metadata=LEDGER), DENIED, "SERVICE_NOT_ALLOWED")
     await expect_error(wallet.stub.PlaceHold(hold, metadata=AUDITOR), DENIED, "ROLE_NOT_ALLOWED")
+    resize = pb.ResizeHoldRequest(resize_id="svc", hold_id="svc", amount_minor=2)
+    await expect_error(wallet.stub.ResizeHold(resize, metadata=rng), DENIED, "SERVICE_NOT_ALLOWED")
+    await expect_error(wallet.stub.ResizeHold(resize, metadata=LEDGER), DENIED, "SERVICE_NOT_ALLOWED")
+    await expect_error(wallet.stub.ResizeHold(resize, metadata=AUDITOR), DENIED, "ROLE_NOT_ALLOWED")
     deposit = pb.DepositRequest(request_id="d", account=player.account, amount_minor=1)
     for metadata in (AUDITOR, TABLE, LEDGER):
         await expect_error(wallet.stub.Deposit(deposit, metadata=metadata), DENIED, "ROLE_NOT_ALLOWED")
@@ -144,12 +151,14 @@ async def test_services_and_staff_reach_only_what_their_role_allows(wallet: Wall
     await expect_error(wallet.stub.SetLimit(limit, metadata=AUDITOR), DENIED, "ROLE_NOT_ALLOWED")
     # What they may do:
     assert (await wallet.stub.PlaceHold(hold, metadata=ADMIN)).hold.status == pb.HOLD_STATUS_OPEN
+    assert (await wallet.stub.ResizeHold(resize, metadata=ADMIN)).hold.amount_minor == 2
+    assert (await wallet.stub.ResizeHold(resize, metadata=TABLE)).replayed
     for metadata in (ADMIN, AUDITOR, LEDGER):
         listed = await wallet.stub.ListBalances(pb.ListBalancesRequest(page_size=1000), metadata=metadata)
         names = {b.account for b in listed.balances}
         assert {"house", "commission_revenue", "rebate_expense", "jackpot_pool", "fees", "external:cashier"} <= names
         assert player.account in names and listed.store_position > 0
-    assert (await wallet.stub.GetBalance(pb.GetBalanceRequest(account=player.account), metadata=TABLE)).held_minor == 1
+    assert (await wallet.stub.GetBalance(pb.GetBalanceRequest(account=player.account), metadata=TABLE)).held_minor == 2
     staff_token = bearer(TOKENS.issue(str(uuid.uuid4()), Role.AUDITOR))
     assert (
         await wallet.stub.GetBalance(pb.GetBalanceRequest(account="house"), metadata=staff_token)

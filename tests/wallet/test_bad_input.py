@@ -28,7 +28,8 @@ async def snapshot(wallet: Wallet) -> tuple[Any, ...]:
     counts = await wallet.sql(
         "SELECT (SELECT count(*) FROM events), (SELECT count(*) FROM wallet_holds),"
         " (SELECT count(*) FROM wallet_entries), (SELECT count(*) FROM wallet_users),"
-        " (SELECT count(*) FROM wallet_limits), (SELECT count(*) FROM wallet_exclusions)"
+        " (SELECT count(*) FROM wallet_limits), (SELECT count(*) FROM wallet_exclusions),"
+        " (SELECT count(*) FROM wallet_hold_resizes)"
     )
     return await wallet.balances(), counts
 
@@ -52,6 +53,10 @@ async def test_bad_input_is_refused_with_a_reason_and_changes_nothing(wallet: Wa
     def post(hold_id: str = hold.hold_id, *postings: tuple[str, int]) -> Any:
         items = [pb.Posting(payee=p, amount_minor=a) for p, a in postings]
         return s.PostHold(pb.PostHoldRequest(hold_id=hold_id, postings=items), metadata=TABLE)
+
+    def resize(hold_id: str = hold.hold_id, amount: int = 50, resize_id: str = "rs-1") -> Any:
+        request = pb.ResizeHoldRequest(resize_id=resize_id, hold_id=hold_id, amount_minor=amount)
+        return s.ResizeHold(request, metadata=TABLE)
 
     past = int((wallet.clock().timestamp() - 60) * 1000)
     far = int((wallet.clock().timestamp() + 8 * 86400) * 1000)
@@ -101,6 +106,14 @@ async def test_bad_input_is_refused_with_a_reason_and_changes_nothing(wallet: Wa
         (post(hold.hold_id, (player.account, 1)), INVALID, "PAYEE_INVALID"),
         (post(hold.hold_id, (NOBODY, 1)), NOT_FOUND, "ACCOUNT_NOT_FOUND"),
         (post(hold.hold_id, ("nobody", 1)), INVALID, "ACCOUNT_INVALID"),
+        (resize(amount=0), INVALID, "AMOUNT_NOT_POSITIVE"),
+        (resize(amount=-1), INVALID, "AMOUNT_NOT_POSITIVE"),
+        (resize(amount=TOO_MUCH), INVALID, "AMOUNT_TOO_LARGE"),
+        (resize(resize_id=""), INVALID, "RESIZE_ID_INVALID"),
+        (resize(resize_id="bad id"), INVALID, "RESIZE_ID_INVALID"),
+        (resize(hold_id=""), INVALID, "HOLD_ID_INVALID"),
+        (resize(hold_id="no-such-hold"), NOT_FOUND, "HOLD_NOT_FOUND"),
+        (resize(amount=1_001), grpc.StatusCode.FAILED_PRECONDITION, "INSUFFICIENT_FUNDS"),
         (s.VoidHold(pb.VoidHoldRequest(hold_id="missing"), metadata=TABLE), NOT_FOUND, "HOLD_NOT_FOUND"),
         (s.VoidHold(pb.VoidHoldRequest(hold_id=""), metadata=TABLE), INVALID, "HOLD_ID_INVALID"),
         (s.GetHold(pb.GetHoldRequest(hold_id="a/b"), metadata=TABLE), INVALID, "HOLD_ID_INVALID"),

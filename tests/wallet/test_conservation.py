@@ -1,7 +1,7 @@
 """Money is conserved: a Hypothesis property over random sequences of wallet operations on the real service.
 
-After any sequence of deposits, withdrawals, holds, posts, voids and settlements (and
-replays of them, and bad input):
+After any sequence of deposits, withdrawals, holds, resizes, posts, voids and settlements
+(and replays of them, and bad input):
 
 - every balance is what a simple model predicts;
 - the sum over ALL accounts (available + held, system accounts and external:cashier
@@ -102,12 +102,14 @@ settle_op = st.tuples(
     st.lists(st.tuples(pick, percent, account_index), min_size=1, max_size=3),
     st.integers(0, 500),
     player_index,
+    st.integers(0, 150),  # percent of its credits a paid player pays on without a hold (> 100: refused)
 )
 operations = st.one_of(
     st.tuples(st.just("deposit"), account_index, amount),
     st.tuples(st.just("withdraw"), account_index, amount),
     hold_op,
     hold_op,
+    st.tuples(st.just("resize"), pick, st.integers(1, 3_000)),
     st.tuples(st.just("post"), pick, percent, account_index),
     st.tuples(st.just("void"), pick),
     settle_op,
@@ -154,6 +156,15 @@ async def apply(wallet: Wallet, model: Model, op: tuple[Any, ...]) -> None:
         if ok:
             model.move((account, AVAILABLE), (account, HELD), value)
             model.holds.append(Hold(hold_id, account, value))
+    elif name == "resize" and model.holds:
+        hold, value = model.holds[op[1] % len(model.holds)], op[2]
+        change = value - hold.amount
+        ok = hold.open and change <= model.balances[hold.account][AVAILABLE]
+        request = pb.ResizeHoldRequest(resize_id=uuid.uuid4().hex, hold_id=hold.hold_id, amount_minor=value)
+        await expect(s.ResizeHold(request, metadata=TABLE), ok)
+        if ok:
+            model.move((hold.account, AVAILABLE), (hold.account, HELD), change)
+            hold.amount = value
     elif name == "post" and model.holds:
         hold = model.holds[op[1] % len(model.holds)]
         take, payee = hold.amount * op[2] // 100, model.accounts[op[3]]
@@ -177,7 +188,7 @@ async def apply(wallet: Wallet, model: Model, op: tuple[Any, ...]) -> None:
             model.move((hold.account, HELD), (hold.account, AVAILABLE), hold.amount)
             hold.open = False
     elif name == "settle":
-        await settle(wallet, model, op[1], op[2], model.accounts[op[3]])
+        await settle(wallet, model, op[1], op[2], model.accounts[op[3]], op[4])
     elif name == "replay" and model.last_settlement is not None:
         await wallet.feed(model.last_settlement)  # the same event again: nothing moves
     elif name == "bad":
@@ -186,9 +197,13 @@ async def apply(wallet: Wallet, model: Model, op: tuple[Any, ...]) -> None:
         await expect(s.Deposit(bad, metadata=ADMIN), False)
 
 
-async def settle(wallet: Wallet, model: Model, picks: list[tuple[int, int, int]], payout: int, winner: str) -> None:
+async def settle(
+    wallet: Wallet, model: Model, picks: list[tuple[int, int, int]], payout: int, winner: str, onward: int
+) -> None:
     round_id = f"r-{uuid.uuid4().hex}"
     transfers, hold_ids = [], []
+    moves: list[tuple[tuple[str, int], tuple[str, int], int]] = []
+    credits: dict[str, int] = defaultdict(int)  # what the settlement paid each account so far
     for index, share, payee_index in picks:
         if not model.holds:
             break
@@ -201,14 +216,32 @@ async def settle(wallet: Wallet, model: Model, picks: list[tuple[int, int, int]]
             payee = "house"
         if take:
             transfers.append(transfer(hold.account, payee, take, "loss", hold.hold_id))
-            model.move((hold.account, HELD), (payee, AVAILABLE), take)
-        model.move((hold.account, HELD), (hold.account, AVAILABLE), hold.amount - take)
-        hold.open = False
+            moves.append(((hold.account, HELD), (payee, AVAILABLE), take))
+            credits[payee] += take
+        moves.append(((hold.account, HELD), (hold.account, AVAILABLE), hold.amount - take))
     if payout:
         transfers.append(transfer("house", winner, payout, "win"))
-        model.move(("house", AVAILABLE), (winner, AVAILABLE), payout)
-    model.last_settlement = await wallet.settle_direct(ROUND_SETTLED, settled(round_id, transfers, hold_ids), round_id)
-    assert (await wallet.sql("SELECT status FROM wallet_rounds WHERE round_id = %s", round_id)) == [("settled",)]
+        moves.append((("house", AVAILABLE), (winner, AVAILABLE), payout))
+        credits[winner] += payout
+    # A paid player pays on without a hold; past what the settlement paid it, nothing applies.
+    paid = next((a for a in sorted(credits) if a.startswith("player:") and credits[a]), None)
+    refused = False
+    if paid is not None and onward:
+        amount = max(1, credits[paid] * onward // 100)
+        transfers.append(transfer(paid, "house", amount, "fee"))
+        moves.append(((paid, AVAILABLE), ("house", AVAILABLE), amount))
+        refused = amount > credits[paid]
+    applied = await wallet.settle_direct(ROUND_SETTLED, settled(round_id, transfers, hold_ids), round_id)
+    status = await wallet.sql("SELECT status, reason FROM wallet_rounds WHERE round_id = %s", round_id)
+    if refused:
+        assert status == [("rejected", "PAYER_NOT_SYSTEM")]
+        return
+    assert status == [("settled", "")]
+    model.last_settlement = applied
+    for payer, payee, amount in moves:
+        model.move(payer, payee, amount)
+    for hold in model.holds:
+        hold.open = hold.open and hold.hold_id not in hold_ids
 
 
 async def expect(call: Any, ok: bool) -> None:
@@ -225,6 +258,7 @@ MOVEMENT_FIELDS: dict[str, tuple[type[Any], str]] = {
     "wallet.deposited": (wallet_events.Deposited, "movement"),
     "wallet.withdrawn": (wallet_events.Withdrawn, "movement"),
     "wallet.hold_placed": (wallet_events.HoldPlaced, "movement"),
+    "wallet.hold_resized": (wallet_events.HoldResized, "movement"),
     "wallet.hold_voided": (wallet_events.HoldVoided, "movement"),
     "wallet.hold_posted": (wallet_events.HoldPosted, "movements"),
     "wallet.round_settlement_applied": (wallet_events.RoundSettlementApplied, "movements"),

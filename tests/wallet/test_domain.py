@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
 from datetime import UTC, datetime, timedelta
 
 import pytest
@@ -20,6 +21,8 @@ from services.wallet.domain import (
     HoldStatus,
     LimitKind,
     LimitSetting,
+    Resize,
+    ResizeRequest,
     ResponsiblePlay,
     SettlementCommand,
     SettlementRejected,
@@ -29,10 +32,11 @@ from services.wallet.domain import (
 NOW = datetime(2026, 1, 1, 12, tzinfo=UTC)
 ALICE = "player:11111111-1111-4111-8111-111111111111"
 BOB = "player:22222222-2222-4222-8222-222222222222"
+CAROL = "player:33333333-3333-4333-8333-333333333333"
 
 
 def accounts(**available: int) -> dict[str, AccountState]:
-    names = {"alice": ALICE, "bob": BOB}
+    names = {"alice": ALICE, "bob": BOB, "carol": CAROL}
     found = {
         name: AccountState(name, AccountKind.SYSTEM)
         for name in ("house", "commission_revenue", "rebate_expense", "jackpot_pool", "fees")
@@ -150,6 +154,24 @@ def test_settlement_posts_what_was_taken_and_releases_the_rest() -> None:
         ((SettlementTransfer("house", ALICE, 1, ""),), "KIND_INVALID"),
         ((SettlementTransfer("house", "player:33333333-3333-4333-8333-333333333333", 1, "win"),), "ACCOUNT_NOT_FOUND"),
         ((SettlementTransfer(ALICE, "house", 1, "loss", "", "other-round"),), "HOLD_ROUND_MISMATCH"),
+        # A player pays without a hold only from what earlier transfers of the settlement paid it.
+        (
+            (SettlementTransfer("house", ALICE, 100, "win"), SettlementTransfer(ALICE, BOB, 101, "win")),
+            "PAYER_NOT_SYSTEM",
+        ),
+        (
+            (SettlementTransfer(ALICE, BOB, 100, "win"), SettlementTransfer("house", ALICE, 100, "win")),
+            "PAYER_NOT_SYSTEM",
+        ),
+        (
+            (
+                SettlementTransfer("house", ALICE, 100, "win"),
+                SettlementTransfer(ALICE, BOB, 60, "win"),
+                SettlementTransfer(ALICE, "fees", 41, "dealer_fee"),
+            ),
+            "PAYER_NOT_SYSTEM",
+        ),
+        ((SettlementTransfer("house", BOB, 100, "win"), SettlementTransfer(ALICE, BOB, 1, "win")), "PAYER_NOT_SYSTEM"),
     ],
 )
 def test_invalid_settlements_are_rejected_whole(transfers: tuple[SettlementTransfer, ...], reason: str) -> None:
@@ -159,6 +181,92 @@ def test_invalid_settlements_are_rejected_whole(transfers: tuple[SettlementTrans
     with pytest.raises(SettlementRejected) as info:
         domain.decide_settlement(SettlementCommand("r1", "t1", transfers, ("ha",)), before, holds, NOW)
     assert info.value.reason == reason
+
+
+def test_a_player_pays_on_from_what_the_settlement_paid_it_before() -> None:
+    """Red-envelope dealer: pays the winner from its pool hold, then from the losers' payments."""
+    holds = {"pool": hold("pool", ALICE, 1_000), "hb": hold("hb", BOB, 300)}
+    before = accounts(alice=0, bob=0, carol=0)
+    before[ALICE] = AccountState(ALICE, AccountKind.PLAYER, 1_000, 1_000)
+    before[BOB] = AccountState(BOB, AccountKind.PLAYER, 0, 300)
+    transfers = (
+        SettlementTransfer(BOB, ALICE, 300, "loss", "b1", "hb"),
+        SettlementTransfer(ALICE, CAROL, 1_000, "win", "b2", "pool"),
+        SettlementTransfer(ALICE, CAROL, 250, "win", "b2"),
+        SettlementTransfer(ALICE, "fees", 50, "dealer_fee"),
+    )
+    plan = domain.decide_settlement(SettlementCommand("r1", "t1", transfers, ("pool", "hb")), before, holds, NOW)
+    assert plan.accounts_after[ALICE] == AccountState(ALICE, AccountKind.PLAYER, 1_000, 0)  # its own 1 000 untouched
+    assert plan.accounts_after[CAROL].available_minor == 1_250
+    assert plan.player_net_minor == {ALICE: -1_000, BOB: -300, CAROL: 1_250}
+    hold_less = plan.movements[2]
+    assert hold_less.legs == (
+        domain.Leg(ALICE, Bucket.AVAILABLE, -250),
+        domain.Leg(CAROL, Bucket.AVAILABLE, 250),
+    )
+    assert hold_less.hold_id == "" and hold_less.bet_id == "b2"
+
+
+def test_resize_moves_the_difference_and_refuses_what_place_hold_refuses() -> None:
+    placed = hold("h1", ALICE, 300)
+    alice = AccountState(ALICE, AccountKind.PLAYER, 700, 300)
+    up = domain.decide_resize(ResizeRequest("rs1", "h1", 500), None, placed, alice, ResponsiblePlay(), NOW)
+    assert up.hold.amount_minor == 500 and up.hold.request == placed.request
+    assert up.resize == Resize(ResizeRequest("rs1", "h1", 500), 300, NOW)
+    (movement,) = up.movements
+    assert (movement.movement_id, movement.kind, movement.hold_id, movement.round_id) == (
+        "resize:rs1",
+        "hold_resize",
+        "h1",
+        "r1",
+    )
+    assert movement.legs == (domain.Leg(ALICE, Bucket.AVAILABLE, -200), domain.Leg(ALICE, Bucket.HELD, 200))
+    down = domain.decide_resize(ResizeRequest("rs2", "h1", 120), None, up.hold, alice, ResponsiblePlay(), NOW)
+    assert down.movements[0].legs == (domain.Leg(ALICE, Bucket.HELD, -380), domain.Leg(ALICE, Bucket.AVAILABLE, 380))
+    same = domain.decide_resize(ResizeRequest("rs3", "h1", 120), None, down.hold, alice, ResponsiblePlay(), NOW)
+    assert same.movements == () and same.resize is not None and same.hold == down.hold
+
+    # A repeat answers with the hold as it is; the id with other values is refused.
+    assert domain.decide_resize(up.resize.request, up.resize, down.hold, alice, ResponsiblePlay(), NOW) == (
+        domain.Decision(down.hold, replayed=True)
+    )
+    with pytest.raises(AlreadyExists, match="RESIZE_ID_REUSED"):
+        domain.decide_resize(ResizeRequest("rs1", "h1", 501), up.resize, down.hold, alice, ResponsiblePlay(), NOW)
+    # PlaceHold's repeat is still compared with the amount placed.
+    assert domain.decide_place_hold(placed.request, down.hold, alice, ResponsiblePlay(), NOW).replayed
+
+    def refused(reason: str, amount: int, h: Hold = placed, play: ResponsiblePlay | None = None) -> None:
+        with pytest.raises(FailedPrecondition, match=reason):
+            domain.decide_resize(ResizeRequest("rs9", "h1", amount), None, h, alice, play or ResponsiblePlay(), NOW)
+
+    refused("INSUFFICIENT_FUNDS", 1_001)
+    refused("SELF_EXCLUDED", 301, play=ResponsiblePlay(exclusion=Exclusion(None, True)))
+    limited = ResponsiblePlay(limits={LimitKind.DAILY_LOSS: LimitSetting(LimitKind.DAILY_LOSS, 400)})
+    refused("LOSS_LIMIT_REACHED", 401, play=limited)  # 300 held + 101 more
+    assert domain.decide_resize(ResizeRequest("rs9", "h1", 400), None, placed, alice, limited, NOW).movements
+    # Lowering is allowed to the excluded and the limited alike.
+    excluded = ResponsiblePlay(exclusion=Exclusion(None, True))
+    assert domain.decide_resize(ResizeRequest("rs9", "h1", 1), None, placed, alice, excluded, NOW).movements
+    refused("HOLD_NOT_OPEN", 200, domain.decide_void(placed, NOW).hold)
+    refused("HOLD_NOT_OPEN", 200, replace(placed, expires_at=NOW))  # past its time, not yet swept
+    for bad in (ResizeRequest("", "h1", 1), ResizeRequest("rs", "h 1", 1), ResizeRequest("rs", "h1", 0)):
+        with pytest.raises(InvalidArgument):
+            domain.check_resize_request(bad)
+
+
+def test_a_resized_hold_settles_and_voids_at_its_current_amount() -> None:
+    resized = replace(hold("ha", ALICE, 300), resized_minor=500)
+    before = accounts(alice=0)
+    before[ALICE] = AccountState(ALICE, AccountKind.PLAYER, 0, 500)
+    command = SettlementCommand("r1", "t1", (SettlementTransfer(ALICE, "house", 400, "loss", "b1", "ha"),), ("ha",))
+    plan = domain.decide_settlement(command, before, {"ha": resized}, NOW)
+    (settled_hold,) = plan.holds
+    assert (settled_hold.posted_minor, settled_hold.released_minor) == (400, 100)
+    assert plan.accounts_after[ALICE] == AccountState(ALICE, AccountKind.PLAYER, 100, 0)
+    too_much = replace(command, transfers=(SettlementTransfer(ALICE, "house", 501, "loss", "b1", "ha"),))
+    with pytest.raises(SettlementRejected, match="HOLD_INSUFFICIENT"):
+        domain.decide_settlement(too_much, before, {"ha": resized}, NOW)
+    assert domain.decide_void(resized, NOW).movements[0].legs[1] == domain.Leg(ALICE, Bucket.AVAILABLE, 500)
 
 
 @settings(max_examples=200)

@@ -240,3 +240,94 @@ async def test_a_hold_from_another_round_is_refused(wallet: Wallet) -> None:
     )
     assert (await round_status(wallet, "r-this")).reason == "HOLD_ROUND_MISMATCH"
     assert await wallet.balance(a.account) == (700, 300)
+
+
+async def red_envelope_table(wallet: Wallet, round_id: str) -> tuple[str, str, str, str, list[str]]:
+    """A dealer (2 000, of which the pool of 1 000 held), two losers and a winner, each bet held."""
+    dealer, loser_1, loser_2, winner = [await wallet.player(n) for n in (2_000, 1_000, 1_000, 1_000)]
+    holds = [
+        (await wallet.hold(dealer.account, 1_000, round_id)).hold_id,
+        (await wallet.hold(loser_1.account, 300, round_id)).hold_id,
+        (await wallet.hold(loser_2.account, 300, round_id)).hold_id,
+        (await wallet.hold(winner.account, 500, round_id)).hold_id,
+    ]
+    return dealer.account, loser_1.account, loser_2.account, winner.account, holds
+
+
+async def test_a_dealer_pays_winners_past_its_pool_from_what_the_losers_paid_it(wallet: Wallet) -> None:
+    dealer, loser_1, loser_2, winner, holds = await red_envelope_table(wallet, "r-env")
+    pool, hold_1, hold_2, _ = holds
+    settlement = settled(
+        "r-env",
+        [
+            transfer(loser_1, dealer, 300, "loss", hold_1),
+            transfer(loser_2, dealer, 200, "loss", hold_2),
+            transfer(dealer, winner, 1_000, "win", pool),  # the whole pool
+            transfer(dealer, winner, 400, "win"),  # past the pool: from the 500 the losers paid
+            transfer(dealer, "fees", 60, "dealer_fee"),
+            transfer(dealer, "fees", 40, "service_fee"),  # exactly what was left of the 500
+        ],
+        holds,
+    )
+    await wallet.settle_direct(ROUND_SETTLED, settlement, "r-env")
+    status = await round_status(wallet, "r-env")
+    assert (status.status, status.reason) == ("settled", "")
+    after = await wallet.balances()
+    assert after[dealer] == (1_000, 0)  # its own free 1 000 untouched; the pool and the losses paid out
+    assert after[loser_1] == (700, 0) and after[loser_2] == (800, 0)
+    assert after[winner] == (2_400, 0)
+    assert after["fees"] == (100, 0)
+    assert sum(av + held for av, held in after.values()) == 0
+
+    # Each hold-less payment is one plain transfer from the dealer's available balance.
+    async with wallet.ctx.pool.connection() as conn:
+        (applied,) = [
+            e
+            for e in await wallet.ctx.store.read_correlated(conn, "r-env")
+            if e.event_type == events.ROUND_SETTLEMENT_APPLIED
+        ]
+    payload = wallet_events.RoundSettlementApplied()
+    applied.unpack(payload)
+    hold_less = [m for m in payload.movements if m.kind in ("win", "dealer_fee", "service_fee") and not m.hold_id]
+    assert [[(leg.account, leg.bucket, leg.amount_minor) for leg in m.legs] for m in hold_less] == [
+        [(dealer, wallet_events.BUCKET_AVAILABLE, -400), (winner, wallet_events.BUCKET_AVAILABLE, 400)],
+        [(dealer, wallet_events.BUCKET_AVAILABLE, -60), ("fees", wallet_events.BUCKET_AVAILABLE, 60)],
+        [(dealer, wallet_events.BUCKET_AVAILABLE, -40), ("fees", wallet_events.BUCKET_AVAILABLE, 40)],
+    ]
+    await wallet.ledger_agrees()
+    assert await wallet.verify_round(settlement) == []  # the fee kinds are settlement transfers to the ledger
+
+
+async def test_a_player_never_pays_from_its_own_free_balance(wallet: Wallet) -> None:
+    dealer, loser_1, _, winner, holds = await red_envelope_table(wallet, "r-env")
+    pool, hold_1, _, _ = holds
+    before = await wallet.balances()
+    cases = [
+        # No earlier credit: the dealer's free 1 000 is not the settlement's to spend.
+        [transfer(dealer, winner, 1_000, "win", pool), transfer(dealer, winner, 1, "win")],
+        # A credit that comes later does not count.
+        [
+            transfer(dealer, winner, 1_000, "win", pool),
+            transfer(dealer, winner, 300, "win"),
+            transfer(loser_1, dealer, 300, "loss", hold_1),
+        ],
+        # Hold-less payments beyond the credits.
+        [
+            transfer(loser_1, dealer, 300, "loss", hold_1),
+            transfer(dealer, winner, 250, "win"),
+            transfer(dealer, "fees", 51, "dealer_fee"),
+        ],
+        # Another player's credit is not the dealer's.
+        [transfer(loser_1, winner, 300, "loss", hold_1), transfer(dealer, winner, 100, "win")],
+    ]
+    for transfers in cases:
+        await wallet.settle_direct(ROUND_SETTLED, settled("r-env", transfers, holds), "r-env")
+        status = await round_status(wallet, "r-env")
+        assert (status.status, status.reason) == ("rejected", "PAYER_NOT_SYSTEM")
+        assert "must pay from a hold or from what this settlement paid it before" in status.detail
+        assert await wallet.balances() == before
+    for hold_id in holds:
+        assert (await wallet.stub.GetHold(pb.GetHoldRequest(hold_id=hold_id), metadata=TABLE)).status == (
+            pb.HOLD_STATUS_OPEN
+        )
+    assert await wallet.count_events(events.ROUND_SETTLEMENT_APPLIED) == 0

@@ -27,6 +27,10 @@ from backbone.errors import REASON_METADATA_KEY
 from backbone.grpcserver import RunningServer
 from backbone.service import ServiceContext, start
 from backbone.topics import Topics
+from services.ledger.journal import journal_event
+from services.ledger.queries import EntryRecord
+from services.ledger.queries import RoundRecord as LedgerRound
+from services.ledger.verify import Finding, RoundEvidence, verify
 from services.wallet.app import WalletApp
 from services.wallet.server import make_spec
 from services.wallet.settlement import make_handler
@@ -103,6 +107,13 @@ class Wallet:
         reply: pb.HoldResult = await self.stub.PlaceHold(request, metadata=TABLE)
         return reply.hold
 
+    async def resize_hold(self, hold_id: str, amount_minor: int, resize_id: str = "") -> pb.HoldResult:
+        request = pb.ResizeHoldRequest(
+            resize_id=resize_id or f"rs-{uuid.uuid4().hex}", hold_id=hold_id, amount_minor=amount_minor
+        )
+        reply: pb.HoldResult = await self.stub.ResizeHold(request, metadata=TABLE)
+        return reply
+
     async def balance(self, account: str) -> tuple[int, int]:
         reply = await self.stub.GetBalance(pb.GetBalanceRequest(account=account), metadata=ADMIN)
         return reply.available_minor, reply.held_minor
@@ -146,6 +157,53 @@ class Wallet:
         async with self.ctx.pool.connection() as conn:
             cur = await conn.execute(query, args)
             return list(await cur.fetchall())
+
+    async def journal(self) -> list[EntryRecord]:
+        """Every wallet event journaled as the ledger journals it (services.ledger.journal); nothing refused."""
+        async with self.ctx.pool.connection() as conn:
+            stored = await self.ctx.store.read_all(conn, 0, 1_000_000)
+        records: list[EntryRecord] = []
+        for item in stored:
+            journaled = journal_event(item.envelope)
+            assert journaled.rejected == (), journaled.rejected
+            at = item.envelope.occurred_at.ToDatetime(UTC)
+            records.extend(
+                EntryRecord(
+                    entry_id=e.entry_id,
+                    event_id=item.envelope.event_id,
+                    movement_index=e.movement_index,
+                    event_type=item.event_type,
+                    kind=e.kind,
+                    round_id=e.round_id,
+                    hold_id=e.hold_id,
+                    bet_id=e.bet_id,
+                    occurred_at=at,
+                    topic="wallet",
+                    partition=0,
+                    offset=item.position,
+                    wallet_position=item.position,
+                    lines=e.lines,
+                )
+                for e in journaled.entries
+            )
+        return records
+
+    async def ledger_agrees(self) -> None:
+        """The ledger's balances rebuilt from the wallet's events are the wallet's ListBalances."""
+        rebuilt: dict[str, list[int]] = {}
+        for entry in await self.journal():
+            for line in entry.lines:
+                bucket = 0 if line.bucket == "available" else 1
+                rebuilt.setdefault(line.account, [0, 0])[bucket] += line.credit_minor - line.debit_minor
+        listed = await self.balances()
+        assert {a: tuple(b) for a, b in rebuilt.items() if any(b)} == {a: b for a, b in listed.items() if any(b)}
+
+    async def verify_round(self, settlement: table_pb.RoundSettled) -> list[Finding]:
+        """The ledger's verify-round checks (each transfer's movement, every hold resolved) on the journal."""
+        entries = tuple(e for e in await self.journal() if e.round_id == settlement.round_id)
+        record = LedgerRound(settlement.round_id, "settled", settlement.SerializeToString(), entries, ())
+        findings, _ = await verify(RoundEvidence.of(record))
+        return findings
 
 
 def envelope(event_type: str, payload: Message, round_id: str) -> events_pb2.EventEnvelope:
