@@ -185,7 +185,8 @@ def amounts_stay_hidden(updates: Sequence[table_pb2.TableUpdate], grabs: dict[st
         if kind(update) == "envelope_grabbed":
             g = update.envelope_grabbed
             seen.setdefault(update.round_id, []).append(g.grab_no)
-            assert grabs.get(update.round_id, [g.amount_minor])[g.grab_no] == g.amount_minor
+            if update.round_id in grabs:  # (rounds the test played; the watcher runs a little longer)
+                assert grabs[update.round_id][g.grab_no] == g.amount_minor
         elif kind(update) == "envelope_sent":
             assert "amount" not in text_format.MessageToString(update.envelope_sent)
     for round_id, order in seen.items():
@@ -274,8 +275,8 @@ class TableBots:
 
 
 async def test_a_hundred_rounds_with_bids_bets_changes_and_every_round_verified(stack: Stack) -> None:
-    tables = ("re-a", "re-b")
-    rounds_per_table = 50
+    tables = ("re-a", "re-b", "re-c", "re-d")
+    rounds_per_table = 25
     async with connect(stack) as c:
         players = [await register(c, f"re{stack.run_id}p{i}", 5_000_000) for i in range(7)]
         before = total_money(await all_balances(c))
@@ -302,13 +303,13 @@ async def test_a_hundred_rounds_with_bids_bets_changes_and_every_round_verified(
             grabs: dict[str, list[int]] = {}
             for round_id in b.played:
                 view = await ended_view(c, b.table_id, round_id)
+                grabs[round_id] = [g.amount_minor for g in sorted(view.grabs, key=lambda g: g.grab_no)]
                 if view.phase == "voided":
                     voided += 1
                     assert all(x.outcome in ("refund", "cancelled", "refunded") for x in view.my_bets), view
                     continue
                 settled += 1
                 verify_split(view)
-                grabs[round_id] = [g.amount_minor for g in sorted(view.grabs, key=lambda g: g.grab_no)]
                 nets.update(verify_settlement(view, config))
                 fees += DEALER_FEES
                 outcomes.update(x.outcome for x in view.my_bets)
@@ -322,6 +323,8 @@ async def test_a_hundred_rounds_with_bids_bets_changes_and_every_round_verified(
         assert sum(b.refusals["BID_TOO_LOW"] for b in bots) >= len(tables) * rounds_per_table * 9 // 10
         assert outcomes["win"] and outcomes["loss"], outcomes
         assert sum(b.changed for b in bots) and sum(b.cancelled for b in bots)
+        refusals = sum((b.refusals for b in bots), Counter())
+        print(f"rounds settled {settled}, voided {voided}; outcomes {dict(outcomes)}; calls {dict(refusals)}")
         await ledger_matches_wallet(c)
         for b in bots:  # the journal of a sample of rounds against their settlements, recomputed from the seed
             for round_id in b.played[:: max(1, len(b.played) // 5)]:
