@@ -46,6 +46,7 @@ from typing import TYPE_CHECKING, Any
 
 import psycopg
 from niuniu.table.v1 import events_pb2 as ev
+from prometheus_client import Counter
 from psycopg.rows import dict_row
 from psycopg_pool import AsyncConnectionPool
 
@@ -97,6 +98,13 @@ DEFAULT_BID_MIN_MINOR = 10_000
 DEFAULT_BID_INCREMENT_MINOR = 10_000
 DEFAULT_BIDDING_SECONDS = 18
 MAX_BID_MINOR = 10**13
+
+BIDS = Counter("niuniu_table_bids_total", "Red-envelope dealer bids, by outcome (placed, or the refusal).", ["outcome"])
+REDEALS = Counter("niuniu_table_redeals_total", "Red-envelope rounds voided and re-dealt, by cause.", ["cause"])
+for _outcome in ("placed", "BID_TOO_LOW", "BIDDING_CLOSED"):
+    BIDS.labels(_outcome)
+for _cause in ("DEALER_GRABBED_0.01", "ENVELOPE_ERROR"):
+    REDEALS.labels(_cause)
 
 DDL = (
     """
@@ -411,6 +419,18 @@ class EnvelopeRounds:
 
     async def place_bid(
         self, who: Principal, command_id: str, table_id: str, amount_minor: int, round_id: str = ""
+    ) -> BidReceipt:
+        try:
+            receipt = await self._place_bid(who, command_id, table_id, amount_minor, round_id)
+        except FailedPrecondition as refused:
+            BIDS.labels(refused.reason).inc()
+            raise
+        if not receipt.replayed:
+            BIDS.labels("placed").inc()
+        return receipt
+
+    async def _place_bid(
+        self, who: Principal, command_id: str, table_id: str, amount_minor: int, round_id: str
     ) -> BidReceipt:
         require(who, Role.PLAYER)
         if not COMMAND_ID.match(command_id):
@@ -802,6 +822,7 @@ class EnvelopeRounds:
         self._app._notify_table(table_id)
 
     async def void_for_redeal(self, table_id: str, round_id: str, reason: str) -> None:
+        REDEALS.labels(reason.partition(":")[0]).inc()
         async with self._pool.connection() as conn:
             await conn.execute("UPDATE envelope_rounds SET redeal = true WHERE round_id = %s", (round_id,))
         await self._app.void_round(table_id, round_id, reason)

@@ -459,6 +459,43 @@ async def test_special_paths_forced_through_the_real_services(stack: Stack) -> N
         await verify_round_in_journal(stack, first, recompute=False)
 
 
+async def test_an_rng_outage_voids_the_round_and_it_is_re_dealt_with_everything_refunded(stack: Stack) -> None:
+    """A system error (the rng down when the envelope is due): the round is voided, every hold released, re-dealt."""
+    table_id = "re-outage"
+    async with connect(stack) as c:
+        dealer, p1, p2 = [await register(c, f"reo{stack.run_id}{n}", 1_000_000) for n in "xab"]
+        before = total_money(await all_balances(c))
+        await create_table(c, table_id, {}, bidding_s=2, betting_s=3)
+        w = Watcher(c, p1, table_id)
+        first = (await w.wait_for(lambda u: kind(u) == "round_opened")).round_id
+        await bid(c, dealer, table_id, first, "0", BID_MIN)
+        await w.wait_for(lambda u: kind(u) == "dealer_chosen" and u.round_id == first)
+        await bet(c, p1, table_id, first, "0", 1_000)
+        await bet(c, p2, table_id, first, "0", 500)
+        stack.kill("rng")
+        try:
+            result = await w.wait_for(lambda u: kind(u) == "result" and u.round_id == first)
+            assert result.result.status == "voided" and "ENVELOPE_ERROR" in result.result.void_reason
+        finally:
+            stack.start("rng")
+            stack.wait_healthy("rng")
+        redeal = await w.wait_for(lambda u: kind(u) == "round_opened" and u.round_id != first)
+        assert redeal.round_opened.redeal_of == first
+        await w.wait_for(lambda u: kind(u) == "seed_revealed" and u.round_id == first)
+        await w.stop()
+        await settle_everything(c, [dealer, p1, p2])
+        balances = await all_balances(c)
+        assert total_money(balances) == before
+        assert [balances[p.account] for p in (dealer, p1, p2)] == [(1_000_000, 0)] * 3
+        for hold_id in (
+            f"bid.{first}.{dealer.name}.bid0",
+            f"bet.{first}.{p1.name}.bet0",
+            f"bet.{first}.{p2.name}.bet0",
+        ):
+            assert (await hold_amount(c, hold_id))[1] == wallet_pb2.HOLD_STATUS_VOIDED
+        await verify_round_in_journal(stack, first)  # voided: no money moved, the commitment holds
+
+
 async def test_the_ledger_audit_replay_is_clean(stack: Stack) -> None:
     """Last: the journal rebuilt from Kafka matches the live one and the wallet, bids and re-deals included."""
     async with connect(stack) as c:
