@@ -5,9 +5,10 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import os
 import time
 from collections import defaultdict
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import AsyncIterator, Iterator, Sequence
 
 import grpc
 import pytest
@@ -19,7 +20,25 @@ from players import Clients, Player, all_balances, clients
 from stack import BIN, Stack
 
 EXTERNAL = "external:cashier"
+TEST_DECKS_ENV = "NIUNIU_RNG_TEST_DECKS"  # the rng takes test decks and envelopes (docs/fairness.md §9)
 WAIT_S = 120.0
+
+
+@contextlib.contextmanager
+def env_var(name: str, value: str | None) -> Iterator[None]:
+    """Set (or, with None, unset) an environment variable for the block: e.g. before a module's stack starts."""
+    before = os.environ.get(name)
+    if value is None:
+        os.environ.pop(name, None)
+    else:
+        os.environ[name] = value
+    try:
+        yield
+    finally:
+        if before is None:
+            os.environ.pop(name, None)
+        else:
+            os.environ[name] = before
 
 
 @contextlib.asynccontextmanager

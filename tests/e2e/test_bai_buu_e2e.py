@@ -16,7 +16,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import io
-import os
 import random
 import subprocess
 import time
@@ -31,11 +30,13 @@ from niuniu.table.v1 import table_pb2
 from niuniu.wallet.v1 import wallet_pb2
 from play import (
     EXTERNAL,
+    TEST_DECKS_ENV,
     WAIT_S,
     Watcher,
     audit_replay_is_clean,
     card_updates_are_reveals,
     connect,
+    env_var,
     expect_refused,
     kind,
     ledger_matches_wallet,
@@ -76,26 +77,9 @@ FORCED = ev.TableLimits(
     reveal_interval_ms=5,
     pause_between_rounds_ms=50,
 )
-TEST_DECKS_ENV = "NIUNIU_RNG_TEST_DECKS"
 
 
 # --------------------------------------------------------------------------- helpers
-
-
-@contextlib.contextmanager
-def _env(name: str, value: str | None) -> Iterator[None]:
-    before = os.environ.get(name)
-    if value is None:
-        os.environ.pop(name, None)
-    else:
-        os.environ[name] = value
-    try:
-        yield
-    finally:
-        if before is None:
-            os.environ.pop(name, None)
-        else:
-            os.environ[name] = before
 
 
 @pytest.fixture(scope="module", autouse=True)
@@ -105,7 +89,7 @@ def _rng_with_test_decks() -> Iterator[None]:
     Rounds without a test deck are dealt exactly as by default, which their verification
     from the revealed seed proves; the default itself is shown on a second rng process.
     """
-    with _env(TEST_DECKS_ENV, "1"):
+    with env_var(TEST_DECKS_ENV, "1"):
         yield
 
 

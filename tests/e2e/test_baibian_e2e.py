@@ -16,7 +16,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import io
-import os
 import random
 import time
 from collections import Counter, defaultdict
@@ -30,9 +29,11 @@ from niuniu.table.v1 import events_pb2 as ev
 from niuniu.table.v1 import table_pb2
 from niuniu.wallet.v1 import wallet_pb2
 from play import (
+    TEST_DECKS_ENV,
     Watcher,
     audit_replay_is_clean,
     connect,
+    env_var,
     expect_refused,
     kind,
     ledger_matches_wallet,
@@ -49,21 +50,13 @@ from services.table.rules import baibian_bull as bb
 from services.table.rules.cards import DECK_54, parse_cards
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
-TEST_DECKS_ENV = "NIUNIU_RNG_TEST_DECKS"
 
 
 @pytest.fixture(scope="module", autouse=True)
 def _rng_with_test_decks() -> Iterator[None]:
     """This module's rng takes test decks (autouse: set before ``stack`` starts); other rounds deal as always."""
-    before = os.environ.get(TEST_DECKS_ENV)
-    os.environ[TEST_DECKS_ENV] = "1"
-    try:
+    with env_var(TEST_DECKS_ENV, "1"):
         yield
-    finally:
-        if before is None:
-            os.environ.pop(TEST_DECKS_ENV, None)
-        else:
-            os.environ[TEST_DECKS_ENV] = before
 
 
 VARIANT = "baibian_bull"

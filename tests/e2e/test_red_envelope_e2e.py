@@ -19,7 +19,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import io
-import os
 import random
 from collections import Counter
 from collections.abc import Iterator, Sequence
@@ -33,9 +32,11 @@ from niuniu.table.v1 import events_pb2 as ev
 from niuniu.table.v1 import table_pb2
 from niuniu.wallet.v1 import wallet_pb2
 from play import (
+    TEST_DECKS_ENV,
     Watcher,
     audit_replay_is_clean,
     connect,
+    env_var,
     expect_refused,
     kind,
     ledger_matches_wallet,
@@ -50,7 +51,6 @@ from services.rng import verify
 from services.table.rules import red_envelope as re_
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
-TEST_DECKS_ENV = "NIUNIU_RNG_TEST_DECKS"
 VARIANT = "red_envelope_bull"
 WAIT_S = 120.0
 BID_MIN = 10_000
@@ -62,15 +62,8 @@ DEALER_FEES = 170
 @pytest.fixture(scope="module", autouse=True)
 def _rng_with_test_envelopes() -> Iterator[None]:
     """This module's rng takes test envelopes (autouse: set before ``stack`` starts)."""
-    before = os.environ.get(TEST_DECKS_ENV)
-    os.environ[TEST_DECKS_ENV] = "1"
-    try:
+    with env_var(TEST_DECKS_ENV, "1"):
         yield
-    finally:
-        if before is None:
-            os.environ.pop(TEST_DECKS_ENV, None)
-        else:
-            os.environ[TEST_DECKS_ENV] = before
 
 
 def limits(betting_seconds: int) -> ev.TableLimits:
