@@ -9,7 +9,9 @@ checks, with nothing but the published derivation and the rules engine:
 - settling the round's bets on those hands gives exactly the transfers of the
   table's RoundSettled event, which the journal check then ties to the money moved.
 
-A red-envelope round (``red_envelope_bull``) has no deck: its envelope split and grab
+A 百變牛牛 round is settled against its banking player (the table's RoundView names
+them as ``dealer``); its hands are compared as opened whole. A red-envelope round
+(``red_envelope_bull``) has no deck: its envelope split and grab
 order are derived from the seed and checked against the grabs the table revealed, and
 its bets are re-settled with the dealer, the dealer pool and the grabbed amounts. The
 table pays the dealer's part first from the pool's hold and then from the round's
@@ -32,12 +34,14 @@ from niuniu.table.v1 import table_pb2, table_pb2_grpc
 from backbone.auth import Role, Tokens, bearer, secret_from_env
 from services.ledger.verify import Finding, RecomputeStep, RoundEvidence
 from services.rng import fair
+from services.table.baibian import BANKER_PARTY, OPEN
 from services.table.envelope import EnvelopeTableConfig
+from services.table.rules import baibian_bull as bb
 from services.table.rules import red_envelope as re_
 from services.table.variants import VARIANTS, SeatHand, TableBet
 
 DEFAULT_TABLE_ADDR = "127.0.0.1:50052"
-RECOMPUTABLE = ("golden_bull", "bai_buu", re_.VARIANT_ID)
+RECOMPUTABLE = ("golden_bull", "bai_buu", bb.VARIANT_ID, re_.VARIANT_ID)
 DEALER_VOID = "DEALER_GRABBED_0.01"
 
 POOL_DEPENDENT_KINDS = frozenset({"jackpot_payout"})
@@ -85,7 +89,13 @@ def recompute(view: table_pb2.RoundView, evidence: RoundEvidence) -> list[Findin
     hands = variant.deal(derived.deck, config)
     findings += _compare_hands(round_id, hands, view)
     if evidence.settlement is not None and not findings:
-        findings += _compare_settlement(round_id, variant.settle(hands, _bets(evidence), config), evidence)
+        parties = {}
+        if view.variant == bb.VARIANT_ID:  # the rules' banker party is the round's banking player
+            if not view.dealer:
+                return [Finding("recompute.settlement", round_id, "a settled 百變牛牛 round with no banker")]
+            parties[BANKER_PARTY] = view.dealer
+        settlement = variant.settle(hands, _bets(evidence), config)
+        findings += _compare_settlement(round_id, settlement, evidence, parties)
     return findings
 
 
@@ -135,7 +145,10 @@ def _recompute_envelope(view: table_pb2.RoundView, evidence: RoundEvidence) -> l
 
 def _compare_hands(round_id: str, hands: dict[str, SeatHand], view: table_pb2.RoundView) -> list[Finding]:
     shown: dict[str, Counter[str]] = {}
+    opened_whole = any(revealed.group == OPEN for revealed in view.hands)
     for revealed in view.hands:
+        if opened_whole and revealed.group != OPEN:
+            continue  # 百變牛牛: the face-up part is shown again in the hand's "open" reveal
         shown.setdefault(revealed.seat, Counter()).update(revealed.cards)
     findings = []
     for seat, hand in hands.items():
@@ -154,13 +167,19 @@ def _bets(evidence: RoundEvidence) -> list[TableBet]:
     return [TableBet(b.bet_id, b.player, b.area, b.stake_minor) for b in evidence.settlement.bets]
 
 
-def _compare_settlement(round_id: str, settlement: object, evidence: RoundEvidence) -> list[Finding]:
+def _compare_settlement(
+    round_id: str, settlement: object, evidence: RoundEvidence, parties: dict[str, str] | None = None
+) -> list[Finding]:
+    """The rules' transfers against the table's, as totals per (payer, payee, kind, bet); ``parties``
+    renames the rules' party names (百變牛牛's "banker") to the accounts the table paid."""
     assert evidence.settlement is not None
+    name = (parties or {}).get
     transfers: Sequence[object] = getattr(settlement, "transfers", ())
     want: Counter[tuple[str, str, str, str]] = Counter()
     for t in transfers:
         if str(t.kind) not in POOL_DEPENDENT_KINDS:  # type: ignore[attr-defined]
-            key = (t.payer, t.payee, str(t.kind), t.bet_id or "")  # type: ignore[attr-defined]
+            payer, payee = t.payer, t.payee  # type: ignore[attr-defined]
+            key = (name(payer, payer), name(payee, payee), str(t.kind), t.bet_id or "")  # type: ignore[attr-defined]
             want[key] += t.amount_minor  # type: ignore[attr-defined]
     got: Counter[tuple[str, str, str, str]] = Counter()
     for t in evidence.settlement.transfers:

@@ -226,7 +226,8 @@ class TableServicer(BankerRpcs, table_pb2_grpc.TableServicer):
 
 
 class EnvelopeFacts:
-    """A red-envelope round's public facts, from its events: bids, dealer, the grabs revealed so far."""
+    """A round's public facts beyond its hands, from its events: the banker or the dealer, and for red-envelope
+    rounds the bids, the pool and the grabs revealed so far."""
 
     def __init__(self) -> None:
         self.dealer = ""
@@ -242,6 +243,7 @@ class EnvelopeFacts:
             opened = ev.RoundOpened()
             event.unpack(opened)
             self.redeal_of = opened.redeal_of
+            self.dealer = opened.banker  # 百變牛牛's banking player ("" elsewhere)
         elif kind == "table.bid_placed":
             bid = ev.BidPlaced()
             event.unpack(bid)

@@ -1,10 +1,13 @@
-"""Play a Golden Bull table with a few bot players against the running services.
+"""Play a Golden Bull (or a 68 NiuNiu) table with a few bot players against the running services.
 
-``niuniu-demo [--rounds N] [--players K]`` registers the bots through the wallet
+``niuniu-demo [--rounds N] [--players K] [--variant golden_bull|red_envelope_bull]``
+registers the bots through the wallet
 (idempotently), has the admin fund them, opens a table, and lets every bot place
 random bets each round through the table's gRPC API while watching the table. It
 prints each round as it settles: who bet what, the hands, the results and the
-balances; then it verifies every round's deal from its revealed seed. The bots'
+balances; then it verifies every round's deal from its revealed seed. At the
+red-envelope table one bot bids for the dealer seat each round, the others bet
+against the dealer, and each round's envelope split is verified instead. The bots'
 choices use ``random`` (they are players, not the house): game randomness comes
 only from the rng service.
 """
@@ -30,6 +33,7 @@ from services.rng import fair
 from services.table.rules.cards import parse_cards
 
 TABLE_ID = "demo-golden-bull"
+ENVELOPE_TABLE_ID = "demo-red-envelope"
 FUNDING_MINOR = 1_000_000
 ADMIN_USER = "demo-admin"
 LIMITS = ev.TableLimits(
@@ -40,6 +44,15 @@ LIMITS = ev.TableLimits(
     reveal_interval_ms=250,
     pause_between_rounds_ms=1_000,
 )
+ENVELOPE_LIMITS = ev.TableLimits(
+    min_bet_minor=100,
+    max_bet_minor=20_000,
+    chips_minor=[100, 500, 1_000],
+    betting_seconds=3,
+    reveal_interval_ms=250,
+    pause_between_rounds_ms=1_000,
+)
+ENVELOPE_CONFIG = {"bidding.seconds": "2", "fees.service_minor": "100"}
 
 
 @dataclass
@@ -205,12 +218,132 @@ async def play(rounds: int, players: int) -> int:
     return 0 if ok else 1
 
 
+# --------------------------------------------------------------------------- 68 NiuNiu
+
+
+async def bid_for_dealer(table: table_pb2_grpc.TableAsyncStub, bots: Sequence[Bot], round_id: str) -> None:
+    dealer = random.choice(bots)
+    amount = random.choice([10_000, 20_000, 30_000])
+    request = table_pb2.PlaceBidRequest(
+        command_id=f"{round_id}.{dealer.name}.bid", table_id=ENVELOPE_TABLE_ID, amount_minor=amount, round_id=round_id
+    )
+    try:
+        await table.PlaceBid(request, metadata=bearer(dealer.token))
+        print(f"round {round_id}: {dealer.name} bids {money(amount)} for the dealer seat")
+    except grpc.aio.AioRpcError as error:
+        print(f"  {dealer.name}: bid refused: {error.code().name} {error.details()}")
+
+
+async def bet_against(table: table_pb2_grpc.TableAsyncStub, bots: Sequence[Bot], round_id: str, dealer: str) -> None:
+    for b in bots:
+        if b.account == dealer:
+            continue
+        request = table_pb2.PlaceBetRequest(
+            command_id=f"{round_id}.{b.name}.bet",
+            table_id=ENVELOPE_TABLE_ID,
+            area="dealer",
+            amount_minor=random.choice([100, 500, 1_000]),
+            round_id=round_id,
+        )
+        try:
+            b.bets[round_id] = [await table.PlaceBet(request, metadata=bearer(b.token))]
+        except grpc.aio.AioRpcError as error:
+            print(f"  {b.name}: bet refused: {error.code().name} {error.details()}")
+
+
+async def report_envelope(
+    table: table_pb2_grpc.TableAsyncStub, wallet: wallet_pb2_grpc.WalletAsyncStub, admin: str, round_id: str
+) -> table_pb2.RoundView:
+    view = await table.GetRound(
+        table_pb2.GetRoundRequest(table_id=ENVELOPE_TABLE_ID, round_id=round_id), metadata=bearer(admin)
+    )
+    status = await wallet_applied(wallet, admin, round_id)
+    print(f"  dealer {view.dealer} with a pool of {money(view.dealer_pool_minor)}; wallet: {status}")
+    for grab in view.grabs:
+        who = "dealer" if grab.dealer else grab.participant
+        print(f"  grab {grab.grab_no + 1}: {who:45} {grab.amount_text:>6} {grab.category:10} x{grab.multiplier}")
+    for bet in view.my_bets:
+        print(f"  {bet.player:45} {money(bet.stake_minor)} {bet.outcome} {bet.net_minor / 100:+.2f}")
+    if view.phase == "voided":
+        print(f"  voided: {view.void_reason}")
+    return view
+
+
+async def verify_envelope(table: table_pb2_grpc.TableAsyncStub, admin: str, round_id: str) -> bool:
+    for _ in range(100):
+        view = await table.GetRound(
+            table_pb2.GetRoundRequest(table_id=ENVELOPE_TABLE_ID, round_id=round_id), metadata=bearer(admin)
+        )
+        if view.server_seed:
+            break
+        await asyncio.sleep(0.2)
+    else:
+        print(f"  {round_id}: seed not revealed yet")
+        return False
+    grabs = sorted(view.grabs, key=lambda g: g.grab_no)
+    envelope = None
+    if grabs:
+        envelope = fair.EnvelopeRecord(
+            view.envelope_total_minor,
+            len(grabs),
+            1,
+            amounts=tuple(g.amount_minor for g in grabs),
+            grab_order=tuple(g.position for g in grabs),
+        )
+    result = fair.verify_round(
+        view.commitment, bytes.fromhex(view.server_seed), round_id, view.client_seed, envelope=envelope
+    )
+    status = "verified" if result.ok else "FAILED: " + "; ".join(c.detail for c in result.failures)
+    print(f"  {round_id}: {status}")
+    return result.ok
+
+
+async def play_envelope(rounds: int, players: int) -> int:
+    async with (
+        grpc.aio.insecure_channel(addr("wallet", 50053)) as wallet_channel,
+        grpc.aio.insecure_channel(addr("table", 50052)) as table_channel,
+    ):
+        wallet = wallet_pb2_grpc.WalletStub(wallet_channel)
+        table = table_pb2_grpc.TableStub(table_channel)
+        admin = await admin_token(wallet)
+        bots = [await bot(wallet, admin, f"bot{i + 1}") for i in range(max(players, 2))]
+        await table.CreateTable(
+            table_pb2.CreateTableRequest(
+                table_id=ENVELOPE_TABLE_ID, variant="red_envelope_bull", config=ENVELOPE_CONFIG, limits=ENVELOPE_LIMITS
+            ),
+            metadata=bearer(admin),
+        )
+        played: list[str] = []
+        watch = table.WatchTable(
+            table_pb2.WatchTableRequest(table_id=ENVELOPE_TABLE_ID), metadata=bearer(bots[0].token)
+        )
+        mine: set[str] = set()
+        async for update in watch:
+            kind = update.WhichOneof("update")
+            if kind == "round_opened":
+                mine.add(update.round_id)
+                await bid_for_dealer(table, bots, update.round_id)
+            elif kind == "dealer_chosen" and update.round_id in mine:
+                await bet_against(table, bots, update.round_id, update.dealer_chosen.dealer)
+            elif kind == "result" and update.round_id in mine:
+                await report_envelope(table, wallet, admin, update.round_id)
+                played.append(update.round_id)
+                if len(played) >= rounds:
+                    break
+        watch.cancel()
+        print("verifying every round's envelope from its revealed seed")
+        ok = all([await verify_envelope(table, admin, r) for r in played])
+    return 0 if ok else 1
+
+
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--rounds", type=int, default=5)
     parser.add_argument("--players", type=int, default=3)
+    parser.add_argument("--variant", choices=("golden_bull", "red_envelope_bull"), default="golden_bull")
     args = parser.parse_args(argv)
-    sys.exit(asyncio.run(play(args.rounds, args.players)))
+    game = play_envelope if args.variant == "red_envelope_bull" else play
+    sys.exit(asyncio.run(game(args.rounds, args.players)))
 
 
 if __name__ == "__main__":

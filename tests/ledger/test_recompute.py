@@ -9,6 +9,11 @@ from services.ledger.queries import RoundRecord
 from services.ledger.recompute import recompute
 from services.ledger.verify import RoundEvidence
 from services.rng import fair
+from services.table.baibian import BANKER_PARTY, FACE_UP, OPEN
+from services.table.common import settlement_event
+from services.table.envelope import EnvelopeTableConfig, fund_dealer
+from services.table.rules import baibian_bull as bb
+from services.table.rules import red_envelope as re_
 from services.table.variants import VARIANTS, TableBet
 
 SEED = bytes(range(32))
@@ -88,3 +93,112 @@ def test_a_settlement_transfer_the_rules_do_not_give_is_caught() -> None:
     t = evidence.settlement.transfers[0]
     assert f"the table paid {t.amount_minor}" in findings[0].detail
     assert f"the rules give {t.amount_minor - 1}" in findings[0].detail
+
+
+def settled_event(variant: str, settlement: object, transfers: list[ev.SettlementTransfer]) -> ev.RoundSettled:
+    return ev.RoundSettled(
+        table_id="t1",
+        round_id=ROUND,
+        variant=variant,
+        bets=[
+            ev.BetOutcome(bet_id=r.bet_id, player=r.player, area=r.area, stake_minor=r.stake_minor)
+            for r in settlement.bets  # type: ignore[attr-defined]
+        ],
+        transfers=transfers,
+    )
+
+
+def envelope_round(*, pool: int = 10_000) -> tuple[table_pb2.RoundView, RoundEvidence]:
+    """A red-envelope round as the table records it: the dealer's payments split at the pool's hold."""
+    config = EnvelopeTableConfig.from_settings({"fees.service_minor": "50"})
+    split = fair.split_envelope(SEED, ROUND, "", 1_000, 4, 1)
+    participants = ["player:dealer", "player:a", "player:b", "player:c"]
+    amounts = {position: amount for amount, position in zip(split.amounts, split.grab_order, strict=True)}
+    stakes = {"player:a": 1_000, "player:b": 500, "player:c": 300}
+    bets = tuple(re_.EnvelopeBet(f"b{i}", p, stakes[p], amounts[i]) for i, p in enumerate(participants) if i)
+    settlement = re_.settle(re_.EnvelopeRound("player:dealer", pool, amounts[0], bets), config.rules)
+    holds = [{"bet_id": b.bet_id, "player": b.player, "hold_id": f"bet.{b.bet_id}"} for b in bets]
+    event = settlement_event("t1", ROUND, re_.VARIANT_ID, settlement, holds)
+    funded = fund_dealer(event.transfers, "player:dealer", "bid.x", re_.dealer_hold_minor(pool, config.rules))
+    grabs = [
+        ev.EnvelopeGrabbed(
+            grab_no=k,
+            position=position,
+            participant=participants[position],
+            amount_minor=amount,
+            bet_id=f"b{position}" if position else "",
+            dealer=position == 0,
+        )
+        for k, (amount, position) in enumerate(zip(split.amounts, split.grab_order, strict=True))
+    ]
+    view = table_pb2.RoundView(
+        table_id="t1",
+        round_id=ROUND,
+        commitment=fair.commit(SEED),
+        server_seed=SEED.hex(),
+        variant=re_.VARIANT_ID,
+        config=config.to_settings(),
+        dealer="player:dealer",
+        dealer_pool_minor=pool,
+        grabs=grabs,
+        envelope_total_minor=1_000,
+    )
+    settled = settled_event(re_.VARIANT_ID, settlement, funded)
+    return view, RoundEvidence.of(RoundRecord(ROUND, "settled", settled.SerializeToString(), (), ()))
+
+
+def test_a_red_envelope_round_recomputes_from_its_split_even_with_the_dealer_paying_in_two_parts() -> None:
+    view, evidence = envelope_round(pool=100)  # a small pool: the dealer pays past its hold
+    assert evidence.settlement is not None
+    assert recompute(view, evidence) == []
+    view.grabs[0].amount_minor += 1  # a grab the seed does not give
+    assert any(f.check == "recompute.split" for f in recompute(view, evidence))
+
+
+def test_a_red_envelope_settlement_that_differs_from_the_rules_is_caught() -> None:
+    view, evidence = envelope_round()
+    assert evidence.settlement is not None
+    fee = next(t for t in evidence.settlement.transfers if t.kind == "service_fee")
+    fee.amount_minor += 1
+    findings = recompute(view, evidence)
+    assert [f.check for f in findings] == ["recompute.settlement"] and "service_fee" in findings[0].detail
+
+
+def test_a_baibian_round_is_settled_against_its_banker() -> None:
+    variant = VARIANTS[bb.VARIANT_ID]
+    config = variant.parse_config({})
+    deck = fair.shuffle(SEED, ROUND, "", 54)
+    hands = variant.deal(deck, config)
+    bets = [TableBet("b1", "player:a", "heaven", 1_000), TableBet("b2", "player:b", "yellow", 500)]
+    settlement = variant.settle(hands, bets, config)
+    banker = "player:bank"
+    transfers = [
+        ev.SettlementTransfer(
+            payer=banker if t.payer == BANKER_PARTY else t.payer,
+            payee=banker if t.payee == BANKER_PARTY else t.payee,
+            amount_minor=t.amount_minor,
+            kind=str(t.kind),
+            bet_id=t.bet_id or "",
+        )
+        for t in settlement.transfers
+    ]
+    reveals = [
+        ev.HandRevealed(seat=seat, cards=[c.code for c in hand.cards[: 4 if group == FACE_UP else 5]], group=group)
+        for group in (FACE_UP, OPEN)
+        for seat, hand in hands.items()
+    ]
+    view = table_pb2.RoundView(
+        table_id="t1",
+        round_id=ROUND,
+        commitment=fair.commit(SEED),
+        server_seed=SEED.hex(),
+        variant=bb.VARIANT_ID,
+        config=variant.config_settings(config),
+        hands=reveals,
+        dealer=banker,
+    )
+    settled = settled_event(bb.VARIANT_ID, settlement, transfers)
+    evidence = RoundEvidence.of(RoundRecord(ROUND, "settled", settled.SerializeToString(), (), ()))
+    assert recompute(view, evidence) == []
+    view.dealer = "player:someone-else"
+    assert {f.check for f in recompute(view, evidence)} == {"recompute.settlement"}
