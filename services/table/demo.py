@@ -252,18 +252,25 @@ async def bet_against(table: table_pb2_grpc.TableAsyncStub, bots: Sequence[Bot],
 
 
 async def report_envelope(
-    table: table_pb2_grpc.TableAsyncStub, wallet: wallet_pb2_grpc.WalletAsyncStub, admin: str, round_id: str
+    table: table_pb2_grpc.TableAsyncStub,
+    wallet: wallet_pb2_grpc.WalletAsyncStub,
+    admin: str,
+    bots: Sequence[Bot],
+    round_id: str,
 ) -> table_pb2.RoundView:
+    names = {b.account: b.name for b in bots}
     view = await table.GetRound(
         table_pb2.GetRoundRequest(table_id=ENVELOPE_TABLE_ID, round_id=round_id), metadata=bearer(admin)
     )
     status = await wallet_applied(wallet, admin, round_id)
-    print(f"  dealer {view.dealer} with a pool of {money(view.dealer_pool_minor)}; wallet: {status}")
+    dealer = names.get(view.dealer, view.dealer)
+    print(f"  dealer {dealer} with a pool of {money(view.dealer_pool_minor)}; wallet: {status}")
     for grab in view.grabs:
-        who = "dealer" if grab.dealer else grab.participant
-        print(f"  grab {grab.grab_no + 1}: {who:45} {grab.amount_text:>6} {grab.category:10} x{grab.multiplier}")
+        who = names.get(grab.participant, grab.participant) + (" (dealer)" if grab.dealer else "")
+        print(f"  grab {grab.grab_no + 1}: {who:14} {grab.amount_text:>6} {grab.category:10} x{grab.multiplier}")
     for bet in view.my_bets:
-        print(f"  {bet.player:45} {money(bet.stake_minor)} {bet.outcome} {bet.net_minor / 100:+.2f}")
+        who = names.get(bet.player, bet.player)
+        print(f"  {who:14} bet {money(bet.stake_minor)}: {bet.outcome} {bet.net_minor / 100:+.2f}")
     if view.phase == "voided":
         print(f"  voided: {view.void_reason}")
     return view
@@ -326,7 +333,7 @@ async def play_envelope(rounds: int, players: int) -> int:
             elif kind == "dealer_chosen" and update.round_id in mine:
                 await bet_against(table, bots, update.round_id, update.dealer_chosen.dealer)
             elif kind == "result" and update.round_id in mine:
-                await report_envelope(table, wallet, admin, update.round_id)
+                await report_envelope(table, wallet, admin, bots, update.round_id)
                 played.append(update.round_id)
                 if len(played) >= rounds:
                     break
