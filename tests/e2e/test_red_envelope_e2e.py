@@ -489,6 +489,54 @@ async def test_an_rng_outage_voids_the_round_and_it_is_re_dealt_with_everything_
         await verify_round_in_journal(stack, first)  # voided: no money moved, the commitment holds
 
 
+async def test_the_table_killed_while_bidding_and_while_grabbing_finishes_the_round(stack: Stack) -> None:
+    """SIGKILL the table in the bidding window and again between grabs: the round resumes where it was."""
+    table_id = "re-kill"
+    async with connect(stack) as c:
+        dealer, p1, p2 = [await register(c, f"rek{stack.run_id}{n}", 1_000_000) for n in "xab"]
+        before = total_money(await all_balances(c))
+        settings = {"bidding.seconds": "4", **FEES}
+        slow = ev.TableLimits(
+            min_bet_minor=100,
+            max_bet_minor=100_000,
+            chips_minor=[100],
+            betting_seconds=4,
+            reveal_interval_ms=1_500,
+            pause_between_rounds_ms=50,
+        )
+        request = table_pb2.CreateTableRequest(table_id=table_id, variant=VARIANT, config=settings, limits=slow)
+        await c.table.CreateTable(request, metadata=c.admin)
+        w = Watcher(c, p1, table_id)
+        round_id = (await w.wait_for(lambda u: kind(u) == "round_opened")).round_id
+        await bid(c, dealer, table_id, round_id, "0", BID_MIN)
+        stack.kill("table")
+        stack.start("table")
+        stack.wait_healthy("table")
+        chosen = await w.wait_for(lambda u: kind(u) == "dealer_chosen" and u.round_id == round_id)
+        assert chosen.dealer_chosen.dealer == dealer.account
+        await bet(c, p1, table_id, round_id, "0", 1_000)
+        await bet(c, p2, table_id, round_id, "0", 500)
+        await w.wait_for(lambda u: kind(u) == "envelope_grabbed" and u.round_id == round_id)
+        stack.kill("table")
+        stack.start("table")
+        result = await w.wait_for(lambda u: kind(u) == "result" and u.round_id == round_id)
+        await w.wait_for(lambda u: kind(u) == "seed_revealed" and u.round_id == round_id)
+        await w.stop()
+        grabs = [
+            u.envelope_grabbed.grab_no for u in w.updates if kind(u) == "envelope_grabbed" and u.round_id == round_id
+        ]
+        assert grabs == [0, 1, 2], grabs  # each grab once, in order, across the restart
+        await settle_everything(c, [dealer, p1, p2])
+        assert total_money(await all_balances(c)) == before
+        view = await ended_view(c, table_id, round_id)
+        if result.result.status == "settled":
+            verify_split(view)
+            verify_settlement(view, re_.load_config(FEES))
+        else:  # the dealer grabbed 0.01
+            assert "DEALER_GRABBED_0.01" in result.result.void_reason
+        await verify_round_in_journal(stack, round_id)
+
+
 async def test_the_ledger_audit_replay_is_clean(stack: Stack) -> None:
     """Last: the journal rebuilt from Kafka matches the live one and the wallet, bids and re-deals included."""
     async with connect(stack) as c:
