@@ -536,10 +536,10 @@ def decide_resize(
             raise AlreadyExists("RESIZE_ID_REUSED", f"resize {request.resize_id} was made with other fields")
         return Decision(hold, replayed=True)
     assert hold.hold_id == request.hold_id and hold.account == account.account
-    if hold.status is not HoldStatus.OPEN:
-        raise FailedPrecondition("HOLD_NOT_OPEN", f"hold {hold.hold_id} is {hold.status.value}")
+    if hold.status is not HoldStatus.OPEN:  # the same answers as PostHold's
+        raise _already_resolved(hold)
     if now >= hold.expires_at:  # as good as expired, whether or not the sweeper has run yet
-        raise FailedPrecondition("HOLD_NOT_OPEN", f"hold {hold.hold_id} expired at {hold.expires_at.isoformat()}")
+        raise FailedPrecondition("HOLD_EXPIRED", f"hold {hold.hold_id} expired at {hold.expires_at.isoformat()}")
     change = request.amount_minor - hold.amount_minor
     if change > 0:
         check_may_hold(play, account, change, now)

@@ -247,8 +247,8 @@ def test_resize_moves_the_difference_and_refuses_what_place_hold_refuses() -> No
     # Lowering is allowed to the excluded and the limited alike.
     excluded = ResponsiblePlay(exclusion=Exclusion(None, True))
     assert domain.decide_resize(ResizeRequest("rs9", "h1", 1), None, placed, alice, excluded, NOW).movements
-    refused("HOLD_NOT_OPEN", 200, domain.decide_void(placed, NOW).hold)
-    refused("HOLD_NOT_OPEN", 200, replace(placed, expires_at=NOW))  # past its time, not yet swept
+    refused("HOLD_ALREADY_RESOLVED", 200, domain.decide_void(placed, NOW).hold)
+    refused("HOLD_EXPIRED", 200, replace(placed, expires_at=NOW))  # past its time, not yet swept
     for bad in (ResizeRequest("", "h1", 1), ResizeRequest("rs", "h 1", 1), ResizeRequest("rs", "h1", 0)):
         with pytest.raises(InvalidArgument):
             domain.check_resize_request(bad)

@@ -173,8 +173,9 @@ async def test_only_an_open_hold_is_resized(wallet: Wallet) -> None:
         assert time.monotonic() < deadline, "the sweeper did not expire the hold"
         await asyncio.sleep(0.05)
     before = await wallet.balances()
-    for hold_id in (posted.hold_id, voided.hold_id, late.hold_id):
-        await expect_error(wallet.resize_hold(hold_id, 60), FAILED, "HOLD_NOT_OPEN")
+    for hold_id in (posted.hold_id, voided.hold_id):
+        await expect_error(wallet.resize_hold(hold_id, 60), FAILED, "HOLD_ALREADY_RESOLVED")
+    await expect_error(wallet.resize_hold(late.hold_id, 60), FAILED, "HOLD_EXPIRED")
     await expect_error(wallet.resize_hold("no-such-hold", 60), grpc.StatusCode.NOT_FOUND, "HOLD_NOT_FOUND")
     assert await wallet.balances() == before
     assert await wallet.sql("SELECT count(*) FROM wallet_hold_resizes") == [(0,)]
