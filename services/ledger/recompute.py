@@ -35,7 +35,7 @@ from backbone.auth import Role, Tokens, bearer, secret_from_env
 from services.ledger.verify import Finding, RecomputeStep, RoundEvidence
 from services.rng import fair
 from services.table.baibian import BANKER_PARTY, OPEN
-from services.table.envelope import EnvelopeTableConfig
+from services.table.envelope import EnvelopeTableConfig, envelope_record
 from services.table.rules import baibian_bull as bb
 from services.table.rules import red_envelope as re_
 from services.table.variants import VARIANTS, SeatHand, TableBet
@@ -101,16 +101,8 @@ def recompute(view: table_pb2.RoundView, evidence: RoundEvidence) -> list[Findin
 
 def _recompute_envelope(view: table_pb2.RoundView, evidence: RoundEvidence) -> list[Finding]:
     round_id = view.round_id
-    grabs = sorted(view.grabs, key=lambda g: g.grab_no)
-    envelope = None
-    if grabs:
-        envelope = fair.EnvelopeRecord(
-            view.envelope_total_minor,
-            len(grabs),
-            1,
-            amounts=tuple(g.amount_minor for g in grabs),
-            grab_order=tuple(g.position for g in grabs),
-        )
+    grabs = view.grabs
+    envelope = envelope_record(view.envelope_total_minor, grabs)
     seed = bytes.fromhex(view.server_seed)
     derived = fair.verify_round(view.commitment, seed, round_id, view.client_seed, envelope=envelope)
     findings = [Finding(f"recompute.{c.name}", round_id, c.detail) for c in derived.failures]

@@ -33,7 +33,7 @@ from services.table.rules import _config as cfg
 from services.table.rules import baibian_bull as bb
 from services.table.rules.cards import Card, parse_card
 from services.table.rules.money import Settlement
-from services.table.variants import VARIANTS, SeatHand, TableBet, Variant
+from services.table.variants import VARIANTS, NoSideBets, SeatHand, TableBet, Variant
 
 BANKER_SEAT = "banker"
 # The rules' name for the banker's side of every transfer, replaced by the banker's account.
@@ -105,7 +105,7 @@ def bull_points(category: bb.Category) -> int:
     return 10
 
 
-class BaibianBull:
+class BaibianBull(NoSideBets):
     """One banker against Heaven, Earth, Mystic and Yellow (see the module docstring)."""
 
     variant_id = bb.VARIANT_ID
@@ -127,9 +127,6 @@ class BaibianBull:
     def hold_multiplier(self, config: BaibianTableConfig) -> Fraction:
         return config.max_multiplier
 
-    def fixed_stake_minor(self, area: str, config: BaibianTableConfig) -> int | None:
-        return None
-
     def deal(self, deck: Sequence[Card], config: BaibianTableConfig) -> dict[str, SeatHand]:
         dealt = bb.deal(deck)
         hands = {}
@@ -143,11 +140,6 @@ class BaibianBull:
         if group == FACE_UP:  # the fifth card stays face down
             return SeatHand(hand.seat, hand.cards[:FACE_UP_CARDS], "", 0, Fraction(0))
         return hand
-
-    def claims_jackpot_pool(
-        self, hands: Mapping[str, SeatHand], bets: Sequence[TableBet], config: BaibianTableConfig
-    ) -> bool:
-        return False
 
     def settle(
         self,
@@ -169,9 +161,6 @@ class BaibianBull:
         banker = bb.evaluate(hands[BANKER_SEAT].cards)
         names = {1: "win", -1: "loss", 0: "push"}
         return {area: names[bb.compare(bb.evaluate(hands[area].cards), banker)] for area in bb.AREAS}
-
-    def area_odds(self, hands: Mapping[str, SeatHand], config: BaibianTableConfig) -> dict[str, str]:
-        return {}
 
 
 def is_baibian(variant: Variant) -> bool:

@@ -30,6 +30,7 @@ from niuniu.wallet.v1 import wallet_pb2, wallet_pb2_grpc
 from backbone.auth import bearer
 from backbone.errors import DomainError
 from services.rng import fair
+from services.table.envelope import envelope_record
 from services.table.rules.cards import parse_cards
 
 TABLE_ID = "demo-golden-bull"
@@ -169,23 +170,35 @@ async def report(
     return True
 
 
-async def verify(table: table_pb2_grpc.TableAsyncStub, token: str, round_id: str) -> bool:
+async def revealed_round(
+    table: table_pb2_grpc.TableAsyncStub, table_id: str, token: str, round_id: str
+) -> table_pb2.RoundView | None:
+    """The round once its seed is revealed (None if it is not within 20 s)."""
     for _ in range(100):
         view = await table.GetRound(
-            table_pb2.GetRoundRequest(table_id=TABLE_ID, round_id=round_id), metadata=bearer(token)
+            table_pb2.GetRoundRequest(table_id=table_id, round_id=round_id), metadata=bearer(token)
         )
         if view.server_seed:
-            break
+            return view
         await asyncio.sleep(0.2)
-    else:
-        print(f"  {round_id}: seed not revealed yet")
+    print(f"  {round_id}: seed not revealed yet")
+    return None
+
+
+def print_verification(round_id: str, result: fair.Verification) -> bool:
+    status = "verified" if result.ok else "FAILED: " + "; ".join(c.detail for c in result.failures)
+    print(f"  {round_id}: {status}")
+    return result.ok
+
+
+async def verify(table: table_pb2_grpc.TableAsyncStub, token: str, round_id: str) -> bool:
+    view = await revealed_round(table, TABLE_ID, token, round_id)
+    if view is None:
         return False
     seats = {h.seat: list(h.cards) for h in view.hands}
     dealt = parse_cards([c for seat in ("dealer", "area_1", "area_2", "area_3") for c in seats[seat]])
     result = fair.verify_round(view.commitment, bytes.fromhex(view.server_seed), round_id, view.client_seed, 52, dealt)
-    status = "verified" if result.ok else "FAILED: " + "; ".join(c.detail for c in result.failures)
-    print(f"  {round_id}: {status}")
-    return result.ok
+    return print_verification(round_id, result)
 
 
 async def play(rounds: int, players: int) -> int:
@@ -277,32 +290,14 @@ async def report_envelope(
 
 
 async def verify_envelope(table: table_pb2_grpc.TableAsyncStub, admin: str, round_id: str) -> bool:
-    for _ in range(100):
-        view = await table.GetRound(
-            table_pb2.GetRoundRequest(table_id=ENVELOPE_TABLE_ID, round_id=round_id), metadata=bearer(admin)
-        )
-        if view.server_seed:
-            break
-        await asyncio.sleep(0.2)
-    else:
-        print(f"  {round_id}: seed not revealed yet")
+    view = await revealed_round(table, ENVELOPE_TABLE_ID, admin, round_id)
+    if view is None:
         return False
-    grabs = sorted(view.grabs, key=lambda g: g.grab_no)
-    envelope = None
-    if grabs:
-        envelope = fair.EnvelopeRecord(
-            view.envelope_total_minor,
-            len(grabs),
-            1,
-            amounts=tuple(g.amount_minor for g in grabs),
-            grab_order=tuple(g.position for g in grabs),
-        )
+    envelope = envelope_record(view.envelope_total_minor, view.grabs)
     result = fair.verify_round(
         view.commitment, bytes.fromhex(view.server_seed), round_id, view.client_seed, envelope=envelope
     )
-    status = "verified" if result.ok else "FAILED: " + "; ".join(c.detail for c in result.failures)
-    print(f"  {round_id}: {status}")
-    return result.ok
+    return print_verification(round_id, result)
 
 
 async def play_envelope(rounds: int, players: int) -> int:

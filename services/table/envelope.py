@@ -60,6 +60,7 @@ from backbone.errors import (
     Unavailable,
 )
 from backbone.eventstore import EventStore, NewEvent
+from services.rng import fair
 from services.table.common import (
     COMMAND_ID,
     MAX_STAKE_MINOR,
@@ -77,7 +78,7 @@ from services.table.rules import _config as cfg
 from services.table.rules import red_envelope as re_
 from services.table.rules.cards import Card
 from services.table.rules.money import Settlement
-from services.table.variants import VARIANTS, SeatHand, TableBet, Variant
+from services.table.variants import VARIANTS, NoSideBets, SeatHand, TableBet, Variant
 
 if TYPE_CHECKING:
     from services.table.app import TableApp
@@ -203,7 +204,7 @@ class EnvelopeTableConfig:
         return max(self.bid_min_minor, highest_minor + self.bid_increment_minor)
 
 
-class RedEnvelopeBull:
+class RedEnvelopeBull(NoSideBets):
     """The table's view of the variant: one area (the dealer), no cards; ``EnvelopeRounds`` runs the round."""
 
     variant_id = re_.VARIANT_ID
@@ -225,19 +226,11 @@ class RedEnvelopeBull:
     def hold_multiplier(self, config: EnvelopeTableConfig) -> Fraction:
         return Fraction(config.rules.max_multiplier)
 
-    def fixed_stake_minor(self, area: str, config: EnvelopeTableConfig) -> int | None:
-        return None
-
     def reveal_part(self, hand: SeatHand, group: str, config: EnvelopeTableConfig) -> SeatHand:
         raise NotImplementedError("red-envelope rounds reveal grabs, not cards")
 
     def deal(self, deck: Sequence[Card], config: EnvelopeTableConfig) -> dict[str, SeatHand]:
         raise NotImplementedError("red-envelope rounds are dealt by EnvelopeRounds.send")
-
-    def claims_jackpot_pool(
-        self, hands: Mapping[str, SeatHand], bets: Sequence[TableBet], config: EnvelopeTableConfig
-    ) -> bool:
-        return False
 
     def settle(
         self,
@@ -250,9 +243,6 @@ class RedEnvelopeBull:
         raise NotImplementedError("red-envelope rounds are settled by EnvelopeRounds.settle")
 
     def area_outcomes(self, hands: Mapping[str, SeatHand], config: EnvelopeTableConfig) -> dict[str, str]:
-        return {}
-
-    def area_odds(self, hands: Mapping[str, SeatHand], config: EnvelopeTableConfig) -> dict[str, str]:
         return {}
 
 
@@ -323,6 +313,20 @@ def assign_shares(amounts: Sequence[int], grab_order: Sequence[int], participant
     if min(amounts) < MIN_SHARE_MINOR or max(amounts) > re_.MAX_AMOUNT_MINOR:
         raise ValueError(f"a share outside 1..{re_.MAX_AMOUNT_MINOR}: {list(amounts)}")
     return [(int(position), int(amount)) for amount, position in zip(amounts, grab_order, strict=True)]
+
+
+def envelope_record(total_minor: int, grabs: Sequence[ev.EnvelopeGrabbed]) -> fair.EnvelopeRecord | None:
+    """A round's revealed grabs as the verifier takes them (split and grab order), None with no grab."""
+    ordered = sorted(grabs, key=lambda g: g.grab_no)
+    if not ordered:
+        return None
+    return fair.EnvelopeRecord(
+        total_minor,
+        len(ordered),
+        MIN_SHARE_MINOR,
+        amounts=tuple(g.amount_minor for g in ordered),
+        grab_order=tuple(g.position for g in ordered),
+    )
 
 
 def fund_dealer(

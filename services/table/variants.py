@@ -89,7 +89,20 @@ def reveal_steps(variant: Variant) -> tuple[tuple[str, str], ...]:
     return tuple((seat, group) for group in variant.reveal_groups for seat in variant.reveal_order)
 
 
-class GoldenBull:
+class NoSideBets:
+    """What a variant without fixed-price side bets, a jackpot pool or fixed odds answers (most do)."""
+
+    def fixed_stake_minor(self, area: str, config: Any) -> int | None:
+        return None
+
+    def claims_jackpot_pool(self, hands: Mapping[str, SeatHand], bets: Sequence[TableBet], config: Any) -> bool:
+        return False
+
+    def area_odds(self, hands: Mapping[str, SeatHand], config: Any) -> dict[str, str]:
+        return {}
+
+
+class GoldenBull(NoSideBets):
     variant_id = golden_bull.VARIANT_ID
     deck_size = 52
     cards_dealt = 5 * (len(golden_bull.AREAS) + 1)
@@ -112,9 +125,6 @@ class GoldenBull:
     def hold_multiplier(self, config: golden_bull.GoldenBullConfig) -> Fraction:
         return Fraction(1) if config.mode is golden_bull.Mode.STAKE_CAPPED else config.max_multiplier
 
-    def fixed_stake_minor(self, area: str, config: golden_bull.GoldenBullConfig) -> int | None:
-        return None
-
     def deal(self, deck: Sequence[Card], config: golden_bull.GoldenBullConfig) -> dict[str, SeatHand]:
         dealt = golden_bull.deal(deck)
         seats = {"dealer": dealt.dealer} | dict(zip(golden_bull.AREAS, dealt.areas, strict=True))
@@ -123,11 +133,6 @@ class GoldenBull:
             hand = golden_bull.evaluate(cards, config)
             hands[seat] = SeatHand(seat, cards, str(hand.category), hand.points, config.multiplier(hand.category))
         return hands
-
-    def claims_jackpot_pool(
-        self, hands: Mapping[str, SeatHand], bets: Sequence[TableBet], config: golden_bull.GoldenBullConfig
-    ) -> bool:
-        return False
 
     def settle(
         self,
@@ -151,9 +156,6 @@ class GoldenBull:
             area: str(golden_bull.outcome(golden_bull.evaluate(hands[area].cards, config), dealer, config))
             for area in golden_bull.AREAS
         }
-
-    def area_odds(self, hands: Mapping[str, SeatHand], config: golden_bull.GoldenBullConfig) -> dict[str, str]:
-        return {}
 
 
 class BaiBuu:
@@ -260,4 +262,14 @@ def decimal_text(value: Fraction) -> str:
 
 VARIANTS: dict[str, Variant] = {v.variant_id: v for v in (GoldenBull(), BaiBuu())}
 
-__all__ = ["VARIANTS", "WHOLE_HAND", "ConfigError", "SeatHand", "TableBet", "Variant", "decimal_text", "reveal_steps"]
+__all__ = [
+    "VARIANTS",
+    "WHOLE_HAND",
+    "ConfigError",
+    "NoSideBets",
+    "SeatHand",
+    "TableBet",
+    "Variant",
+    "decimal_text",
+    "reveal_steps",
+]

@@ -175,3 +175,28 @@ async def verify_round_in_journal(stack: Stack, round_id: str, *, recompute: boo
     if recompute:
         assert "recompute: done" in text, text
     return text
+
+
+async def outcome(call: object, accepted: str) -> str:
+    """``accepted``, or the refusal's reason code (refusals of a well-formed call are FAILED_PRECONDITION)."""
+    try:
+        await call  # type: ignore[misc]
+        return accepted
+    except grpc.aio.AioRpcError as error:
+        assert error.code() == grpc.StatusCode.FAILED_PRECONDITION, error
+        return (error.details() or "").split(":")[0]
+
+
+async def revealed_round(
+    c: Clients, table_id: str, round_id: str, auth: tuple[tuple[str, str]] | None = None
+) -> table_pb2.RoundView:
+    """The round once it has ended and its seed is revealed, as ``auth`` sees it (the admin by default)."""
+    deadline = time.monotonic() + WAIT_S
+    while True:
+        view: table_pb2.RoundView = await c.table.GetRound(
+            table_pb2.GetRoundRequest(table_id=table_id, round_id=round_id), metadata=auth or c.admin
+        )
+        if view.server_seed:
+            return view
+        assert time.monotonic() < deadline, f"seed of {round_id} never revealed"
+        await asyncio.sleep(0.1)

@@ -17,7 +17,6 @@ import asyncio
 import contextlib
 import io
 import random
-import time
 from collections import Counter, defaultdict
 from collections.abc import Iterator, Sequence
 
@@ -37,6 +36,8 @@ from play import (
     expect_refused,
     kind,
     ledger_matches_wallet,
+    outcome,
+    revealed_round,
     settle_everything,
     total_money,
     verify_round_in_journal,
@@ -133,16 +134,6 @@ def bet(c: Clients, p: Player, table_id: str, round_id: str, n: str, area: str, 
     return c.table.PlaceBet(request, metadata=p.auth)
 
 
-async def outcome(call: object) -> str:
-    """ "placed", or the refusal's reason code."""
-    try:
-        await call  # type: ignore[misc]
-        return "placed"
-    except grpc.aio.AioRpcError as error:
-        assert error.code() == grpc.StatusCode.FAILED_PRECONDITION, error
-        return (error.details() or "").split(":")[0]
-
-
 async def bet_all(c: Clients, bettors: Sequence[Player], table_id: str, round_id: str, rng: random.Random) -> list[str]:
     """Every bettor bets once, BETTORS_IN_FLIGHT at a time (bots, not a thundering herd)."""
     gate = asyncio.Semaphore(BETTORS_IN_FLIGHT)
@@ -150,21 +141,9 @@ async def bet_all(c: Clients, bettors: Sequence[Player], table_id: str, round_id
     async def one(p: Player) -> str:
         async with gate:
             amount = rng.choice([100, 500, 1_000, 10_000])
-            return await outcome(bet(c, p, table_id, round_id, "0", rng.choice(AREAS), amount))
+            return await outcome(bet(c, p, table_id, round_id, "0", rng.choice(AREAS), amount), "placed")
 
     return list(await asyncio.gather(*(one(p) for p in bettors)))
-
-
-async def round_view(c: Clients, table_id: str, round_id: str) -> table_pb2.RoundView:
-    deadline = time.monotonic() + WAIT_S
-    while True:
-        view: table_pb2.RoundView = await c.table.GetRound(
-            table_pb2.GetRoundRequest(table_id=table_id, round_id=round_id), metadata=c.admin
-        )
-        if view.server_seed:
-            return view
-        assert time.monotonic() < deadline, f"seed of {round_id} never revealed"
-        await asyncio.sleep(0.1)
 
 
 def opened_hands(view: table_pb2.RoundView) -> dict[str, list[str]]:
@@ -304,7 +283,7 @@ async def test_a_banker_and_two_hundred_bettors_play_twenty_rounds(stack: Stack)
         fifths: dict[str, dict[str, str]] = {}
         drawn = {u.round_id: u.dealt.drawn_card for u in watchers[0].updates if kind(u) == "dealt"}
         for round_id, opened in played.items():
-            view = await round_view(c, table_id, round_id)
+            view = await revealed_round(c, table_id, round_id)
             verify_deal(view, drawn[round_id])
             nets = verify_settlement(view, banker.account)
             banker_net -= sum(nets.values())
@@ -346,7 +325,7 @@ async def test_caps_hold_under_concurrent_betting(stack: Stack) -> None:
         assert first.round_opened.table_cap_minor == 40_000
         # 60 bets of 1 000 race for a table cap of 40 000: exactly 40 fit, and 40 are recorded.
         calls = [bet(c, p, table_id, first.round_id, str(n), AREAS[n], 1_000) for p in rich for n in range(3)]
-        results = await asyncio.gather(*(outcome(call) for call in calls))
+        results = await asyncio.gather(*(outcome(call, "placed") for call in calls))
         assert results.count("placed") == 40 and results.count("TABLE_CAP_REACHED") == 20, Counter(results)
         await expect_refused(
             bet(c, small, table_id, first.round_id, "late", "earth", 100),
@@ -365,7 +344,7 @@ async def test_caps_hold_under_concurrent_betting(stack: Stack) -> None:
         second = await watcher.wait_for(lambda u: banked_round(u) and u.round_id != first.round_id)
         # A player with 10 000 may stake 1 000 (one tenth): 15 bets of 100 race, exactly 10 are held and placed.
         results = await asyncio.gather(
-            *(outcome(bet(c, small, table_id, second.round_id, str(n), AREAS[n % 4], 100)) for n in range(15))
+            *(outcome(bet(c, small, table_id, second.round_id, str(n), AREAS[n % 4], 100), "placed") for n in range(15))
         )
         assert results.count("placed") == 10 and results.count("INSUFFICIENT_FUNDS") == 5, results
         allowance = await watcher.wait_for(
@@ -380,9 +359,9 @@ async def test_caps_hold_under_concurrent_betting(stack: Stack) -> None:
         await retire(c, banker, table_id, watcher)
         await settle_everything(c, everyone)
         assert total_money(await all_balances(c)) == before
-        view = await round_view(c, table_id, first.round_id)
+        view = await revealed_round(c, table_id, first.round_id)
         assert sum(b.stake_minor for b in view.my_bets) == 40_000 and len(view.my_bets) == 40
-        view = await round_view(c, table_id, second.round_id)
+        view = await revealed_round(c, table_id, second.round_id)
         assert sum(b.stake_minor for b in view.my_bets if b.player == small.account) == 1_000
         await watcher.stop()
         await rich_watcher.stop()
@@ -454,7 +433,7 @@ async def test_leaving_rules_and_the_no_banker_mode(stack: Stack) -> None:
         assert list(left.refunded_bet_ids) == []
         result = await watcher.wait_for(lambda u: kind(u) == "result" and u.round_id == r1)
         assert result.result.status == "settled"
-        view = await round_view(c, table_id, r1)
+        view = await revealed_round(c, table_id, r1)
         outcomes = {b.player: b.outcome for b in view.my_bets}
         assert outcomes[p[1].account] == "cancelled"
         assert outcomes[p[0].account] in ("win", "loss") and outcomes[p[2].account] in ("win", "loss")

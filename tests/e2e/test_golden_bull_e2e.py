@@ -13,7 +13,6 @@ import asyncio
 import contextlib
 import io
 import random
-import time
 from collections.abc import Sequence
 
 import grpc
@@ -23,13 +22,13 @@ from niuniu.table.v1 import table_pb2
 from niuniu.wallet.v1 import wallet_pb2
 from play import (
     EXTERNAL,
-    WAIT_S,
     Watcher,
     card_updates_are_reveals,
     connect,
     expect_refused,
     kind,
     ledger_matches_wallet,
+    revealed_round,
     settle_everything,
     total_money,
 )
@@ -73,15 +72,7 @@ async def bet_randomly(c: Clients, players: Sequence[Player], table_id: str, rou
 
 
 async def verify_round(c: Clients, player: Player, table_id: str, round_id: str) -> None:
-    deadline = time.monotonic() + WAIT_S
-    while True:
-        view = await c.table.GetRound(
-            table_pb2.GetRoundRequest(table_id=table_id, round_id=round_id), metadata=player.auth
-        )
-        if view.server_seed:
-            break
-        assert time.monotonic() < deadline, f"seed of {round_id} never revealed"
-        await asyncio.sleep(0.1)
+    view = await revealed_round(c, table_id, round_id, player.auth)
     hands = {h.seat: list(h.cards) for h in view.hands}
     dealt = " ".join(card for seat in ("dealer", "area_1", "area_2", "area_3") for card in hands[seat])
     argv = ["--commitment", view.commitment, "--seed", view.server_seed, "--round", round_id]

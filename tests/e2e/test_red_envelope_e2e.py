@@ -40,6 +40,8 @@ from play import (
     expect_refused,
     kind,
     ledger_matches_wallet,
+    outcome,
+    revealed_round,
     settle_everything,
     total_money,
     verify_round_in_journal,
@@ -108,29 +110,6 @@ def change(c: Clients, p: Player, table_id: str, bet_id: str, n: str, amount: in
         command_id=f"{bet_id}.change{n}", table_id=table_id, bet_id=bet_id, amount_minor=amount
     )
     return c.table.ChangeBet(request, metadata=p.auth)
-
-
-async def outcome(call: object) -> str:
-    """ "ok", or the refusal's reason code (refusals are FAILED_PRECONDITION)."""
-    try:
-        await call  # type: ignore[misc]
-        return "ok"
-    except grpc.aio.AioRpcError as error:
-        assert error.code() == grpc.StatusCode.FAILED_PRECONDITION, error
-        return (error.details() or "").split(":")[0]
-
-
-async def ended_view(c: Clients, table_id: str, round_id: str) -> table_pb2.RoundView:
-    """The round once it ended and its seed was revealed."""
-    deadline = asyncio.get_running_loop().time() + WAIT_S
-    while True:
-        view: table_pb2.RoundView = await c.table.GetRound(
-            table_pb2.GetRoundRequest(table_id=table_id, round_id=round_id), metadata=c.admin
-        )
-        if view.server_seed:
-            return view
-        assert asyncio.get_running_loop().time() < deadline, f"seed of {round_id} never revealed"
-        await asyncio.sleep(0.1)
 
 
 def verify_split(view: table_pb2.RoundView) -> None:
@@ -236,28 +215,32 @@ class TableBots:
     async def _bid(self, round_id: str) -> None:
         # One bidder opens at the minimum; another tries half an increment more (refused), then a full one.
         first, second = self.rng.sample(self.bidders, 2)
-        self.refusals[await outcome(bid(self.c, first, self.table_id, round_id, "0", BID_MIN))] += 1
-        self.refusals[await outcome(bid(self.c, second, self.table_id, round_id, "0", BID_MIN + BID_STEP // 2))] += 1
+        self.refusals[await outcome(bid(self.c, first, self.table_id, round_id, "0", BID_MIN), "ok")] += 1
+        self.refusals[
+            await outcome(bid(self.c, second, self.table_id, round_id, "0", BID_MIN + BID_STEP // 2), "ok")
+        ] += 1
         top = BID_MIN + BID_STEP * self.rng.randint(1, 3)
-        self.refusals[await outcome(bid(self.c, second, self.table_id, round_id, "1", top))] += 1
+        self.refusals[await outcome(bid(self.c, second, self.table_id, round_id, "1", top), "ok")] += 1
 
     async def _bet(self, round_id: str, dealer: str) -> None:
         bettors = [p for p in self.bettors if p.account != dealer]
 
         async def one(p: Player) -> None:
             stake = self.rng.choice([100, 200, 500, 1_000])
-            result = await outcome(bet(self.c, p, self.table_id, round_id, "0", stake))
+            result = await outcome(bet(self.c, p, self.table_id, round_id, "0", stake), "ok")
             self.refusals[result] += 1
             if result != "ok":
                 return
             bet_id = f"{round_id}.{p.name}.bet0"
             roll = self.rng.random()
             if roll < 0.15:  # change the stake
-                changed = await outcome(change(self.c, p, self.table_id, bet_id, "0", self.rng.choice([300, 700])))
+                changed = await outcome(
+                    change(self.c, p, self.table_id, bet_id, "0", self.rng.choice([300, 700])), "ok"
+                )
                 self.changed += changed == "ok"
                 self.refusals[changed] += 1
             elif roll < 0.22:  # cancel (0)
-                cancelled = await outcome(change(self.c, p, self.table_id, bet_id, "0", 0))
+                cancelled = await outcome(change(self.c, p, self.table_id, bet_id, "0", 0), "ok")
                 self.cancelled += cancelled == "ok"
                 self.refusals[cancelled] += 1
 
@@ -295,7 +278,7 @@ async def test_a_hundred_rounds_with_bids_bets_changes_and_every_round_verified(
         for b, w in zip(bots, watchers, strict=True):
             grabs: dict[str, list[int]] = {}
             for round_id in b.played:
-                view = await ended_view(c, b.table_id, round_id)
+                view = await revealed_round(c, b.table_id, round_id)
                 grabs[round_id] = [g.amount_minor for g in sorted(view.grabs, key=lambda g: g.grab_no)]
                 if view.phase == "voided":
                     voided += 1
@@ -418,7 +401,7 @@ async def test_special_paths_forced_through_the_real_services(stack: Stack) -> N
         order = [2, 0, 4, 1, 3]
         await set_envelope(stack, c, second, [by_position[p] for p in order], order)
         await w.wait_for(lambda u: kind(u) == "result" and u.round_id == second)
-        view = await ended_view(c, table_id, second)
+        view = await revealed_round(c, table_id, second)
         assert view.phase == "settled" and view.redeal_of == first
         assert [(g.position, g.amount_minor) for g in view.grabs] == [(p, by_position[p]) for p in order]
         assert [g.amount_text for g in view.grabs if g.dealer] == ["3.57"]
@@ -528,7 +511,7 @@ async def test_the_table_killed_while_bidding_and_while_grabbing_finishes_the_ro
         assert grabs == [0, 1, 2], grabs  # each grab once, in order, across the restart
         await settle_everything(c, [dealer, p1, p2])
         assert total_money(await all_balances(c)) == before
-        view = await ended_view(c, table_id, round_id)
+        view = await revealed_round(c, table_id, round_id)
         if result.result.status == "settled":
             verify_split(view)
             verify_settlement(view, re_.load_config(FEES))
