@@ -313,8 +313,12 @@ class TableApp:
         limits: ev.TableLimits,
         *,
         fixed: bool = False,
+        replacing: str = "",
     ) -> None:
-        """Table minimum and chips (not for a fixed-price side bet), and the per-player maximum (for all)."""
+        """Table minimum and chips (not for a fixed-price side bet), and the per-player maximum (for all).
+
+        ``replacing``: the bet this amount replaces (a changed bet), not counted as staked.
+        """
         if not fixed and amount < limits.min_bet_minor:
             BETS_REFUSED.labels("BELOW_TABLE_MINIMUM").inc()
             raise FailedPrecondition("BELOW_TABLE_MINIMUM", f"the table minimum is {limits.min_bet_minor}")
@@ -323,8 +327,9 @@ class TableApp:
             BETS_REFUSED.labels("NOT_A_CHIP_AMOUNT").inc()
             raise InvalidArgument("NOT_A_CHIP_AMOUNT", f"a bet is made of chips: a multiple of {smallest_chip}")
         cur = await conn.execute(
-            "SELECT coalesce(sum(stake_minor), 0) FROM bets WHERE round_id = %s AND player = %s AND status = 'placed'",
-            (current["round_id"], player),
+            "SELECT coalesce(sum(stake_minor), 0) FROM bets WHERE round_id = %s AND player = %s AND status = 'placed'"
+            " AND bet_id <> %s",
+            (current["round_id"], player, replacing),
         )
         row = await cur.fetchone()
         staked = int(row[0]) if row else 0

@@ -622,16 +622,11 @@ class EnvelopeRounds:
             )
         if amount_minor == 0:
             return await self._app._cancel(who, table_id, bet_id, cause="player")
-        round_row = await self._app.round_row(bet["round_id"])
-        limits = ev.TableLimits.FromString(round_row["limits"])
+        async with self._pool.connection() as conn:
+            round_row = await self._app._round(conn, bet["round_id"])
+            limits = ev.TableLimits.FromString(round_row["limits"])
+            await self._app._check_stake(conn, round_row, player, amount_minor, limits, replacing=bet_id)
         config = EnvelopeTableConfig.from_settings(round_row["config"])
-        if amount_minor < limits.min_bet_minor:
-            raise FailedPrecondition("BELOW_TABLE_MINIMUM", f"the table minimum is {limits.min_bet_minor}")
-        chip = min(limits.chips_minor)
-        if amount_minor % chip:
-            raise InvalidArgument("NOT_A_CHIP_AMOUNT", f"a bet is made of chips: a multiple of {chip}")
-        if amount_minor > limits.max_bet_minor:
-            raise FailedPrecondition("ABOVE_TABLE_MAXIMUM", f"the table maximum is {limits.max_bet_minor} per player")
         new_hold = re_.hold_minor(amount_minor, config.rules)
         # One transaction, the round row shared then the bet row locked (the settlement's order):
         # changes and cancels of one bet take turns, and betting cannot close half-way.
@@ -640,7 +635,7 @@ class EnvelopeRounds:
                 "SELECT phase, betting_closes_at FROM rounds WHERE round_id = %s FOR SHARE", (bet["round_id"],)
             )
             window = await cur.fetchone()
-            if window is None or window[0] != "betting" or self._clock() >= window[1]:
+            if window is None or window[0] != Phase.BETTING or self._clock() >= window[1]:
                 raise FailedPrecondition("BETTING_CLOSED", "a bet can be changed only during the betting window")
             async with conn.cursor(row_factory=dict_row) as dcur:
                 await dcur.execute("SELECT * FROM bets WHERE bet_id = %s FOR UPDATE", (bet_id,))
@@ -727,7 +722,7 @@ class EnvelopeRounds:
         interval = timedelta(milliseconds=ev.TableLimits.FromString(current["limits"]).reveal_interval_ms)
         async with self._pool.connection() as conn, conn.transaction():
             locked = await self._app._round(conn, round_id, lock=True)
-            if locked["phase"] != "dealing":
+            if locked["phase"] != Phase.DEALING:
                 return
             async with conn.cursor() as cur:
                 await cur.executemany(
@@ -739,8 +734,8 @@ class EnvelopeRounds:
                     ],
                 )
             await conn.execute(
-                "UPDATE rounds SET phase = 'revealing', next_step_at = %s WHERE round_id = %s",
-                (self._clock() + interval, round_id),
+                "UPDATE rounds SET phase = %s, next_step_at = %s WHERE round_id = %s",
+                (Phase.REVEALING, self._clock() + interval, round_id),
             )
             sent = ev.EnvelopeSent(
                 table_id=table_id,
@@ -761,7 +756,7 @@ class EnvelopeRounds:
         interval = timedelta(milliseconds=ev.TableLimits.FromString(current["limits"]).reveal_interval_ms)
         async with self._pool.connection() as conn, conn.transaction():
             locked = await self._app._round(conn, round_id, lock=True)
-            if locked["phase"] != "revealing":
+            if locked["phase"] != Phase.REVEALING:
                 return
             grabs = await self._grabs(conn, round_id)
             done = locked["reveals_done"]
@@ -770,7 +765,7 @@ class EnvelopeRounds:
             last = done + 1 == len(grabs)
             await conn.execute(
                 "UPDATE rounds SET reveals_done = %s, phase = %s, next_step_at = %s WHERE round_id = %s",
-                (done + 1, "settling" if last else "revealing", self._clock() + interval, round_id),
+                (done + 1, Phase.SETTLING if last else Phase.REVEALING, self._clock() + interval, round_id),
             )
             grabbed = grab_event(table_id, round_id, grabs[done], config)
             await self._app._append_table(conn, table_id, "table.envelope_grabbed", grabbed, correlation_id=round_id)
@@ -784,7 +779,7 @@ class EnvelopeRounds:
         started = self._clock()
         async with self._pool.connection() as conn, conn.transaction():
             locked = await self._app._round(conn, round_id, lock=True)
-            if locked["phase"] != "settling":
+            if locked["phase"] != Phase.SETTLING:
                 return
             row = await self._envelope_row(conn, round_id)
             grabs = await self._grabs(conn, round_id)
@@ -815,14 +810,15 @@ class EnvelopeRounds:
                 settled.transfers.extend(funded)
                 settled.hold_ids.extend(await self._bid_holds(conn, round_id))
                 await conn.execute(
-                    "UPDATE rounds SET phase = 'settled', ended_at = %s WHERE round_id = %s", (self._clock(), round_id)
+                    "UPDATE rounds SET phase = %s, ended_at = %s WHERE round_id = %s",
+                    (Phase.SETTLED, self._clock(), round_id),
                 )
                 await self._app._append_table(conn, table_id, "table.round_settled", settled, correlation_id=round_id)
         if redeal:
             await self.void_for_redeal(table_id, round_id, "DEALER_GRABBED_0.01: the round is re-dealt")
             return
         SETTLEMENT_SECONDS.labels(re_.VARIANT_ID).observe((self._clock() - started).total_seconds())
-        ROUNDS.labels(re_.VARIANT_ID, "settled").inc()
+        ROUNDS.labels(re_.VARIANT_ID, Phase.SETTLED).inc()
         self._app._notify_table(table_id)
 
     async def void_for_redeal(self, table_id: str, round_id: str, reason: str) -> None:
