@@ -29,7 +29,9 @@ RUN python -m venv /app/.venv \
  && /app/.venv/bin/pip install -c constraints.txt grpcio-tools mypy-protobuf \
  && PYTHON=/app/.venv/bin/python scripts/gen-protos
 COPY backbone/ backbone/
+COPY bull/ bull/
 COPY services/ services/
+COPY tools/ tools/
 RUN python -m venv /opt/venv \
  && /opt/venv/bin/pip install -c constraints.txt . \
  && echo /app/gen > "$(/opt/venv/bin/python -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')/niuniu-generated.pth"

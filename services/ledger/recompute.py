@@ -32,12 +32,12 @@ import grpc
 from niuniu.table.v1 import table_pb2, table_pb2_grpc
 
 from backbone.auth import Role, Tokens, bearer, secret_from_env
+from bull import fairness as fair
+from bull.rules import baibian_bull as bb
+from bull.rules import red_envelope as re_
 from services.ledger.verify import Finding, RecomputeStep, RoundEvidence
-from services.rng import fair
 from services.table.baibian import BANKER_PARTY, OPEN
 from services.table.envelope import EnvelopeTableConfig, envelope_record
-from services.table.rules import baibian_bull as bb
-from services.table.rules import red_envelope as re_
 from services.table.variants import VARIANTS, SeatHand, TableBet
 
 DEFAULT_TABLE_ADDR = "127.0.0.1:50052"

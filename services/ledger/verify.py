@@ -5,7 +5,7 @@ that need other services plug in the same way: recomputing the deal and the
 settlement from the revealed seed needs the table's rules and the rng service's
 reveal, so ``recompute`` is a hook (a ``RecomputeStep``) that is None until those
 services exist. To add it, implement a ``RecomputeStep`` that fetches the reveal,
-re-deals with ``services.table.rules`` and returns a Finding for every transfer that
+re-deals with ``bull.rules`` and returns a Finding for every transfer that
 differs from ``evidence.settlement``, and pass it to ``verify`` (the audit command's
 ``--recompute`` wiring goes in ``audit.py``).
 """

@@ -21,8 +21,9 @@ from psycopg_pool import AsyncConnectionPool
 from backbone.errors import FailedPrecondition, InvalidArgument, NotFound
 from backbone.eventstore import EventStore, NewEvent
 from backbone.topics import Topics
-from services.rng import fair
-from services.table.rules.cards import CardError, deck, parse_cards
+from bull import fairness as fair
+from bull.cards import CardError, deck, parse_cards
+from services.rng.seeds import new_server_seed
 
 log = logging.getLogger(__name__)
 
@@ -158,7 +159,7 @@ class RngApp:
         check_round_id(round_id)
         if purpose not in PURPOSES:
             raise InvalidArgument("PURPOSE_UNKNOWN", f"purpose must be one of {', '.join(PURPOSES)}")
-        seed = fair.new_server_seed()
+        seed = new_server_seed()
         commitment = fair.commit(seed)
         async with self._pool.connection() as conn, conn.transaction():
             cur = await conn.execute(

@@ -10,7 +10,8 @@ import argparse
 import time
 from collections.abc import Callable, Sequence
 
-from services.rng.fair import new_server_seed, shuffle, split_envelope
+from bull.fairness import shuffle, split_envelope
+from services.rng.seeds import new_server_seed
 
 MAX_CALLS_PER_CASE = 10_000_000
 

@@ -12,10 +12,10 @@ from niuniu.table.v1 import table_pb2, table_pb2_grpc
 from backbone.auth import Principal, Role, Tokens
 from backbone.errors import InvalidArgument
 from backbone.eventstore import EventStore, StoredEvent
+from bull.money import JACKPOT_POOL
 from services.table.app import TableApp, variant_of
 from services.table.banker_api import BankerRpcs
 from services.table.common import BetReceipt, player_account, unix_ms
-from services.table.rules.money import JACKPOT_POOL
 from services.table.watch import Notifier, watch
 
 Context = grpc.aio.ServicerContext[Any, Any]

@@ -29,6 +29,9 @@ from psycopg_pool import AsyncConnectionPool
 from backbone.auth import Principal, Role, require
 from backbone.errors import AlreadyExists, DomainError, FailedPrecondition, InvalidArgument, NotFound, Unavailable
 from backbone.eventstore import EventStore, NewEvent
+from bull.cards import parse_cards
+from bull.money import JACKPOT_POOL, Settlement
+from bull.rules._config import ConfigError
 from services.table.baibian import annotate_dealt
 from services.table.banker import BankerSeats
 from services.table.common import (
@@ -47,9 +50,6 @@ from services.table.common import (
 from services.table.envelope import EnvelopeRounds, OneBetPerRound, default_limits, is_envelope
 from services.table.jackpot import JackpotPool, PoolView
 from services.table.ports import RngPort, WalletPort
-from services.table.rules._config import ConfigError
-from services.table.rules.cards import parse_cards
-from services.table.rules.money import JACKPOT_POOL, Settlement
 from services.table.variants import VARIANTS, SeatHand, TableBet, Variant, decimal_text, reveal_steps
 
 log = logging.getLogger(__name__)

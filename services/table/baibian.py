@@ -1,6 +1,6 @@
 """百變牛牛 (``baibian_bull``) at the table: the variant adapter and its table settings.
 
-The pure rules live in ``services/table/rules/baibian_bull.py``; this module
+The pure rules live in ``bull/rules/baibian_bull.py``; this module
 adapts them to the table's ``Variant`` interface:
 
 - 54-card deck; ``deal`` is the rules' deal convention: deck position 0 is the
@@ -29,10 +29,10 @@ from fractions import Fraction
 
 from niuniu.table.v1 import events_pb2 as ev
 
-from services.table.rules import _config as cfg
-from services.table.rules import baibian_bull as bb
-from services.table.rules.cards import Card, parse_card
-from services.table.rules.money import Settlement
+from bull.cards import Card, parse_card
+from bull.money import Settlement
+from bull.rules import _config as cfg
+from bull.rules import baibian_bull as bb
 from services.table.variants import VARIANTS, NoSideBets, SeatHand, TableBet, Variant
 
 BANKER_SEAT = "banker"

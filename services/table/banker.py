@@ -59,9 +59,9 @@ from psycopg_pool import AsyncConnectionPool
 from backbone.auth import Principal, Role, require
 from backbone.errors import AlreadyExists, DomainError, FailedPrecondition, InvalidArgument, NotFound
 from backbone.eventstore import EventStore, NewEvent
+from bull.rules import baibian_bull as bb
 from services.table.baibian import BANKER_PARTY, BaibianTableConfig
 from services.table.ports import WalletPort
-from services.table.rules import baibian_bull as bb
 
 log = logging.getLogger(__name__)
 

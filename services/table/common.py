@@ -13,7 +13,7 @@ from niuniu.table.v1 import events_pb2 as ev
 from prometheus_client import Counter, Histogram
 
 from backbone.auth import Principal
-from services.table.rules.money import Settlement
+from bull.money import Settlement
 
 COMMAND_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._:-]{0,127}$")
 MAX_STAKE_MINOR = 10**13

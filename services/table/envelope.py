@@ -1,6 +1,6 @@
 """68 NiuNiu, red-envelope bull (``red_envelope_bull``) at the table: bidding, the envelope, settlement.
 
-The pure rules are ``services/table/rules/red_envelope.py`` (GAME_RULES.md §4);
+The pure rules are ``bull/rules/red_envelope.py`` (GAME_RULES.md §4);
 this module runs a round of them on the table's rows and events. A round:
 
 1. **Bidding** (``bidding.seconds``, 18 s). Players bid for the dealer seat. A
@@ -60,7 +60,11 @@ from backbone.errors import (
     Unavailable,
 )
 from backbone.eventstore import EventStore, NewEvent
-from services.rng import fair
+from bull import fairness as fair
+from bull.cards import Card
+from bull.money import Settlement
+from bull.rules import _config as cfg
+from bull.rules import red_envelope as re_
 from services.table.common import (
     COMMAND_ID,
     MAX_STAKE_MINOR,
@@ -74,10 +78,6 @@ from services.table.common import (
     unix_ms,
 )
 from services.table.ports import RngPort, WalletPort
-from services.table.rules import _config as cfg
-from services.table.rules import red_envelope as re_
-from services.table.rules.cards import Card
-from services.table.rules.money import Settlement
 from services.table.variants import VARIANTS, NoSideBets, SeatHand, TableBet, Variant
 
 if TYPE_CHECKING:

@@ -39,8 +39,8 @@ from dataclasses import dataclass
 
 import psycopg
 
+from bull.money import JACKPOT_POOL
 from services.table.ports import WalletPort
-from services.table.rules.money import JACKPOT_POOL
 
 APPLIED = "settled"
 # A few in-flight claims at most: payouts need a four of a kind and the wallet applies within seconds.

@@ -12,10 +12,10 @@ from dataclasses import dataclass
 from fractions import Fraction
 from typing import Any, Protocol
 
-from services.table.rules import bai_buu, golden_bull
-from services.table.rules._config import ConfigError
-from services.table.rules.cards import Card
-from services.table.rules.money import HOUSE, Settlement
+from bull.cards import Card
+from bull.money import HOUSE, Settlement
+from bull.rules import bai_buu, golden_bull
+from bull.rules._config import ConfigError
 
 WHOLE_HAND = ""
 """The group of a reveal that shows the whole hand at once."""

@@ -23,7 +23,7 @@ from datetime import UTC, datetime, timedelta
 from enum import StrEnum
 
 from backbone.errors import AlreadyExists, FailedPrecondition, InvalidArgument
-from services.table.rules.money import SYSTEM_ACCOUNTS
+from bull.money import SYSTEM_ACCOUNTS
 
 MAX_AMOUNT_MINOR = 10**15
 """No single amount (deposit, hold, posting, transfer, limit) may exceed this."""

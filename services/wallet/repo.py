@@ -18,7 +18,7 @@ from typing import Any
 import psycopg
 
 from backbone.db import run_ddl
-from services.table.rules.money import SYSTEM_ACCOUNTS
+from bull.money import SYSTEM_ACCOUNTS
 from services.wallet.domain import (
     CASHIER,
     AccountKind,

@@ -47,9 +47,9 @@ from players import Clients, Player, all_balances, register
 from stack import BIN, HEALTH_TIMEOUT_S, ROOT, Stack, free_port
 
 from backbone.healthcheck import check
-from services.rng import verify
-from services.table.rules import bai_buu
-from services.table.rules.cards import DECK_52, parse_cards
+from bull.cards import DECK_52, parse_cards
+from bull.rules import bai_buu
+from tools import verify
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 

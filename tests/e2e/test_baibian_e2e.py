@@ -46,10 +46,10 @@ from players import TOKENS, Clients, Player, all_balances
 from stack import Stack
 
 from backbone.auth import Role
-from services.rng import verify
+from bull.cards import DECK_54, parse_cards
+from bull.rules import baibian_bull as bb
 from services.table.baibian import dealt_prefix
-from services.table.rules import baibian_bull as bb
-from services.table.rules.cards import DECK_54, parse_cards
+from tools import verify
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 

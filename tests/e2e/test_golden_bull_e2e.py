@@ -35,7 +35,7 @@ from play import (
 from players import Clients, Player, all_balances, register
 from stack import BIN, Stack
 
-from services.rng import verify
+from tools import verify
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 

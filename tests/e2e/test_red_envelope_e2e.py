@@ -49,8 +49,8 @@ from play import (
 from players import Clients, Player, all_balances, register
 from stack import Stack
 
-from services.rng import verify
-from services.table.rules import red_envelope as re_
+from bull.rules import red_envelope as re_
+from tools import verify
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 VARIANT = "red_envelope_bull"

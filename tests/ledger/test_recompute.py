@@ -5,15 +5,15 @@ from __future__ import annotations
 from niuniu.table.v1 import events_pb2 as ev
 from niuniu.table.v1 import table_pb2
 
+from bull import fairness as fair
+from bull.rules import baibian_bull as bb
+from bull.rules import red_envelope as re_
 from services.ledger.queries import RoundRecord
 from services.ledger.recompute import recompute
 from services.ledger.verify import RoundEvidence
-from services.rng import fair
 from services.table.baibian import BANKER_PARTY, FACE_UP, OPEN
 from services.table.common import settlement_event
 from services.table.envelope import EnvelopeTableConfig, fund_dealer
-from services.table.rules import baibian_bull as bb
-from services.table.rules import red_envelope as re_
 from services.table.variants import VARIANTS, TableBet
 
 SEED = bytes(range(32))

@@ -12,9 +12,10 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from services.rng import fair
-from services.rng.fair import EnvelopeError, EnvelopeRecord, FairInputError, Split
-from services.table.rules.cards import DECK_52, DECK_54, Card, format_cards, parse_cards
+from bull import fairness as fair
+from bull.cards import DECK_52, DECK_54, Card, format_cards, parse_cards
+from bull.fairness import EnvelopeError, EnvelopeRecord, FairInputError, Split
+from services.rng.seeds import new_server_seed
 
 SEED_A = bytes(range(32))
 SEED_B = hashlib.sha256(b"niuniu vector seed 3").digest()
@@ -277,7 +278,7 @@ def test_shuffle_permutes_the_canonical_deck(seed: bytes, round_id: str, client_
 
 
 def test_new_server_seed_is_32_fresh_bytes() -> None:
-    produced = {fair.new_server_seed() for _ in range(100)}
+    produced = {new_server_seed() for _ in range(100)}
     assert len(produced) == 100
     assert all(isinstance(seed, bytes) and len(seed) == 32 for seed in produced)
 
@@ -332,7 +333,7 @@ def test_largest_envelope_is_accepted() -> None:
 
 @pytest.mark.parametrize("size", [52, 54])
 def test_round_trip_commit_shuffle_verify(size: int) -> None:
-    seed = fair.new_server_seed()
+    seed = new_server_seed()
     published = fair.commit(seed)
     cards = fair.shuffle(seed, "round-77", "client", size)
     full = fair.verify_round(published, seed, "round-77", "client", deck_size=size, dealt=cards)
@@ -344,7 +345,7 @@ def test_round_trip_commit_shuffle_verify(size: int) -> None:
 
 
 def test_round_trip_envelope() -> None:
-    seed = fair.new_server_seed()
+    seed = new_server_seed()
     published = fair.commit(seed)
     split = fair.split_envelope(seed, "round-8", "", 6800, 9, 1)
     record = EnvelopeRecord(6800, 9, 1, split.amounts, split.grab_order)
@@ -355,7 +356,7 @@ def test_round_trip_envelope() -> None:
 
 
 def test_tampered_seed_fails_with_a_reason() -> None:
-    seed = fair.new_server_seed()
+    seed = new_server_seed()
     published = fair.commit(seed)
     cards = fair.shuffle(seed, "round-1")
     other = bytes([seed[0] ^ 1]) + seed[1:]

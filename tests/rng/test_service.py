@@ -21,9 +21,10 @@ from backbone.kafka import make_producer
 from backbone.relay import OutboxRelay
 from backbone.service import ServiceContext
 from backbone.topics import Topics
-from services.rng import fair, verify
+from bull import fairness as fair
+from bull.cards import parse_cards
 from services.rng.server import SPEC
-from services.table.rules.cards import parse_cards
+from tools import verify
 
 pytestmark = pytest.mark.integration
 

@@ -20,8 +20,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from services.rng import fair
-from services.table.rules.cards import DECK_52
+from bull import fairness as fair
+from bull.cards import DECK_52
 
 P_REJECT = 1e-6
 DECK_SIZE = 52

@@ -9,8 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from services.rng import fair
-from services.rng.verify import EXIT_BAD_INPUT, EXIT_CHECK_FAILED, EXIT_OK, main
+from bull import fairness as fair
+from tools.verify import EXIT_BAD_INPUT, EXIT_CHECK_FAILED, EXIT_OK, main
 
 ROOT = Path(__file__).resolve().parents[2]
 SEED_A = bytes(range(32)).hex()
@@ -122,7 +122,7 @@ def test_argparse_errors_exit_2(capsys: pytest.CaptureFixture[str]) -> None:
 
 def test_runs_as_a_program_without_traceback() -> None:
     ok = subprocess.run(
-        [sys.executable, "-m", "services.rng.verify", *BASE, "--deck", "52", "--dealt", D1_TOP],
+        [sys.executable, "-m", "tools.verify", *BASE, "--deck", "52", "--dealt", D1_TOP],
         cwd=ROOT,
         capture_output=True,
         text=True,
@@ -130,7 +130,7 @@ def test_runs_as_a_program_without_traceback() -> None:
     )
     assert ok.returncode == EXIT_OK, ok.stderr
     bad = subprocess.run(
-        [sys.executable, "-m", "services.rng.verify", *BASE, "--envelope", "1:2:3"],
+        [sys.executable, "-m", "tools.verify", *BASE, "--envelope", "1:2:3"],
         cwd=ROOT,
         capture_output=True,
         text=True,

@@ -13,10 +13,11 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from services.table.rules import _bai_buu_math as bm
-from services.table.rules import bai_buu, money
-from services.table.rules._config import ConfigError
-from services.table.rules.cards import DECK_52, Card, CardError, parse_cards
+from bull import money
+from bull.cards import DECK_52, Card, CardError, parse_cards
+from bull.rules import _bai_buu_math as bm
+from bull.rules import bai_buu
+from bull.rules._config import ConfigError
 
 BANKER, PLAYER_01, PLAYER_02, PLAYER_03 = bai_buu.SEATS
 

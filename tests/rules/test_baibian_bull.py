@@ -13,12 +13,12 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from services.table.rules import baibian_bull as bb
-from services.table.rules import fast
-from services.table.rules._config import ConfigError
-from services.table.rules.baibian_bull import BaibianBullConfig, Bet, Category
-from services.table.rules.cards import BIG_JOKER, DECK_54, SMALL_JOKER, Card, CardError, parse_card, parse_cards
-from services.table.rules.money import Outcome
+from bull.cards import BIG_JOKER, DECK_54, SMALL_JOKER, Card, CardError, parse_card, parse_cards
+from bull.money import Outcome
+from bull.rules import baibian_bull as bb
+from bull.rules import fast
+from bull.rules._config import ConfigError
+from bull.rules.baibian_bull import BaibianBullConfig, Bet, Category
 
 Array = npt.NDArray[np.int64]
 

@@ -8,7 +8,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from services.table.rules.cards import (
+from bull.cards import (
     BIG_JOKER,
     DECK_52,
     DECK_54,

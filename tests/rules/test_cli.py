@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from services.table.rules import cli, registry
+from tools.rules import cli, registry
 
 
 def run(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, str, str]:
@@ -115,7 +115,7 @@ def test_rtp_exact_and_monte_carlo(capsys: pytest.CaptureFixture[str]) -> None:
 def test_report_writes_markdown(
     capsys: pytest.CaptureFixture[str], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setattr("services.table.rules._report.BAIBIAN_MC_ROUNDS", 20_000)
+    monkeypatch.setattr("bull.rules._report.BAIBIAN_MC_ROUNDS", 20_000)
     target = tmp_path / "math" / "baibian.md"
     code, out, _ = run(capsys, "report", "--variant", "baibian_bull", "--out", str(target))
     text = target.read_text(encoding="utf-8")
@@ -144,7 +144,7 @@ def test_input_errors_exit_2_with_a_message(capsys: pytest.CaptureFixture[str], 
 
 def test_console_entry_point_has_no_traceback() -> None:
     done = subprocess.run(
-        [sys.executable, "-m", "services.table.rules.cli", "eval", "--variant", "golden_bull", "ZZ"],
+        [sys.executable, "-m", "tools.rules.cli", "eval", "--variant", "golden_bull", "ZZ"],
         capture_output=True,
         text=True,
         check=False,

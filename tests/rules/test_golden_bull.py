@@ -12,12 +12,12 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from services.table.rules import _exact, fast
-from services.table.rules import golden_bull as gb
-from services.table.rules._config import ConfigError
-from services.table.rules.cards import DECK_52, DECK_54, Card, CardError, parse_cards
-from services.table.rules.golden_bull import Bet, Category, ExactTie, GoldenBullConfig, Mode
-from services.table.rules.money import COMMISSION_REVENUE, HOUSE, Outcome
+from bull.cards import DECK_52, DECK_54, Card, CardError, parse_cards
+from bull.money import COMMISSION_REVENUE, HOUSE, Outcome
+from bull.rules import _exact, fast
+from bull.rules import golden_bull as gb
+from bull.rules._config import ConfigError
+from bull.rules.golden_bull import Bet, Category, ExactTie, GoldenBullConfig, Mode
 
 Array = npt.NDArray[np.int64]
 

@@ -11,11 +11,11 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from services.rng import fair
-from services.table.rules import _red_envelope_math as rm
-from services.table.rules import money
-from services.table.rules import red_envelope as re_
-from services.table.rules._config import ConfigError
+from bull import fairness as fair
+from bull import money
+from bull.rules import _red_envelope_math as rm
+from bull.rules import red_envelope as re_
+from bull.rules._config import ConfigError
 
 Outcome = money.Outcome
 

@@ -9,6 +9,9 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from niuniu.table.v1 import events_pb2 as ev
 
+from bull.cards import DECK_54, parse_card
+from bull.rules import baibian_bull as bb
+from bull.rules._config import ConfigError
 from services.table.baibian import (
     BAIBIAN_BULL,
     BANKER_PARTY,
@@ -18,9 +21,6 @@ from services.table.baibian import (
     annotate_dealt,
     dealt_prefix,
 )
-from services.table.rules import baibian_bull as bb
-from services.table.rules._config import ConfigError
-from services.table.rules.cards import DECK_54, parse_card
 from services.table.variants import VARIANTS, TableBet, reveal_steps
 
 decks = st.permutations(DECK_54)

@@ -9,6 +9,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from niuniu.table.v1 import events_pb2 as ev
 
+from bull.rules import red_envelope as re_
+from bull.rules._config import ConfigError
 from services.table.common import settlement_event
 from services.table.envelope import (
     RED_ENVELOPE_BULL,
@@ -19,8 +21,6 @@ from services.table.envelope import (
     fund_dealer,
     grab_event,
 )
-from services.table.rules import red_envelope as re_
-from services.table.rules._config import ConfigError
 from services.table.variants import VARIANTS
 
 DEALER = "player:dealer"

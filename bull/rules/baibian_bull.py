@@ -28,11 +28,11 @@ from fractions import Fraction
 from functools import lru_cache
 from itertools import combinations_with_replacement, product
 
-from services.table.rules import _config as cfg
-from services.table.rules._bull import BULL_BULL, NO_BULL, bull_points
-from services.table.rules.cards import BIG_JOKER_RANK, DECK_54, SMALL_JOKER_RANK, Card, CardError, check_distinct
-from services.table.rules.golden_bull import suit_ways
-from services.table.rules.money import BetResult, Outcome, Settlement, Transfer, TransferKind
+from bull.cards import BIG_JOKER_RANK, DECK_54, SMALL_JOKER_RANK, Card, CardError, check_distinct
+from bull.money import BetResult, Outcome, Settlement, Transfer, TransferKind
+from bull.rules import _config as cfg
+from bull.rules._bull import BULL_BULL, NO_BULL, bull_points
+from bull.rules.golden_bull import suit_ways
 
 VARIANT_ID = "baibian_bull"
 HAND_SIZE = 5

@@ -33,8 +33,9 @@ from math import comb
 import numpy as np
 import numpy.typing as npt
 
-from services.table.rules.cards import Card
-from services.table.rules.golden_bull import (
+from bull.cards import Card
+from bull.money import BPS_DENOMINATOR
+from bull.rules.golden_bull import (
     CATEGORIES,
     DEFAULT_CONFIG,
     LEVEL,
@@ -45,7 +46,6 @@ from services.table.rules.golden_bull import (
     evaluate,
     multiset_code,
 )
-from services.table.rules.money import BPS_DENOMINATOR
 
 IntArray = npt.NDArray[np.int64]
 

@@ -38,15 +38,15 @@ from dataclasses import dataclass, field
 from enum import IntEnum
 from fractions import Fraction
 
-from services.table.rules import money
-from services.table.rules._config import (
+from bull import money
+from bull.cards import DECK_52, Card, CardError, check_distinct
+from bull.rules._config import (
     Settings,
     as_bool,
     as_fraction,
     as_int,
     check_keys,
 )
-from services.table.rules.cards import DECK_52, Card, CardError, check_distinct
 
 VARIANT_ID = "bai_buu"
 

@@ -22,13 +22,13 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Protocol
 
-from services.table.rules._adapter import CommandResult, ProgressFn
-from services.table.rules._bai_buu_adapter import BAI_BUU
-from services.table.rules._baibian_adapter import BAIBIAN_BULL
-from services.table.rules._config import ConfigError, Settings
-from services.table.rules._golden_adapter import GOLDEN_BULL
-from services.table.rules._red_envelope_adapter import RED_ENVELOPE_BULL
-from services.table.rules.cards import CardError
+from bull.cards import CardError
+from bull.rules._config import ConfigError, Settings
+from tools.rules._adapter import CommandResult, ProgressFn
+from tools.rules._bai_buu_adapter import BAI_BUU
+from tools.rules._baibian_adapter import BAIBIAN_BULL
+from tools.rules._golden_adapter import GOLDEN_BULL
+from tools.rules._red_envelope_adapter import RED_ENVELOPE_BULL
 
 __all__ = [
     "VARIANTS",

@@ -6,13 +6,13 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from services.table.rules import baibian_bull as bb
-from services.table.rules import fast
-from services.table.rules._adapter import CommandResult, ProgressFn
-from services.table.rules._config import Settings
-from services.table.rules._golden_adapter import fraction_text, monte_carlo_result
-from services.table.rules._report import baibian_report
-from services.table.rules.cards import format_cards, parse_cards
+from bull.cards import format_cards, parse_cards
+from bull.rules import baibian_bull as bb
+from bull.rules import fast
+from bull.rules._config import Settings
+from bull.rules._report import baibian_report
+from tools.rules._adapter import CommandResult, ProgressFn
+from tools.rules._golden_adapter import fraction_text, monte_carlo_result
 
 DEFAULT_MC_ROUNDS = 1_000_000
 

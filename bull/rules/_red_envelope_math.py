@@ -2,7 +2,7 @@
 
 Not part of a round (it imports numpy and is only used by the CLI adapter, the
 math report and the tests). The production split is the rng service's
-(``services.rng.fair.split_envelope``); :func:`double_mean_split` is a local,
+(``bull.fairness.split_envelope``); :func:`double_mean_split` is a local,
 vectorised re-implementation of the same distribution (double mean with a floor
 of 0.01, then a uniformly random grab order) for simulation only. The simulator
 settles with the same integer arithmetic as :func:`red_envelope.settle`; a test
@@ -20,8 +20,8 @@ from fractions import Fraction
 import numpy as np
 import numpy.typing as npt
 
-from services.table.rules import money
-from services.table.rules import red_envelope as re_
+from bull import money
+from bull.rules import red_envelope as re_
 
 ProgressFn = Callable[[int, int], None]
 IntArray = npt.NDArray[np.int64]

@@ -11,11 +11,11 @@ from collections.abc import Sequence
 from fractions import Fraction
 from typing import Any
 
-from services.table.rules import _bai_buu_math as bm
-from services.table.rules import bai_buu
-from services.table.rules._adapter import CommandResult, ProgressFn
-from services.table.rules._config import Settings
-from services.table.rules.cards import Card, format_cards, parse_cards
+from bull.cards import Card, format_cards, parse_cards
+from bull.rules import _bai_buu_math as bm
+from bull.rules import bai_buu
+from bull.rules._config import Settings
+from tools.rules._adapter import CommandResult, ProgressFn
 
 DEFAULT_MC_ROUNDS = 50_000
 REPORT_SEED = 20_240_602
@@ -137,7 +137,7 @@ class BaiBuuAdapter:
         return CommandResult(data, text)
 
     def report(self) -> str:
-        from services.table.rules._bai_buu_report import render
+        from bull.rules._bai_buu_report import render
 
         return render(REPORT_SEED, REPORT_MC_ROUNDS)
 

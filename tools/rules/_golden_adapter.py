@@ -7,12 +7,12 @@ from fractions import Fraction
 
 import numpy as np
 
-from services.table.rules import _exact, fast
-from services.table.rules import golden_bull as gb
-from services.table.rules._adapter import CommandResult, ProgressFn
-from services.table.rules._config import Settings
-from services.table.rules._report import golden_report
-from services.table.rules.cards import format_cards, parse_cards
+from bull.cards import format_cards, parse_cards
+from bull.rules import _exact, fast
+from bull.rules import golden_bull as gb
+from bull.rules._config import Settings
+from bull.rules._report import golden_report
+from tools.rules._adapter import CommandResult, ProgressFn
 
 DEFAULT_MC_ROUNDS = 1_000_000
 

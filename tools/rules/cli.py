@@ -23,9 +23,9 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import TextIO
 
-from services.table.rules import _config as cfg
-from services.table.rules import registry
-from services.table.rules._adapter import CommandResult
+from bull.rules import _config as cfg
+from tools.rules import registry
+from tools.rules._adapter import CommandResult
 
 EXIT_USAGE = 2
 PROG = "niuniu-rules"

@@ -24,10 +24,10 @@ from math import comb, sqrt
 import numpy as np
 import numpy.typing as npt
 
-from services.table.rules import baibian_bull as bb
-from services.table.rules._adapter import ProgressFn
-from services.table.rules.cards import DECK_54
-from services.table.rules.golden_bull import (
+from bull.cards import DECK_54
+from bull.money import BPS_DENOMINATOR
+from bull.rules import baibian_bull as bb
+from bull.rules.golden_bull import (
     CATEGORIES,
     DEFAULT_CONFIG,
     LEVEL,
@@ -39,7 +39,7 @@ from services.table.rules.golden_bull import (
     classify,
     rank_multisets,
 )
-from services.table.rules.money import BPS_DENOMINATOR
+from tools.rules._adapter import ProgressFn
 
 IntArray = npt.NDArray[np.int64]
 I32Array = npt.NDArray[np.int32]

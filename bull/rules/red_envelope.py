@@ -29,7 +29,7 @@ Settlement of one round (everything in integer minor units):
 Rounding goes toward the house: what a participant keeps after commission and
 the rebate are rounded down; each fraction left behind is recorded in
 ``Settlement.remainders`` under the bet id. The envelope split itself is the rng
-service's (``services.rng.fair.split_envelope``); nothing here draws randomness.
+service's (``bull.fairness.split_envelope``); nothing here draws randomness.
 """
 
 from __future__ import annotations
@@ -39,9 +39,9 @@ from dataclasses import dataclass, field
 from decimal import Decimal, InvalidOperation
 from itertools import pairwise
 
-from services.table.rules import money
-from services.table.rules._config import Settings, as_int, check_keys
-from services.table.rules.cards import CardError
+from bull import money
+from bull.cards import CardError
+from bull.rules._config import Settings, as_int, check_keys
 
 VARIANT_ID = "red_envelope_bull"
 

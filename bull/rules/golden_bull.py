@@ -24,10 +24,8 @@ from fractions import Fraction
 from functools import lru_cache
 from itertools import combinations, combinations_with_replacement
 
-from services.table.rules import _config as cfg
-from services.table.rules._bull import BULL_BULL, NO_BULL, bull_points
-from services.table.rules.cards import DECK_52, Card, CardError, check_distinct
-from services.table.rules.money import (
+from bull.cards import DECK_52, Card, CardError, check_distinct
+from bull.money import (
     BPS_DENOMINATOR,
     COMMISSION_REVENUE,
     HOUSE,
@@ -37,6 +35,8 @@ from services.table.rules.money import (
     Transfer,
     TransferKind,
 )
+from bull.rules import _config as cfg
+from bull.rules._bull import BULL_BULL, NO_BULL, bull_points
 
 VARIANT_ID = "golden_bull"
 HAND_SIZE = 5

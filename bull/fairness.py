@@ -1,7 +1,7 @@
 """Provably-fair derivation of deck orders and red-envelope splits.
 
-Everything here is a pure function of its arguments except ``new_server_seed``,
-the single entry point for randomness (the OS CSPRNG through ``secrets``).
+Everything here is a pure function of its arguments: the server seed comes in
+from the rng service (``services/rng/seeds.py``, the OS CSPRNG), never from here.
 The derivation is a published contract, specified in ``docs/fairness.md``;
 any change to the bytes it produces must bump ``SPEC_VERSION``, which is mixed
 into every stream so that old and new derivations can never be confused.
@@ -21,12 +21,11 @@ from __future__ import annotations
 import functools
 import hashlib
 import hmac
-import secrets
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from typing import TypeVar
 
-from services.table.rules.cards import Card, CardError, deck
+from bull.cards import Card, CardError, deck
 
 SPEC_VERSION = "niuniu-fair-v1"
 SEED_BYTES = 32
@@ -56,11 +55,6 @@ class EnvelopeError(FairInputError):
 
 
 # --------------------------------------------------------------------------- seeds
-
-
-def new_server_seed() -> bytes:
-    """A fresh 32-byte server seed from the OS CSPRNG: the only source of randomness."""
-    return secrets.token_bytes(SEED_BYTES)
 
 
 def commit(server_seed: bytes) -> str:

@@ -12,7 +12,8 @@ import sys
 from collections.abc import Sequence
 from typing import Any, TextIO
 
-from services.rng.fair import (
+from bull.cards import CardError, parse_card
+from bull.fairness import (
     DECK_SIZES,
     EnvelopeRecord,
     FairInputError,
@@ -21,7 +22,6 @@ from services.rng.fair import (
     parse_seed,
     verify_round,
 )
-from services.table.rules.cards import CardError, parse_card
 
 EXIT_OK = 0
 EXIT_CHECK_FAILED = 1

@@ -29,9 +29,9 @@ from niuniu.wallet.v1 import wallet_pb2, wallet_pb2_grpc
 
 from backbone.auth import bearer
 from backbone.errors import DomainError
-from services.rng import fair
+from bull import fairness as fair
+from bull.cards import parse_cards
 from services.table.envelope import envelope_record
-from services.table.rules.cards import parse_cards
 
 TABLE_ID = "demo-golden-bull"
 ENVELOPE_TABLE_ID = "demo-red-envelope"

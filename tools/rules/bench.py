@@ -1,4 +1,4 @@
-"""Benchmarks for the rules engine: ``python -m services.table.rules.bench``.
+"""Benchmarks for the rules engine: ``python -m tools.rules.bench``.
 
 Prints what this machine measures; nothing here is asserted in tests. Targets
 from the issue, for reference: Golden Bull census <= 1 s, one hand through
@@ -17,10 +17,10 @@ from typing import TypeVar
 
 import numpy as np
 
-from services.table.rules import _exact, fast
-from services.table.rules import baibian_bull as bb
-from services.table.rules import golden_bull as gb
-from services.table.rules.cards import DECK_52, DECK_54
+from bull.cards import DECK_52, DECK_54
+from bull.rules import _exact, fast
+from bull.rules import baibian_bull as bb
+from bull.rules import golden_bull as gb
 
 T = TypeVar("T")
 
@@ -80,7 +80,7 @@ def baibian_figures(rounds: int, seed: int) -> dict[str, float]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m services.table.rules.bench", description=__doc__)
+    parser = argparse.ArgumentParser(prog="python -m tools.rules.bench", description=__doc__)
     parser.add_argument("--rounds", type=int, default=2_000_000, help="Monte Carlo rounds per variant")
     parser.add_argument("--batch", type=int, default=4_000_000, help="hands in the numpy batch")
     parser.add_argument("--seed", type=int, default=1)

@@ -20,8 +20,9 @@ from fractions import Fraction
 import numpy as np
 import numpy.typing as npt
 
-from services.table.rules import bai_buu, money
-from services.table.rules.cards import DECK_52, Card
+from bull import money
+from bull.cards import DECK_52, Card
+from bull.rules import bai_buu
 
 ProgressFn = Callable[[int, int], None]
 Z95 = 1.959963984540054
