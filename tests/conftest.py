@@ -9,6 +9,7 @@ project's machines there is no engine, so the infra script is the path taken.
 from __future__ import annotations
 
 import contextlib
+import fcntl
 import os
 import uuid
 from collections.abc import AsyncIterator, Iterator
@@ -69,6 +70,9 @@ def infra() -> Iterator[dict[str, str]]:
         yield values
 
 
+_SESSIONS_LOCK = "/tmp/niuniu-pytest-sessions.lock"
+
+
 @pytest.fixture(scope="session", autouse=True)
 def _drop_the_session_topics() -> Iterator[None]:
     """Delete the Kafka topics this test session created, once it is over.
@@ -80,8 +84,22 @@ def _drop_the_session_topics() -> Iterator[None]:
     """
     servers = os.environ.get("KAFKA_BOOTSTRAP_SERVERS")
     before = _topics(servers) if servers else None
-    yield
-    if servers is None or before is None:
+    # Sessions running side by side (several checkouts on one broker) hold this lock
+    # shared; only the last one out, holding it alone, deletes what appeared meanwhile,
+    # so no session loses topics under a running test.
+    lock = open(_SESSIONS_LOCK, "a+")  # noqa: SIM115 - held for the whole session
+    fcntl.flock(lock, fcntl.LOCK_SH)
+    try:
+        yield
+    finally:
+        fcntl.flock(lock, fcntl.LOCK_UN)
+        try:
+            fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            alone = True
+        except BlockingIOError:
+            alone = False
+        lock.close()
+    if servers is None or before is None or not alone:
         return
     created = [t for t in (_topics(servers) or set()) - before if not t.startswith(("niuniu.", "__"))]
     with contextlib.suppress(Exception):  # a best effort: the next session's start does not depend on it
