@@ -14,14 +14,14 @@ from collections import defaultdict
 from dataclasses import dataclass, field
 from enum import StrEnum
 
-# System accounts (one name everywhere: rules, wallet, ledger, protos).
-HOUSE = "house"
-COMMISSION_REVENUE = "commission_revenue"
-REBATE_EXPENSE = "rebate_expense"
-JACKPOT_POOL = "jackpot_pool"
-FEES = "fees"
-
-SYSTEM_ACCOUNTS = (HOUSE, COMMISSION_REVENUE, REBATE_EXPENSE, JACKPOT_POOL, FEES)
+# The system accounts, from the chart of accounts (bull.accounts), under the names the
+# rules and the table have always imported them by.
+from bull.accounts import COMMISSION_REVENUE as COMMISSION_REVENUE
+from bull.accounts import FEES as FEES
+from bull.accounts import HOUSE as HOUSE
+from bull.accounts import JACKPOT_POOL as JACKPOT_POOL
+from bull.accounts import REBATE_EXPENSE as REBATE_EXPENSE
+from bull.accounts import SYSTEM_ACCOUNTS as SYSTEM_ACCOUNTS
 
 BPS_DENOMINATOR = 10_000
 
@@ -62,6 +62,9 @@ class Transfer:
     amount_minor: int
     kind: TransferKind
     bet_id: str | None = None
+    # The wallet hold the payer pays from ("" = their available balance). The rules leave it
+    # empty; a variant's settle (``bull.variants``) names it, so a settlement says who funds what.
+    hold_id: str = ""
 
     def __post_init__(self) -> None:
         if type(self.amount_minor) is not int or self.amount_minor <= 0:

@@ -1,22 +1,18 @@
 """The recompute step of ``niuniu-audit verify-round``: re-deal and re-settle a round.
 
 From the table's public record of the round (commitment, revealed seed, client seed,
-the variant and the configuration snapshot, the revealed hands and the bets) it
-checks, with nothing but the published derivation and the rules engine:
+the variant and the configuration snapshot, the revealed hands or grabs, the bets) it
+checks, with nothing but the published derivation and the variant's own ``settle``
+(``bull.variants``, the very function the table ran):
 
 - the revealed seed hashes to the commitment published before betting opened;
-- the deck derived from the seed deals exactly the hands the table revealed;
-- settling the round's bets on those hands gives exactly the transfers of the
-  table's RoundSettled event, which the journal check then ties to the money moved.
-
-A 百變牛牛 round is settled against its banking player (the table's RoundView names
-them as ``dealer``); its hands are compared as opened whole. A red-envelope round
-(``red_envelope_bull``) has no deck: its envelope split and grab
-order are derived from the seed and checked against the grabs the table revealed, and
-its bets are re-settled with the dealer, the dealer pool and the grabbed amounts. The
-table pays the dealer's part first from the pool's hold and then from the round's
-credits, which can split one payment in two: transfers are compared as totals per
-(payer, payee, kind, bet).
+- the deck (or red envelope) derived from the seed deals exactly the hands (grabs)
+  the table revealed;
+- settling the round's bets on those hands, funded as the table funds them (the
+  round's banker or dealer from the record), gives exactly the transfers of the
+  table's RoundSettled event, matched one to one on (payer, payee, kind, bet,
+  amount): a transfer the rules give that the table did not pay, or one the table
+  paid that the rules do not give, is a finding of its own.
 
 Jackpot pool payouts depend on the pool's balance when the round settled, which the
 round's own record does not carry; they are left to the journal checks.
@@ -26,25 +22,23 @@ from __future__ import annotations
 
 import os
 from collections import Counter
-from collections.abc import Sequence
+from collections.abc import Iterable, Mapping
 
 import grpc
 from niuniu.table.v1 import table_pb2, table_pb2_grpc
 
-from backbone.auth import Role, Tokens, bearer, secret_from_env
+from backbone.auth import Role, bearer, operator_token
 from bull import fairness as fair
-from bull.rules import baibian_bull as bb
-from bull.rules import red_envelope as re_
+from bull import variants
+from bull.money import JACKPOT_POOL, Settlement, TransferKind
+from bull.variants import red_envelope_bull as reb
+from bull.variants.baibian_bull import OPEN
+from bull.variants.base import EnvelopeSplit, Funding, SeatHand, TableBet
 from services.ledger.verify import Finding, RecomputeStep, RoundEvidence
-from services.table.baibian import BANKER_PARTY, OPEN
-from services.table.envelope import EnvelopeTableConfig, envelope_record
-from services.table.variants import VARIANTS, SeatHand, TableBet
 
 DEFAULT_TABLE_ADDR = "127.0.0.1:50052"
-RECOMPUTABLE = ("golden_bull", "bai_buu", bb.VARIANT_ID, re_.VARIANT_ID)
-DEALER_VOID = "DEALER_GRABBED_0.01"
 
-POOL_DEPENDENT_KINDS = frozenset({"jackpot_payout"})
+TransferKey = tuple[str, str, str, str, int]
 
 
 def table_address() -> str:
@@ -53,7 +47,7 @@ def table_address() -> str:
 
 def recompute_via_table(address: str) -> RecomputeStep:
     """A RecomputeStep that reads the round's public record from the table service as an auditor."""
-    auditor = bearer(Tokens(secret_from_env()).issue("audit", Role.AUDITOR))
+    auditor = bearer(operator_token(Role.AUDITOR, "audit"))
 
     async def step(evidence: RoundEvidence) -> list[Finding]:
         settlement = evidence.settlement or evidence.voided
@@ -75,13 +69,13 @@ def recompute(view: table_pb2.RoundView, evidence: RoundEvidence) -> list[Findin
     round_id = view.round_id
     if not view.server_seed:
         return [Finding("recompute", round_id, "the round's seed is not revealed yet")]
-    if view.variant not in RECOMPUTABLE or view.variant not in VARIANTS:
-        return [Finding("recompute", round_id, f"no recompute for variant {view.variant!r} yet")]
-    if view.variant == re_.VARIANT_ID:
-        return _recompute_envelope(view, evidence)
-    variant = VARIANTS[view.variant]
+    variant = variants.VARIANTS.get(view.variant)
+    if variant is None:
+        return [Finding("recompute", round_id, f"no recompute for variant {view.variant!r}")]
     config = variant.parse_config(dict(view.config))
     seed = bytes.fromhex(view.server_seed)
+    if variant.deck_size == 0:
+        return _recompute_envelope(view, evidence, config)
     derived = fair.verify_round(view.commitment, seed, round_id, view.client_seed, deck_size=variant.deck_size)
     findings = [Finding("recompute.commitment", round_id, c.detail) for c in derived.failures]
     if derived.deck is None or findings:
@@ -89,53 +83,63 @@ def recompute(view: table_pb2.RoundView, evidence: RoundEvidence) -> list[Findin
     hands = variant.deal(derived.deck, config)
     findings += _compare_hands(round_id, hands, view)
     if evidence.settlement is not None and not findings:
-        parties = {}
-        if view.variant == bb.VARIANT_ID:  # the rules' banker party is the round's banking player
-            if not view.dealer:
-                return [Finding("recompute.settlement", round_id, "a settled 百變牛牛 round with no banker")]
-            parties[BANKER_PARTY] = view.dealer
-        settlement = variant.settle(hands, _bets(evidence), config)
-        findings += _compare_settlement(round_id, settlement, evidence, parties)
+        funding = Funding(dealer=view.dealer)  # 百變牛牛: the banking player (the house elsewhere)
+        try:
+            settlement = variant.settle(hands, _bets(evidence), config, funding)
+        except ValueError as error:
+            return [Finding("recompute.settlement", round_id, f"the rules refuse the round: {error}")]
+        findings += compare_transfers(round_id, settlement, evidence)
     return findings
 
 
-def _recompute_envelope(view: table_pb2.RoundView, evidence: RoundEvidence) -> list[Finding]:
+def _recompute_envelope(view: table_pb2.RoundView, evidence: RoundEvidence, config: object) -> list[Finding]:
     round_id = view.round_id
-    grabs = view.grabs
-    envelope = envelope_record(view.envelope_total_minor, grabs)
+    variant = reb.RED_ENVELOPE_BULL
+    assert isinstance(config, reb.EnvelopeTableConfig)
+    grabs = sorted(view.grabs, key=lambda g: g.grab_no)
+    envelope = reb.envelope_record(
+        view.envelope_total_minor, [g.amount_minor for g in grabs], [g.position for g in grabs]
+    )
     seed = bytes.fromhex(view.server_seed)
     derived = fair.verify_round(view.commitment, seed, round_id, view.client_seed, envelope=envelope)
     findings = [Finding(f"recompute.{c.name}", round_id, c.detail) for c in derived.failures]
     dealer_grab = next((g.amount_minor for g in grabs if g.dealer), None)
     if evidence.voided is not None:
-        if DEALER_VOID in evidence.voided.reason and dealer_grab != re_.VOID_AMOUNT_MINOR:
+        if reb.DEALER_VOID in evidence.voided.reason and dealer_grab != 1:
             findings.append(
                 Finding("recompute.void", round_id, f"voided for the dealer's 0.01; dealer grabbed {dealer_grab}")
             )
         return findings
     if evidence.settlement is None or findings:
         return findings
-    if dealer_grab is None:
+    if derived.split is None or dealer_grab is None:
         return [Finding("recompute.envelope", round_id, "a settled round with no grab for the dealer")]
-    config = EnvelopeTableConfig.from_settings(dict(view.config))
-    amounts = {g.bet_id: g.amount_minor for g in grabs if g.bet_id}
-    missing = [b.bet_id for b in evidence.settlement.bets if b.bet_id not in amounts]
-    if missing:
-        return [Finding("recompute.envelope", round_id, f"bets with no grab: {', '.join(missing)}")]
-    rnd = re_.EnvelopeRound(
-        view.dealer,
-        view.dealer_pool_minor,
-        dealer_grab,
-        tuple(re_.EnvelopeBet(b.bet_id, b.player, b.stake_minor, amounts[b.bet_id]) for b in evidence.settlement.bets),
+    seats = {g.position: g.bet_id or reb.DEALER_SEAT for g in grabs}
+    split = EnvelopeSplit(
+        tuple(seats.get(p, "") for p in range(len(grabs))), derived.split.amounts, derived.split.grab_order
     )
     try:
-        settlement = re_.settle(rnd, config.rules)
-    except (re_.BetError, re_.AmountError) as error:
+        hands = variant.deal(split, config)
+    except ValueError as error:
+        return [Finding("recompute.envelope", round_id, str(error))]
+    bets = sorted(_bets(evidence), key=lambda b: next((p for p, s in seats.items() if s == b.bet_id), len(seats)))
+    missing = [b.bet_id for b in bets if b.bet_id not in hands]
+    if missing:
+        return [Finding("recompute.envelope", round_id, f"bets with no grab: {', '.join(missing)}")]
+    funding = Funding(
+        dealer=view.dealer,
+        dealer_hold_id="(the dealer's bid)",
+        dealer_hold_minor=config.bid_hold_minor(view.dealer_pool_minor),
+        dealer_pool_minor=view.dealer_pool_minor,
+    )
+    try:
+        settlement = variant.settle(hands, bets, config, funding)
+    except ValueError as error:
         return [Finding("recompute.settlement", round_id, f"the rules refuse the round: {error}")]
-    return _compare_settlement(round_id, settlement, evidence)
+    return compare_transfers(round_id, settlement, evidence)
 
 
-def _compare_hands(round_id: str, hands: dict[str, SeatHand], view: table_pb2.RoundView) -> list[Finding]:
+def _compare_hands(round_id: str, hands: Mapping[str, SeatHand], view: table_pb2.RoundView) -> list[Finding]:
     shown: dict[str, Counter[str]] = {}
     opened_whole = any(revealed.group == OPEN for revealed in view.hands)
     for revealed in view.hands:
@@ -156,37 +160,32 @@ def _compare_hands(round_id: str, hands: dict[str, SeatHand], view: table_pb2.Ro
 
 def _bets(evidence: RoundEvidence) -> list[TableBet]:
     assert evidence.settlement is not None
-    return [TableBet(b.bet_id, b.player, b.area, b.stake_minor) for b in evidence.settlement.bets]
+    return [TableBet(b.bet_id, b.player, b.area, b.stake_minor, b.hold_id) for b in evidence.settlement.bets]
 
 
-def _compare_settlement(
-    round_id: str, settlement: object, evidence: RoundEvidence, parties: dict[str, str] | None = None
-) -> list[Finding]:
-    """The rules' transfers against the table's, as totals per (payer, payee, kind, bet); ``parties``
-    renames the rules' party names (百變牛牛's "banker") to the accounts the table paid."""
+def _pool_dependent(payer: str, kind: str) -> bool:
+    return payer == JACKPOT_POOL and kind == TransferKind.JACKPOT_PAYOUT
+
+
+def transfer_keys(transfers: Iterable[tuple[str, str, str, str, int]]) -> Counter[TransferKey]:
+    return Counter(t for t in transfers if not _pool_dependent(t[0], t[2]))
+
+
+def compare_transfers(round_id: str, settlement: Settlement, evidence: RoundEvidence) -> list[Finding]:
+    """The variant's transfers against the table's, one to one on (payer, payee, kind, bet, amount)."""
     assert evidence.settlement is not None
-    name = (parties or {}).get
-    transfers: Sequence[object] = getattr(settlement, "transfers", ())
-    want: Counter[tuple[str, str, str, str]] = Counter()
-    for t in transfers:
-        if str(t.kind) not in POOL_DEPENDENT_KINDS:  # type: ignore[attr-defined]
-            payer, payee = t.payer, t.payee  # type: ignore[attr-defined]
-            key = (name(payer, payer), name(payee, payee), str(t.kind), t.bet_id or "")  # type: ignore[attr-defined]
-            want[key] += t.amount_minor  # type: ignore[attr-defined]
-    got: Counter[tuple[str, str, str, str]] = Counter()
-    for t in evidence.settlement.transfers:
-        if t.kind not in POOL_DEPENDENT_KINDS:
-            got[(t.payer, t.payee, t.kind, t.bet_id)] += t.amount_minor
+    want = transfer_keys((t.payer, t.payee, str(t.kind), t.bet_id or "", t.amount_minor) for t in settlement.transfers)
+    got = transfer_keys((t.payer, t.payee, t.kind, t.bet_id, t.amount_minor) for t in evidence.settlement.transfers)
     findings = []
-    for key in sorted(want.keys() | got.keys()):
-        if want[key] != got[key]:
-            payer, payee, kind, bet_id = key
+    for side, extra in (("the rules give", want - got), ("the table paid", got - want)):
+        for (payer, payee, kind, bet_id, amount), count in sorted(extra.items()):
+            other = "the table did not pay it" if side == "the rules give" else "the rules do not give it"
+            times = f" ({count} times)" if count > 1 else ""
             findings.append(
                 Finding(
                     "recompute.settlement",
                     round_id,
-                    f"{kind} {payer} -> {payee} (bet {bet_id or '-'}): the rules give {want[key]},"
-                    f" the table paid {got[key]}",
+                    f"{side} {kind} {payer} -> {payee} {amount} (bet {bet_id or '-'}){times}; {other}",
                 )
             )
     return findings

@@ -6,15 +6,15 @@ from niuniu.table.v1 import events_pb2 as ev
 from niuniu.table.v1 import table_pb2
 
 from bull import fairness as fair
+from bull.money import Settlement
 from bull.rules import baibian_bull as bb
 from bull.rules import red_envelope as re_
+from bull.variants import VARIANTS, EnvelopeSplit, Funding, TableBet
+from bull.variants.baibian_bull import FACE_UP, OPEN
+from bull.variants.red_envelope_bull import RED_ENVELOPE_BULL, EnvelopeTableConfig
 from services.ledger.queries import RoundRecord
 from services.ledger.recompute import recompute
 from services.ledger.verify import RoundEvidence
-from services.table.baibian import BANKER_PARTY, FACE_UP, OPEN
-from services.table.common import settlement_event
-from services.table.envelope import EnvelopeTableConfig, fund_dealer
-from services.table.variants import VARIANTS, TableBet
 
 SEED = bytes(range(32))
 ROUND = "t1-r7"
@@ -30,7 +30,7 @@ def played_round() -> tuple[table_pb2.RoundView, RoundEvidence]:
         TableBet("b2", "player:b", "area_2", 500),
         TableBet("b3", "player:a", "area_3", 300),
     ]
-    settlement = variant.settle(hands, bets, config)
+    settlement = variant.settle(hands, bets, config, Funding())
     settled = ev.RoundSettled(
         table_id="t1",
         round_id=ROUND,
@@ -89,10 +89,26 @@ def test_a_settlement_transfer_the_rules_do_not_give_is_caught() -> None:
     evidence.settlement.transfers[0].amount_minor += 1
     findings = recompute(view, evidence)
     assert {f.check for f in findings} == {"recompute.settlement"}
-    assert len(findings) == 1  # one (payer, payee, kind, bet) whose total differs, both totals named
     t = evidence.settlement.transfers[0]
-    assert f"the table paid {t.amount_minor}" in findings[0].detail
-    assert f"the rules give {t.amount_minor - 1}" in findings[0].detail
+    # One to one: the transfer the rules give is missing and the one the table paid is extra.
+    assert len(findings) == 2
+    assert f"the rules give {t.kind} {t.payer} -> {t.payee} {t.amount_minor - 1}" in findings[0].detail
+    assert f"the table paid {t.kind} {t.payer} -> {t.payee} {t.amount_minor}" in findings[1].detail
+
+
+def test_transfers_that_only_add_up_to_the_rules_totals_are_caught() -> None:
+    """Totals per (payer, payee, kind, bet) are not enough: a payment split in two differs from the rules'."""
+    view, evidence = played_round()
+    assert evidence.settlement is not None
+    t = evidence.settlement.transfers[0]
+    assert t.amount_minor >= 2
+    half = ev.SettlementTransfer()
+    half.CopyFrom(t)
+    half.amount_minor = t.amount_minor // 2
+    t.amount_minor -= half.amount_minor
+    evidence.settlement.transfers.append(half)
+    findings = recompute(view, evidence)
+    assert findings and {f.check for f in findings} == {"recompute.settlement"}
 
 
 def settled_event(variant: str, settlement: object, transfers: list[ev.SettlementTransfer]) -> ev.RoundSettled:
@@ -108,18 +124,17 @@ def settled_event(variant: str, settlement: object, transfers: list[ev.Settlemen
     )
 
 
-def envelope_round(*, pool: int = 10_000) -> tuple[table_pb2.RoundView, RoundEvidence]:
-    """A red-envelope round as the table records it: the dealer's payments split at the pool's hold."""
+def envelope_round(*, pool: int = 10_000, round_id: str = ROUND) -> tuple[table_pb2.RoundView, RoundEvidence]:
+    """A red-envelope round as the table settles it: the dealer's payments split at the pool's hold."""
     config = EnvelopeTableConfig.from_settings({"fees.service_minor": "50"})
-    split = fair.split_envelope(SEED, ROUND, "", 1_000, 4, 1)
+    split = fair.split_envelope(SEED, round_id, "", 1_000, 4, 1)
     participants = ["player:dealer", "player:a", "player:b", "player:c"]
-    amounts = {position: amount for amount, position in zip(split.amounts, split.grab_order, strict=True)}
     stakes = {"player:a": 1_000, "player:b": 500, "player:c": 300}
-    bets = tuple(re_.EnvelopeBet(f"b{i}", p, stakes[p], amounts[i]) for i, p in enumerate(participants) if i)
-    settlement = re_.settle(re_.EnvelopeRound("player:dealer", pool, amounts[0], bets), config.rules)
-    holds = [{"bet_id": b.bet_id, "player": b.player, "hold_id": f"bet.{b.bet_id}"} for b in bets]
-    event = settlement_event("t1", ROUND, re_.VARIANT_ID, settlement, holds)
-    funded = fund_dealer(event.transfers, "player:dealer", "bid.x", re_.dealer_hold_minor(pool, config.rules))
+    bets = [TableBet(f"b{i}", p, "dealer", stakes[p], f"bet.b{i}") for i, p in enumerate(participants) if i]
+    seats = ("dealer", *(b.bet_id for b in bets))
+    hands = RED_ENVELOPE_BULL.deal(EnvelopeSplit(seats, split.amounts, split.grab_order), config)
+    funding = Funding("player:dealer", "bid.x", config.bid_hold_minor(pool), pool)
+    settlement = RED_ENVELOPE_BULL.settle(hands, bets, config, funding)
     grabs = [
         ev.EnvelopeGrabbed(
             grab_no=k,
@@ -133,7 +148,7 @@ def envelope_round(*, pool: int = 10_000) -> tuple[table_pb2.RoundView, RoundEvi
     ]
     view = table_pb2.RoundView(
         table_id="t1",
-        round_id=ROUND,
+        round_id=round_id,
         commitment=fair.commit(SEED),
         server_seed=SEED.hex(),
         variant=re_.VARIANT_ID,
@@ -143,13 +158,25 @@ def envelope_round(*, pool: int = 10_000) -> tuple[table_pb2.RoundView, RoundEvi
         grabs=grabs,
         envelope_total_minor=1_000,
     )
-    settled = settled_event(re_.VARIANT_ID, settlement, funded)
-    return view, RoundEvidence.of(RoundRecord(ROUND, "settled", settled.SerializeToString(), (), ()))
+    settled = settled_event(re_.VARIANT_ID, settlement, [transfer_event(t) for t in settlement.transfers])
+    return view, RoundEvidence.of(RoundRecord(round_id, "settled", settled.SerializeToString(), (), ()))
+
+
+def transfer_event(t: object) -> ev.SettlementTransfer:
+    return ev.SettlementTransfer(
+        payer=t.payer,  # type: ignore[attr-defined]
+        payee=t.payee,  # type: ignore[attr-defined]
+        amount_minor=t.amount_minor,  # type: ignore[attr-defined]
+        kind=str(t.kind),  # type: ignore[attr-defined]
+        bet_id=t.bet_id or "",  # type: ignore[attr-defined]
+        hold_id=t.hold_id,  # type: ignore[attr-defined]
+    )
 
 
 def test_a_red_envelope_round_recomputes_from_its_split_even_with_the_dealer_paying_in_two_parts() -> None:
-    view, evidence = envelope_round(pool=100)  # a small pool: the dealer pays past its hold
+    view, evidence = envelope_round(pool=100, round_id="t1-r4")  # a small pool: the dealer pays past its hold
     assert evidence.settlement is not None
+    assert any(t.payer == "player:dealer" and not t.hold_id for t in evidence.settlement.transfers)
     assert recompute(view, evidence) == []
     view.grabs[0].amount_minor += 1  # a grab the seed does not give
     assert any(f.check == "recompute.split" for f in recompute(view, evidence))
@@ -161,7 +188,8 @@ def test_a_red_envelope_settlement_that_differs_from_the_rules_is_caught() -> No
     fee = next(t for t in evidence.settlement.transfers if t.kind == "service_fee")
     fee.amount_minor += 1
     findings = recompute(view, evidence)
-    assert [f.check for f in findings] == ["recompute.settlement"] and "service_fee" in findings[0].detail
+    assert [f.check for f in findings] == ["recompute.settlement"] * 2
+    assert all("service_fee" in f.detail for f in findings)
 
 
 def test_a_baibian_round_is_settled_against_its_banker() -> None:
@@ -170,18 +198,10 @@ def test_a_baibian_round_is_settled_against_its_banker() -> None:
     deck = fair.shuffle(SEED, ROUND, "", 54)
     hands = variant.deal(deck, config)
     bets = [TableBet("b1", "player:a", "heaven", 1_000), TableBet("b2", "player:b", "yellow", 500)]
-    settlement = variant.settle(hands, bets, config)
     banker = "player:bank"
-    transfers = [
-        ev.SettlementTransfer(
-            payer=banker if t.payer == BANKER_PARTY else t.payer,
-            payee=banker if t.payee == BANKER_PARTY else t.payee,
-            amount_minor=t.amount_minor,
-            kind=str(t.kind),
-            bet_id=t.bet_id or "",
-        )
-        for t in settlement.transfers
-    ]
+    settlement: Settlement = variant.settle(hands, bets, config, Funding(banker, "banker.x"))
+    transfers = [transfer_event(t) for t in settlement.transfers]
+    assert all(t.hold_id == "banker.x" for t in transfers if t.payer == banker)
     reveals = [
         ev.HandRevealed(seat=seat, cards=[c.code for c in hand.cards[: 4 if group == FACE_UP else 5]], group=group)
         for group in (FACE_UP, OPEN)
