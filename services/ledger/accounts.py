@@ -1,4 +1,5 @@
-"""The chart of accounts: an account's type follows from its name.
+"""The ledger's view of the chart of accounts (``bull.accounts``): an account's type follows
+from its name, as the protobuf enum the ledger's API and tables speak.
 
 Names are the wallet's (niuniu.wallet.v1.Leg.account). Balances keep the wallet's
 sign, credits minus debits: positive when the account holds value for its owner.
@@ -8,21 +9,28 @@ what makes the sum of every balance zero.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+from types import MappingProxyType
+
 from niuniu.ledger.v1 import ledger_pb2
 from niuniu.wallet.v1 import events_pb2 as wallet_pb2
 
-PLAYER_PREFIX = "player:"
-EXTERNAL_PREFIX = "external:"
-CASHIER = "external:cashier"
+from bull import accounts as chart
+from bull.accounts import CASHIER as CASHIER
+from bull.accounts import EXTERNAL_PREFIX as EXTERNAL_PREFIX
+from bull.accounts import PLAYER_PREFIX as PLAYER_PREFIX
+from bull.accounts import player_account as player_account
+
 MAX_ACCOUNT_CHARS = 200
 
-SYSTEM_ACCOUNTS: dict[str, ledger_pb2.AccountType.ValueType] = {
-    "house": ledger_pb2.ACCOUNT_TYPE_HOUSE_EQUITY,
-    "commission_revenue": ledger_pb2.ACCOUNT_TYPE_REVENUE,
-    "fees": ledger_pb2.ACCOUNT_TYPE_REVENUE,
-    "rebate_expense": ledger_pb2.ACCOUNT_TYPE_EXPENSE,
-    "jackpot_pool": ledger_pb2.ACCOUNT_TYPE_JACKPOT_LIABILITY,
-}
+# ACCOUNT_TYPE_<NAME> for every type in the chart: a type added to bull.accounts without its
+# enum value in ledger.proto fails here, at import.
+PROTO_TYPES: Mapping[chart.AccountType, ledger_pb2.AccountType.ValueType] = MappingProxyType(
+    {t: ledger_pb2.AccountType.Value(f"ACCOUNT_TYPE_{t.name}") for t in chart.AccountType}
+)
+SYSTEM_ACCOUNTS: Mapping[str, ledger_pb2.AccountType.ValueType] = MappingProxyType(
+    {name: PROTO_TYPES[t] for name, t in chart.SYSTEM_ACCOUNT_TYPES.items()}
+)
 
 BUCKET_NAMES: dict[int, str] = {wallet_pb2.BUCKET_AVAILABLE: "available", wallet_pb2.BUCKET_HELD: "held"}
 BUCKETS_BY_NAME: dict[str, wallet_pb2.Bucket.ValueType] = {
@@ -39,17 +47,12 @@ def account_type(account: str) -> ledger_pb2.AccountType.ValueType:
     """The account's type; ``AccountError`` when the name is not in the chart."""
     if not account or len(account) > MAX_ACCOUNT_CHARS or account != account.strip():
         raise AccountError(f"{account!r} is not an account name")
-    if account in SYSTEM_ACCOUNTS:
-        return SYSTEM_ACCOUNTS[account]
-    for prefix, kind in (
-        (PLAYER_PREFIX, ledger_pb2.ACCOUNT_TYPE_PLAYER_LIABILITY),
-        (EXTERNAL_PREFIX, ledger_pb2.ACCOUNT_TYPE_EXTERNAL_ASSET),
-    ):
-        if account.startswith(prefix):
-            if not account.removeprefix(prefix):
-                raise AccountError(f"{account!r} names no {prefix[:-1]}")
-            return kind
-    raise AccountError(f"{account!r} is not in the chart of accounts")
+    kind = chart.account_type(account)
+    if kind is None:
+        if account in (PLAYER_PREFIX, EXTERNAL_PREFIX):
+            raise AccountError(f"{account!r} names no {account[:-1]}")
+        raise AccountError(f"{account!r} is not in the chart of accounts")
+    return PROTO_TYPES[kind]
 
 
 def is_account(account: str) -> bool:
@@ -66,8 +69,3 @@ def bucket_name(bucket: int) -> str:
         return BUCKET_NAMES[bucket]
     except KeyError:
         raise AccountError(f"bucket {bucket} is neither AVAILABLE nor HELD") from None
-
-
-def player_account(subject: str) -> str:
-    """The ledger account of a player token's subject (the subject may already be prefixed)."""
-    return subject if subject.startswith(PLAYER_PREFIX) else PLAYER_PREFIX + subject

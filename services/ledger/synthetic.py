@@ -18,7 +18,7 @@ from niuniu.table.v1 import events_pb2 as table_pb2
 from niuniu.wallet.v1 import events_pb2 as wallet_pb2
 
 from backbone.eventstore import NewEvent
-from services.ledger.accounts import CASHIER
+from bull.accounts import CASHIER, COMMISSION_REVENUE, HOUSE, JACKPOT_POOL, REBATE_EXPENSE
 from services.ledger.journal import find_movements
 
 AVAILABLE = wallet_pb2.BUCKET_AVAILABLE
@@ -254,18 +254,18 @@ class SyntheticStream:
         if outcome.startswith("win"):
             win = stake * self._rng.randint(1, 3)
             commission = win * COMMISSION_BP // BP
-            self._transfer(rnd, "win", "house", account, win, bet_id, "")
-            self._transfer(rnd, "commission", account, "commission_revenue", commission, bet_id, hold_id)
+            self._transfer(rnd, "win", HOUSE, account, win, bet_id, "")
+            self._transfer(rnd, "commission", account, COMMISSION_REVENUE, commission, bet_id, hold_id)
             self._release(rnd, account, stake - commission, hold_id, bet_id)
             net = win - commission
             if outcome == "win_rebate":
-                self._transfer(rnd, "rebate", "rebate_expense", account, 10, bet_id, "")
+                self._transfer(rnd, "rebate", REBATE_EXPENSE, account, 10, bet_id, "")
                 net += 10
         elif outcome.startswith("loss"):
             jackpot = 10 if outcome == "loss_jackpot" else 0
-            self._transfer(rnd, "loss", account, "house", stake - jackpot, bet_id, hold_id)
+            self._transfer(rnd, "loss", account, HOUSE, stake - jackpot, bet_id, hold_id)
             if jackpot:
-                self._transfer(rnd, "jackpot_contribution", account, "jackpot_pool", jackpot, bet_id, hold_id)
+                self._transfer(rnd, "jackpot_contribution", account, JACKPOT_POOL, jackpot, bet_id, hold_id)
             net = -stake
         else:
             self._release(rnd, account, stake, hold_id, bet_id)

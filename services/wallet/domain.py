@@ -23,14 +23,15 @@ from datetime import UTC, datetime, timedelta
 from enum import StrEnum
 
 from backbone.errors import AlreadyExists, FailedPrecondition, InvalidArgument
-from bull.money import SYSTEM_ACCOUNTS
+from bull.accounts import CASHIER as CASHIER
+from bull.accounts import PLAYER_PREFIX as PLAYER_PREFIX
+from bull.accounts import SYSTEM_ACCOUNTS
+from bull.accounts import AccountKind as AccountKind
 
 MAX_AMOUNT_MINOR = 10**15
 """No single amount (deposit, hold, posting, transfer, limit) may exceed this."""
 MAX_BALANCE_MINOR = 10**17
 """No account's bucket may grow beyond this (int64 stays far away)."""
-CASHIER = "external:cashier"
-PLAYER_PREFIX = "player:"
 DEFAULT_HOLD_TTL = timedelta(hours=1)
 MAX_HOLD_TTL = timedelta(days=7)
 MAX_POSTINGS = 100
@@ -45,12 +46,6 @@ _USERNAME = re.compile(r"[A-Za-z0-9._\-]{3,32}")
 _EMAIL = re.compile(r"[^@\s]{1,64}@[^@\s]{1,189}\.[^@\s.]{1,63}")
 MIN_PASSWORD_CHARS = 8
 MAX_PASSWORD_CHARS = 128
-
-
-class AccountKind(StrEnum):
-    PLAYER = "player"
-    SYSTEM = "system"
-    EXTERNAL = "external"
 
 
 class Bucket(StrEnum):
@@ -227,7 +222,7 @@ def apply_movements(accounts: Mapping[str, AccountState], movements: Sequence[Mo
             held_minor=before.held_minor + d_held,
         )
         assert state.held_minor >= 0, f"{account}: held below zero"
-        if state.kind is AccountKind.PLAYER and state.available_minor < 0:
+        if state.available_minor < 0 and not state.kind.may_go_below_zero:
             raise FailedPrecondition(
                 "INSUFFICIENT_FUNDS", f"{account} has {before.available_minor} available, needs {-d_available}"
             )

@@ -18,9 +18,8 @@ from typing import Any
 import psycopg
 
 from backbone.db import run_ddl
-from bull.money import SYSTEM_ACCOUNTS
+from bull.accounts import OPENING_ACCOUNTS
 from services.wallet.domain import (
-    CASHIER,
     AccountKind,
     AccountState,
     Exclusion,
@@ -157,7 +156,7 @@ async def setup(conn: psycopg.AsyncConnection) -> None:
     async with conn.transaction():
         await conn.cursor().executemany(
             "INSERT INTO wallet_accounts (account, kind) VALUES (%s, %s) ON CONFLICT DO NOTHING",
-            [(a, AccountKind.SYSTEM.value) for a in SYSTEM_ACCOUNTS] + [(CASHIER, AccountKind.EXTERNAL.value)],
+            [(account, kind.value) for account, kind in OPENING_ACCOUNTS.items()],
         )
 
 
