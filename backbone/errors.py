@@ -11,13 +11,41 @@ from __future__ import annotations
 
 import grpc
 
+MAX_ECHO_CHARS = 80
+"""At most this much of a caller's value (an id, a key, a text) is echoed into an error."""
+MAX_REASON_CHARS = 64
+MAX_MESSAGE_CHARS = 400
+"""An error's whole message (reason included) is cut to this: a caller's 1 MiB id can never be
+sent back (the transport would drop the answer: RESOURCE_EXHAUSTED "Stream removed")."""
+ELLIPSIS = "…"
+
+
+def clip(value: object, limit: int = MAX_ECHO_CHARS) -> str:
+    """``value`` as it may be echoed to a caller: its repr, cut to ``limit`` characters with an ellipsis.
+
+    The repr shows control characters (a trailing newline, a NUL) instead of sending them.
+    """
+    text = repr(value) if isinstance(value, str) else str(value)
+    return text if len(text) <= limit else text[: max(0, limit - len(ELLIPSIS))] + ELLIPSIS
+
+
+def bounded(text: str, limit: int) -> str:
+    """``text`` cut to ``limit`` characters, with an ellipsis when it was longer."""
+    return text if len(text) <= limit else text[: max(0, limit - len(ELLIPSIS))] + ELLIPSIS
+
 
 class DomainError(Exception):
-    """Base of every error a client may see. ``reason`` is a stable UPPER_SNAKE code."""
+    """Base of every error a client may see. ``reason`` is a stable UPPER_SNAKE code.
+
+    The message is bounded (``MAX_MESSAGE_CHARS``) whatever a handler put into it; handlers
+    echo callers' values through ``clip``.
+    """
 
     code: grpc.StatusCode = grpc.StatusCode.FAILED_PRECONDITION
 
     def __init__(self, reason: str, message: str) -> None:
+        reason = bounded(reason, MAX_REASON_CHARS)
+        message = bounded(message, MAX_MESSAGE_CHARS - len(reason) - 2)
         super().__init__(f"{reason}: {message}")
         self.reason = reason
         self.message = message

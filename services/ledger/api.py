@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import base64
 import binascii
+import re
 from datetime import UTC, datetime
 from typing import Any
 
@@ -18,7 +19,7 @@ from niuniu.table.v1 import events_pb2 as table_pb2
 from psycopg_pool import AsyncConnectionPool
 
 from backbone.auth import Role, Tokens, require
-from backbone.errors import InvalidArgument, PermissionDenied
+from backbone.errors import InvalidArgument, PermissionDenied, clip
 from services.ledger import metrics, queries
 from services.ledger.accounts import BUCKETS_BY_NAME, AccountError, account_type, player_account
 
@@ -29,6 +30,8 @@ MAX_PAGE_SIZE = 1_000
 MAX_ROUND_ID_CHARS = 200
 PAGE_TOKEN_VERSION = "v1"
 READERS = (Role.AUDITOR, Role.ADMIN)
+_NAME = re.compile(r"[\x21-\x7e]{1,200}")
+_PAGE_TOKEN = re.compile(rf"{PAGE_TOKEN_VERSION}:(-?[0-9]{{1,19}}):([0-9]{{1,18}}):([0-9]{{1,9}})")
 
 
 class LedgerServicer(ledger_pb2_grpc.LedgerServicer):
@@ -99,8 +102,10 @@ class LedgerServicer(ledger_pb2_grpc.LedgerServicer):
         self, request: ledger_pb2.RoundJournalRequest, context: Context
     ) -> ledger_pb2.RoundJournalResponse:
         require(self._tokens.authenticate(context), *READERS)
-        if not request.round_id or len(request.round_id) > MAX_ROUND_ID_CHARS:
-            raise InvalidArgument("ROUND_ID_INVALID", f"round_id must be 1..{MAX_ROUND_ID_CHARS} characters")
+        if not _NAME.fullmatch(request.round_id) or len(request.round_id) > MAX_ROUND_ID_CHARS:
+            raise InvalidArgument(
+                "ROUND_ID_INVALID", f"round_id must be 1..{MAX_ROUND_ID_CHARS} printable ASCII characters"
+            )
         async with self._pool.connection() as conn:
             record = await queries.round_record(conn, request.round_id)
         response = ledger_pb2.RoundJournalResponse(
@@ -124,10 +129,12 @@ class LedgerServicer(ledger_pb2_grpc.LedgerServicer):
 
 
 def _account_type(account: str) -> ledger_pb2.AccountType.ValueType:
+    if not _NAME.fullmatch(account):  # printable ASCII only: no NUL or newline reaches a query
+        raise InvalidArgument("ACCOUNT_INVALID", f"{clip(account)} is not an account name")
     try:
         return account_type(account)
-    except AccountError as error:
-        raise InvalidArgument("ACCOUNT_INVALID", str(error)) from None
+    except AccountError:
+        raise InvalidArgument("ACCOUNT_INVALID", f"{clip(account)} is not in the chart of accounts") from None
 
 
 def _time(request: Any, name: str) -> datetime | None:
@@ -158,9 +165,11 @@ def decode_page_token(token: str) -> queries.StatementKey | None:
     if not token:
         return None
     try:
-        version, micros, seq, line_no = base64.urlsafe_b64decode(token.encode()).decode().split(":")
-        if version != PAGE_TOKEN_VERSION:
-            raise ValueError(version)
+        # ASCII digits only (int() also reads '١٢٣'), each bounded to what a key can hold.
+        matched = _PAGE_TOKEN.fullmatch(base64.urlsafe_b64decode(token.encode()).decode())
+        if matched is None:
+            raise ValueError("not a page token")
+        micros, seq, line_no = matched.groups()
         seconds, rest = divmod(int(micros), 1_000_000)
         occurred_at = datetime.fromtimestamp(seconds, UTC).replace(microsecond=rest)
         return queries.StatementKey(occurred_at, int(seq), int(line_no))

@@ -10,6 +10,7 @@ from __future__ import annotations
 import asyncio
 import hashlib
 import logging
+import re
 import uuid
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
@@ -88,11 +89,15 @@ def page_size(requested: int) -> int:
     return requested or DEFAULT_PAGE_SIZE
 
 
+_INT_TOKEN = re.compile(r"[0-9]{1,19}")
+
+
 def int_page_token(token: str) -> int:
     """Keyset paging newest first: the token is the last id seen (exclusive)."""
     if not token:
         return 2**63 - 1
-    if not token.isdigit() or len(token) > 19:
+    # ASCII digits only: str.isdigit() also takes '²' or '①', which int() then refuses.
+    if not _INT_TOKEN.fullmatch(token) or int(token) > 2**63 - 1:
         raise InvalidArgument("PAGE_TOKEN_INVALID", "page_token must come from a previous page")
     return int(token)
 
@@ -154,14 +159,21 @@ class WalletApp:
         domain.check_registration(username, email, password)
         password_hash = await asyncio.to_thread(self._hasher.hash, password)
 
+        # Request ids are scoped by the username asked for: one anonymous caller reusing another's
+        # id registers their own account instead of being refused (or blocked) because of it.
+        scoped = f"{username}/{request_id}"
+
         async def work(conn: psycopg.AsyncConnection) -> repo.User:
-            earlier = await repo.user_by(conn, "request_id", request_id)
+            earlier = await repo.user_by(conn, "request_id", scoped)
+            if earlier is None:  # registered before ids were scoped: its id was stored as sent
+                legacy = await repo.user_by(conn, "request_id", request_id)
+                earlier = legacy if legacy is not None and legacy.username == username else None
             if earlier is not None:
                 same = earlier.username == username and earlier.email == email
                 if same and await self._verify(earlier.password_hash, password):
                     return earlier
                 raise AlreadyExists("REQUEST_ID_REUSED", f"request {request_id} registered a different account")
-            return await self._create_user(conn, domain.Role.PLAYER, username, email, password_hash, request_id)
+            return await self._create_user(conn, domain.Role.PLAYER, username, email, password_hash, scoped)
 
         return await self._transaction(work)
 
@@ -247,10 +259,16 @@ class WalletApp:
         domain.check_id(request_id, "REQUEST_ID")
         domain.account_kind(account)
         domain.check_amount(amount_minor)
-        key, fingerprint = f"{kind}:{request_id}", f"{account}|{amount_minor}"
+        # Request ids are scoped by the caller (the staff member's account id), so two admins
+        # choosing the same id make two movements instead of one refusing the other.
+        scoped = f"{actor}:{request_id}"
+        key, fingerprint = f"{kind}:{scoped}", f"{account}|{amount_minor}"
 
         async def work(conn: psycopg.AsyncConnection) -> MovementResult:
             earlier = await repo.request(conn, key)
+            if earlier is None:  # made before ids were scoped: a retry of it is still a replay
+                legacy = await repo.request(conn, f"{kind}:{request_id}")
+                earlier = legacy if legacy is not None and legacy.fingerprint == fingerprint else None
             if earlier is not None:
                 if earlier.fingerprint != fingerprint:
                     raise AlreadyExists("REQUEST_ID_REUSED", f"{kind} {request_id} was made with other fields")
@@ -259,12 +277,12 @@ class WalletApp:
             locked = await self._lock(conn, [account, CASHIER])
             target = locked[account]
             if kind == "deposit":
-                movement = domain.deposit(request_id, target.state, amount_minor)
+                movement = domain.deposit(scoped, target.state, amount_minor)
                 if target.state.kind is AccountKind.PLAYER:
                     domain.check_may_deposit(await self._play(conn, account, now), amount_minor, now)
                 event = events.deposited(movement, actor, request_id)
             else:
-                movement = domain.withdrawal(request_id, target.state, amount_minor)
+                movement = domain.withdrawal(scoped, target.state, amount_minor)
                 event = events.withdrawn(movement, actor, request_id)
             after = domain.apply_movements({n: a.state for n, a in locked.items()}, [movement])
             await repo.save_movements(conn, [movement], kind, now)
@@ -626,6 +644,9 @@ def _decode_name_token(token: str) -> str:
     if not token:
         return ""
     try:
-        return bytes.fromhex(token).decode()
+        name = bytes.fromhex(token).decode()
     except ValueError:
         raise InvalidArgument("PAGE_TOKEN_INVALID", "page_token must come from a previous page") from None
+    if "\x00" in name:  # PostgreSQL text cannot hold it: refused here, not an INTERNAL from the query
+        raise InvalidArgument("PAGE_TOKEN_INVALID", "page_token must come from a previous page")
+    return name

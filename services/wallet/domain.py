@@ -40,6 +40,8 @@ MAX_KIND_CHARS = 64
 LIMIT_RAISE_DELAY = timedelta(hours=24)
 MAX_REALITY_CHECK_MINUTES = 24 * 60
 MAX_SELF_EXCLUSION_DAYS = 3650
+MAX_UNIX_MS = 253_402_300_799_999
+"""9999-12-31T23:59:59.999Z: the last moment a datetime holds; a later time is refused, not an overflow."""
 
 _ID = re.compile(r"[A-Za-z0-9._:\-]{1,128}")
 _USERNAME = re.compile(r"[A-Za-z0-9._\-]{3,32}")
@@ -244,7 +246,13 @@ def deposit(request_id: str, account: AccountState, amount_minor: int) -> Moveme
 
 
 def withdrawal(request_id: str, account: AccountState, amount_minor: int) -> Movement:
+    """Money out to the cashier: never more than the account has available, whatever its kind
+    (a system account runs negative only through a settlement, never through a withdrawal)."""
     _check_cashable(account)
+    if account.available_minor < amount_minor:
+        raise FailedPrecondition(
+            "INSUFFICIENT_FUNDS", f"{account.account} has {account.available_minor} available, needs {amount_minor}"
+        )
     return transfer(
         f"withdrawal:{request_id}",
         "withdrawal",
@@ -449,8 +457,8 @@ def check_hold_request(request: HoldRequest) -> HoldRequest:
     check_amount(request.amount_minor)
     check_text(request.reason, "REASON", MAX_REASON_CHARS)
     check_optional_id(request.round_id, "ROUND_ID")
-    if request.expires_at_unix_ms < 0:
-        raise InvalidArgument("EXPIRES_AT_INVALID", "expires_at_unix_ms must be >= 0")
+    if not 0 <= request.expires_at_unix_ms <= MAX_UNIX_MS:
+        raise InvalidArgument("EXPIRES_AT_INVALID", f"expires_at_unix_ms must be 0..{MAX_UNIX_MS}")
     return request
 
 
