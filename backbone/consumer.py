@@ -12,9 +12,10 @@ across crashes, restarts and group rebalances.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import time
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Awaitable, Callable, Collection, Sequence
 from typing import Any
 
 import psycopg
@@ -56,10 +57,32 @@ TRACKING_SCHEMA = (
 RETRY_SLEEP_S = 0.5
 MAX_BATCH_SIZE = 500
 METADATA_WAIT_S = 30.0
+COMMIT_HINT_INTERVAL_S = 1.0
+"""How often Kafka is told the consumer's offsets (a hint: the database is the truth)."""
+LAG_SAMPLE_INTERVAL_S = 1.0
+
+_RECORD_PROCESSED = (
+    'INSERT INTO processed_events (consumer, event_id, topic, partition, "offset")'
+    " SELECT %s, e.id, %s, %s, e.o FROM unnest(%s::uuid[], %s::bigint[]) AS e (id, o)"
+    " ON CONFLICT DO NOTHING RETURNING event_id"
+)
+_SAVE_POSITION = (
+    "INSERT INTO consumer_positions (consumer, topic, partition, next_offset) VALUES (%s, %s, %s, %s)"
+    " ON CONFLICT (consumer, topic, partition)"
+    " DO UPDATE SET next_offset = greatest(consumer_positions.next_offset, EXCLUDED.next_offset)"
+)
 
 
 class ExactlyOnceConsumer:
-    """Apply events from ``topics`` through ``handler``, each effect exactly once."""
+    """Apply events from ``topics`` through ``handler``, each effect exactly once.
+
+    ``event_types``: the event types the handler acts on. Others are skipped without a
+    transaction (no tracking row: skipping twice is harmless), so a consumer of a few
+    event types does not pay a database round trip for every event on its topics.
+    ``batch_size`` records of one partition are applied in one transaction; with
+    ``pipeline`` the handlers' statements of a batch go to PostgreSQL in one round
+    trip (for handlers that read no result they depend on, e.g. a projection's upserts).
+    """
 
     def __init__(
         self,
@@ -71,6 +94,8 @@ class ExactlyOnceConsumer:
         *,
         poll_timeout_ms: int = 200,
         batch_size: int = 500,
+        event_types: Collection[str] | None = None,
+        pipeline: bool = False,
     ) -> None:
         if not 1 <= batch_size <= MAX_BATCH_SIZE:
             raise ValueError(f"batch_size must be 1..{MAX_BATCH_SIZE}")
@@ -81,7 +106,16 @@ class ExactlyOnceConsumer:
         self._handler = handler
         self._kafka = kafka_consumer
         self._poll_timeout_ms = poll_timeout_ms
+        self._event_types = frozenset(event_types) if event_types is not None else None
+        self._pipeline = pipeline
         self._subscribed = False
+        # Next offset per partition as last read from or written to consumer_positions;
+        # dropped when the assignment changes (another member may have moved it).
+        self._positions: dict[TopicPartition, int] = {}
+        self._assignment: set[TopicPartition] = set()
+        self._hints: dict[TopicPartition, int] = {}
+        self._hinted_at = 0.0
+        self._lag_sampled_at = 0.0
         # Test seam: called after a record's transaction committed.
         self.after_commit: Callable[[Any], Awaitable[None]] | None = None
 
@@ -100,11 +134,20 @@ class ExactlyOnceConsumer:
                 metrics.CONSUMER_FAILURES.labels(self.name, topic)
                 metrics.CONSUMER_APPLIED.labels(self.name, topic)
         batches = await asyncio.to_thread(self._kafka.poll, self._poll_timeout_ms)
+        assignment = set(self._kafka.assignment())
+        if assignment != self._assignment:
+            self._assignment = assignment
+            self._positions.clear()
         applied = 0
         for tp, records in batches.items():
             for first in range(0, len(records), self._batch_size):
                 applied += await self._apply_partition(tp, records[first : first + self._batch_size])
-        self._record_lag()
+        now = time.monotonic()
+        if self._hints and now - self._hinted_at >= COMMIT_HINT_INTERVAL_S:
+            await self._commit_hints()
+        if now - self._lag_sampled_at >= LAG_SAMPLE_INTERVAL_S:
+            self._lag_sampled_at = now
+            self._record_lag()
         return applied
 
     def _await_topic_metadata(self) -> None:
@@ -129,35 +172,51 @@ class ExactlyOnceConsumer:
             metrics.CONSUMER_DUPLICATES.labels(self.name, tp.topic).inc(len(records) - len(fresh))
         if not fresh:
             return 0
+        items = [(record, _envelope(record)) for record in fresh]
+        wanted = [(r, e) for r, e in items if self._event_types is None or e.event_type in self._event_types]
+        if not wanted:  # nothing the handler acts on: no transaction, no tracking row
+            self._advance(tp, fresh[-1].offset + 1)
+            await self._after_commit(fresh)
+            return 0
         try:
-            applied = await self._apply_batch(tp, fresh)
+            applied = await self._apply_batch(tp, wanted, fresh[-1].offset + 1)
         except Exception:
             # Something in the batch failed and nothing of it was committed: go one by one
             # so every record before the failing one lands, then retry from the failing one.
             # Kafka's offset is left alone here: it may lag the database, never lead it.
-            return await self._apply_one_by_one(tp, fresh)
+            return await self._apply_one_by_one(tp, wanted)
+        self._advance(tp, fresh[-1].offset + 1)
         await self._after_commit(fresh)
-        await self._commit_hint(tp, fresh[-1].offset + 1)
         return applied
 
-    async def _commit_hint(self, tp: TopicPartition, next_offset: int) -> None:
-        """Tell Kafka where we are (for lag dashboards and a faster resume); the database is the truth."""
-        try:
-            await asyncio.to_thread(self._kafka.commit, {tp: OffsetAndMetadata(next_offset, "", -1)})
-        except Exception as error:  # e.g. a rebalance in progress: the next commit catches up
-            log.info("kafka offset commit skipped", extra={"topic": tp.topic, "error": repr(error)})
+    def _advance(self, tp: TopicPartition, next_offset: int) -> None:
+        self._positions[tp] = max(next_offset, self._positions.get(tp, 0))
+        self._hints[tp] = next_offset
 
-    async def _apply_one_by_one(self, tp: TopicPartition, records: list[Any]) -> int:
+    async def _commit_hints(self) -> None:
+        """Tell Kafka where we are (for lag dashboards and a faster resume); the database is the truth."""
+        hints, self._hints = self._hints, {}
+        self._hinted_at = time.monotonic()
+        offsets = {tp: OffsetAndMetadata(offset, "", -1) for tp, offset in hints.items() if tp in self._assignment}
+        if not offsets:
+            return
+        try:
+            await asyncio.to_thread(self._kafka.commit, offsets)
+        except Exception as error:  # e.g. a rebalance in progress: the next commit catches up
+            log.info("kafka offset commit skipped", extra={"error": repr(error)})
+
+    async def _apply_one_by_one(self, tp: TopicPartition, items: list[tuple[Any, events_pb2.EventEnvelope]]) -> int:
         applied = 0
-        for record in records:
+        for record, envelope in items:
             try:
-                applied += await self._apply_batch(tp, [record])
+                applied += await self._apply_batch(tp, [(record, envelope)], record.offset + 1)
             except Exception:
                 metrics.CONSUMER_FAILURES.labels(self.name, tp.topic).inc()
                 log.exception("handler failed; will retry", extra={"topic": tp.topic, "offset": record.offset})
                 self._kafka.seek(tp, record.offset)  # re-read it on the next poll
                 await asyncio.sleep(RETRY_SLEEP_S)
                 return applied
+            self._advance(tp, record.offset + 1)
             await self._after_commit([record])
         return applied
 
@@ -166,43 +225,48 @@ class ExactlyOnceConsumer:
             for record in records:
                 await self.after_commit(record)
 
-    async def _apply_batch(self, tp: TopicPartition, records: list[Any]) -> int:
-        """Apply ``records`` of one partition in one transaction; returns how many were new."""
+    async def _apply_batch(
+        self, tp: TopicPartition, items: list[tuple[Any, events_pb2.EventEnvelope]], next_offset: int
+    ) -> int:
+        """Apply ``items`` of one partition in one transaction; returns how many were new."""
         applied = 0
         async with self._pool.connection() as conn, conn.transaction():
-            for record in records:
-                envelope = events_pb2.EventEnvelope()
-                envelope.ParseFromString(record.value)
-                cur = await conn.execute(
-                    'INSERT INTO processed_events (consumer, event_id, topic, partition, "offset")'
-                    " VALUES (%s, %s, %s, %s, %s) ON CONFLICT DO NOTHING",
-                    (self.name, envelope.event_id, tp.topic, tp.partition, record.offset),
-                )
-                if cur.rowcount == 0:  # the relay published it twice: already applied
-                    metrics.CONSUMER_DUPLICATES.labels(self.name, tp.topic).inc()
-                    continue
-                token = logs.correlation_id.set(envelope.correlation_id)
-                try:
-                    await self._handler(conn, envelope)
-                finally:
-                    logs.correlation_id.reset(token)
-                applied += 1
-            await conn.execute(
-                "INSERT INTO consumer_positions (consumer, topic, partition, next_offset) VALUES (%s, %s, %s, %s)"
-                " ON CONFLICT (consumer, topic, partition) DO UPDATE SET next_offset = EXCLUDED.next_offset",
-                (self.name, tp.topic, tp.partition, records[-1].offset + 1),
+            cur = await conn.execute(
+                _RECORD_PROCESSED,
+                (self.name, tp.topic, tp.partition, [e.event_id for _, e in items], [r.offset for r, _ in items]),
             )
+            new = {str(row[0]) for row in await cur.fetchall()}
+            duplicates = len(items) - len(new)
+            if duplicates:  # the relay published them twice: already applied
+                metrics.CONSUMER_DUPLICATES.labels(self.name, tp.topic).inc(duplicates)
+            pipeline = conn.pipeline() if self._pipeline else contextlib.nullcontext()
+            async with pipeline:
+                for _, envelope in items:
+                    if envelope.event_id not in new:
+                        continue
+                    new.discard(envelope.event_id)  # the same event twice in one batch: apply it once
+                    token = logs.correlation_id.set(envelope.correlation_id)
+                    try:
+                        await self._handler(conn, envelope)
+                    finally:
+                        logs.correlation_id.reset(token)
+                    applied += 1
+                await conn.execute(_SAVE_POSITION, (self.name, tp.topic, tp.partition, next_offset))
         metrics.CONSUMER_APPLIED.labels(self.name, tp.topic).inc(applied)
         return applied
 
     async def _stored_position(self, tp: TopicPartition) -> int:
+        known = self._positions.get(tp)
+        if known is not None:
+            return known
         async with self._pool.connection() as conn:
             cur = await conn.execute(
                 "SELECT next_offset FROM consumer_positions WHERE consumer = %s AND topic = %s AND partition = %s",
                 (self.name, tp.topic, tp.partition),
             )
             row = await cur.fetchone()
-        return int(row[0]) if row else 0
+        self._positions[tp] = int(row[0]) if row else 0
+        return self._positions[tp]
 
     def _record_lag(self) -> None:
         for tp in self._kafka.assignment():
@@ -222,4 +286,12 @@ class ExactlyOnceConsumer:
             except Exception:
                 log.exception("consumer poll failed; retrying")
                 await asyncio.sleep(1.0)
+        if self._hints:
+            await self._commit_hints()
         await asyncio.to_thread(self._kafka.close)
+
+
+def _envelope(record: Any) -> events_pb2.EventEnvelope:
+    envelope = events_pb2.EventEnvelope()
+    envelope.ParseFromString(record.value)
+    return envelope

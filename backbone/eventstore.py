@@ -5,9 +5,24 @@ state change and the events announcing it commit or vanish together. The
 schema enforces optimistic concurrency: ``(stream_id, version)`` is unique, and
 an append that loses the race raises ``ConcurrencyError``.
 
-Positions (``events.position``) are handed out under a transaction-scoped
-advisory lock, so they become visible in commit order and a reader following
-``read_all`` never skips an event that commits late with a smaller number.
+Ordering without a global lock held to commit. Positions (``events.position``)
+come from a sequence, so appenders in different transactions do not wait for each
+other. What readers need from positions is kept by two transaction-scoped advisory
+locks, taken in the append's one round trip (``niuniu_append_events``):
+
+* a lock per *ordering domain*, the stream id up to its first ``.`` (``table-7``
+  for ``table-7`` and ``table-7.bet-42``), exclusive: appends within one domain
+  commit in position order, so a reader following one domain by position (a
+  table's watchers) never skips an event that commits late with a smaller
+  number. Different domains (tables, accounts) append side by side.
+* one store-wide lock, *shared* by every append: it costs appenders nothing
+  against each other. A reader that needs the whole store as a prefix of
+  positions (``read_all``, a balance snapshot "as of position P") takes it
+  exclusively with ``wait_for_appends``: once granted, no append is in flight,
+  so every event up to the largest visible position is visible.
+
+Event envelopes are stored without ``store_position`` (it is the row's column);
+readers and the relay set it from the column.
 """
 
 from __future__ import annotations
@@ -24,7 +39,7 @@ from niuniu.v1 import events_pb2
 
 from backbone.db import run_ddl
 
-SCHEMA = (
+SCHEMA: tuple[str, ...] = (
     """
     CREATE TABLE IF NOT EXISTS events (
         position        BIGINT PRIMARY KEY,
@@ -51,7 +66,75 @@ SCHEMA = (
     "CREATE INDEX IF NOT EXISTS outbox_unpublished_idx ON outbox (position) WHERE published_at IS NULL",
 )
 
-_APPEND_LOCK = "SELECT pg_advisory_xact_lock(hashtext('niuniu.events.append'))"
+# The store-wide lock: shared by appends, exclusive for readers that need a prefix of positions.
+STORE_LOCK_KEY = "niuniu.events.append"
+# The class id of the per-domain locks (two-int advisory keys: class, hashtext(domain)).
+DOMAIN_LOCK_CLASS = 0x6E6E
+
+APPEND_FUNCTION = f"""
+CREATE OR REPLACE FUNCTION niuniu_append_events(
+    p_stream TEXT, p_domain TEXT, p_expected BIGINT, p_ids UUID[], p_types TEXT[], p_correlations TEXT[],
+    p_occurred TIMESTAMPTZ[], p_envelopes BYTEA[], p_topics TEXT[]
+) RETURNS BIGINT[] LANGUAGE plpgsql VOLATILE AS $$
+DECLARE
+    current_version BIGINT;
+    positions BIGINT[];
+BEGIN
+    PERFORM pg_advisory_xact_lock_shared(hashtext('{STORE_LOCK_KEY}'));
+    PERFORM pg_advisory_xact_lock({DOMAIN_LOCK_CLASS}, hashtext(p_domain));
+    -- A new snapshot (READ COMMITTED): every append of this domain before ours has committed.
+    SELECT coalesce(max(version), 0) INTO current_version FROM events WHERE stream_id = p_stream;
+    IF current_version <> p_expected THEN
+        RETURN NULL;
+    END IF;
+    WITH new_events AS (
+        INSERT INTO events (position, event_id, stream_id, version, event_type, correlation_id, occurred_at, envelope)
+        SELECT nextval('events_position_seq'), e.id, p_stream, p_expected + e.n, e.t, e.c, e.o, e.env
+        FROM unnest(p_ids, p_types, p_correlations, p_occurred, p_envelopes) WITH ORDINALITY AS e (id, t, c, o, env, n)
+        RETURNING position, version
+    ), new_outbox AS (
+        INSERT INTO outbox (position, topic, record_key)
+        SELECT position, p_topics[version - p_expected], p_stream FROM new_events
+    )
+    SELECT array_agg(position ORDER BY version) INTO positions FROM new_events;
+    RETURN positions;
+END
+$$
+"""
+
+SCHEMA = (*SCHEMA, APPEND_FUNCTION)
+
+_WAIT_FOR_APPENDS = f"SELECT pg_advisory_xact_lock(hashtext('{STORE_LOCK_KEY}'))"
+_STORE_POSITION_TAG = b"\x48"  # EventEnvelope.store_position: field 9, varint
+
+
+def ordering_domain(stream_id: str) -> str:
+    """The streams whose appends commit in position order: the stream id up to its first '.'."""
+    return stream_id.split(".", 1)[0]
+
+
+def with_store_position(envelope: bytes, position: int) -> bytes:
+    """The serialized envelope with ``store_position`` set (a later field wins when parsing)."""
+    out = bytearray(_STORE_POSITION_TAG)
+    value = position
+    while True:
+        byte = value & 0x7F
+        value >>= 7
+        if value:
+            out.append(byte | 0x80)
+        else:
+            out.append(byte)
+            return envelope + bytes(out)
+
+
+async def wait_for_appends(conn: psycopg.AsyncConnection) -> None:
+    """In the caller's READ COMMITTED transaction: wait until no append is in flight, and keep it so.
+
+    Until the transaction ends no append starts, so a statement run after this sees a
+    prefix of positions: every event up to the largest visible position. For rare
+    readers (an audit snapshot), never for a hot path.
+    """
+    await conn.execute(_WAIT_FOR_APPENDS)
 
 
 class ConcurrencyError(Exception):
@@ -131,32 +214,44 @@ class EventStore:
     ) -> list[StoredEvent]:
         """Append ``events`` after ``expected_version`` (0 for a new stream), inside the caller's transaction.
 
-        Raises ``ConcurrencyError`` when the stream is not at ``expected_version``; the
-        check runs under the append lock, before anything is written, so the caller's
-        transaction stays usable.
+        One round trip. Raises ``ConcurrencyError`` when the stream is not at
+        ``expected_version``; the check runs under the ordering domain's lock, before
+        anything is written, so the caller's transaction stays usable.
         """
         if not events:
             return []
         if conn.info.transaction_status != psycopg.pq.TransactionStatus.INTRANS:
             async with conn.transaction():
                 return await self.append(conn, stream_id, expected_version, events)
-        cur = await conn.execute(
-            _APPEND_LOCK + ", (SELECT coalesce(max(version), 0) FROM events WHERE stream_id = %s),"
-            " array(SELECT nextval('events_position_seq') FROM generate_series(1, %s))",
-            (stream_id, len(events)),
-        )
+        envelopes = [self._envelope(stream_id, expected_version + i, event) for i, event in enumerate(events, 1)]
+        try:
+            cur = await conn.execute(
+                "SELECT niuniu_append_events(%s, %s, %s, %s::uuid[], %s::text[], %s::text[], %s::timestamptz[],"
+                " %s::bytea[], %s::text[])",
+                (
+                    stream_id,
+                    ordering_domain(stream_id),
+                    expected_version,
+                    [e.event_id for e in envelopes],
+                    [e.event_type for e in envelopes],
+                    [e.correlation_id for e in envelopes],
+                    [e.occurred_at.ToDatetime(tzinfo=UTC) for e in envelopes],
+                    [e.SerializeToString() for e in envelopes],
+                    [event.topic or self.default_topic for event in events],
+                ),
+            )
+        except psycopg.errors.UniqueViolation:
+            raise ConcurrencyError(stream_id, expected_version) from None
         row = await cur.fetchone()
-        if row is None or row[1] != expected_version:
+        if row is None or row[0] is None:
             raise ConcurrencyError(stream_id, expected_version)
-        positions = [int(p) for p in row[2]]
-        stored = [
-            StoredEvent(position, self._envelope(stream_id, expected_version + i, event, position))
-            for i, (position, event) in enumerate(zip(positions, events, strict=True), start=1)
-        ]
-        await self._insert(conn, stored, events)
+        stored = []
+        for position, envelope in zip(row[0], envelopes, strict=True):
+            envelope.store_position = position
+            stored.append(StoredEvent(int(position), envelope))
         return stored
 
-    def _envelope(self, stream_id: str, version: int, event: NewEvent, position: int) -> events_pb2.EventEnvelope:
+    def _envelope(self, stream_id: str, version: int, event: NewEvent) -> events_pb2.EventEnvelope:
         return build_envelope(
             event_id=str(self._new_id()),
             stream_id=stream_id,
@@ -164,41 +259,8 @@ class EventStore:
             event=event,
             occurred_at=self._clock(),
             producer=self.producer,
-            store_position=position,
+            store_position=0,
         )
-
-    async def _insert(
-        self, conn: psycopg.AsyncConnection, stored: list[StoredEvent], events: Sequence[NewEvent]
-    ) -> None:
-        rows = [
-            (
-                e.position,
-                e.envelope.event_id,
-                e.stream_id,
-                e.version,
-                e.event_type,
-                e.envelope.correlation_id,
-                e.envelope.occurred_at.ToDatetime(tzinfo=UTC),
-                e.envelope.SerializeToString(),
-            )
-            for e in stored
-        ]
-        async with conn.cursor() as cur:
-            try:
-                await cur.executemany(
-                    "INSERT INTO events (position, event_id, stream_id, version, event_type, correlation_id,"
-                    " occurred_at, envelope) VALUES (%s, %s, %s, %s, %s, %s, %s, %s)",
-                    rows,
-                )
-            except psycopg.errors.UniqueViolation:
-                raise ConcurrencyError(stored[0].stream_id, stored[0].version - 1) from None
-            await cur.executemany(
-                "INSERT INTO outbox (position, topic, record_key) VALUES (%s, %s, %s)",
-                [
-                    (e.position, event.topic or self.default_topic, e.stream_id)
-                    for e, event in zip(stored, events, strict=True)
-                ],
-            )
 
     async def read_stream(
         self, conn: psycopg.AsyncConnection, stream_id: str, after_version: int = 0
@@ -212,11 +274,18 @@ class EventStore:
     async def read_all(
         self, conn: psycopg.AsyncConnection, after_position: int = 0, limit: int = 1000
     ) -> list[StoredEvent]:
-        cur = await conn.execute(
-            "SELECT position, envelope FROM events WHERE position > %s ORDER BY position LIMIT %s",
-            (after_position, limit),
-        )
-        return [_stored(row) for row in await cur.fetchall()]
+        """Events after ``after_position`` in position order; a reader following it never skips one.
+
+        It waits for the appends in flight (``wait_for_appends``), so no event can commit
+        later with a smaller position than one returned.
+        """
+        async with conn.transaction():
+            await wait_for_appends(conn)
+            cur = await conn.execute(
+                "SELECT position, envelope FROM events WHERE position > %s ORDER BY position LIMIT %s",
+                (after_position, limit),
+            )
+            return [_stored(row) for row in await cur.fetchall()]
 
     async def read_correlated(self, conn: psycopg.AsyncConnection, correlation_id: str) -> list[StoredEvent]:
         cur = await conn.execute(
@@ -261,6 +330,7 @@ def build_envelope(
 def _stored(row: tuple[int, bytes]) -> StoredEvent:
     envelope = events_pb2.EventEnvelope()
     envelope.ParseFromString(row[1])
+    envelope.store_position = int(row[0])
     return StoredEvent(int(row[0]), envelope)
 
 

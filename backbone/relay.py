@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 
@@ -18,11 +19,14 @@ from kafka import KafkaProducer
 from psycopg_pool import AsyncConnectionPool
 
 from backbone import metrics
+from backbone.eventstore import with_store_position
 from backbone.lease import RedisLease
 
 log = logging.getLogger(__name__)
 
 MAX_BATCH_EVENTS = 1_000
+PENDING_SAMPLE_S = 1.0
+"""How often the relay counts its backlog for the metrics (a scan of the unpublished rows)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -66,7 +70,10 @@ class OutboxRelay:
                 " WHERE o.published_at IS NULL ORDER BY o.position LIMIT %s FOR UPDATE OF o SKIP LOCKED",
                 (self._batch_size,),
             )
-            batch = [PendingRecord(int(r[0]), r[1], r[2], bytes(r[3])) for r in await cur.fetchall()]
+            batch = [
+                PendingRecord(int(r[0]), r[1], r[2], with_store_position(bytes(r[3]), int(r[0])))
+                for r in await cur.fetchall()
+            ]
             if not batch:
                 return 0
             await asyncio.to_thread(self._send_all, batch)
@@ -98,15 +105,18 @@ class OutboxRelay:
 
     async def run(self, stop: asyncio.Event) -> None:
         """Publish until ``stop`` is set; only while holding the lease, when one is given."""
+        sampled = 0.0
         while not stop.is_set():
             try:
                 if not await self._is_leader():
                     await _sleep_or_stop(stop, 1.0)
                     continue
                 published = await self.publish_once()
-                count, age = await self.pending()
-                metrics.OUTBOX_PENDING.labels(self.service).set(count)
-                metrics.OUTBOX_LAG_SECONDS.labels(self.service).set(age)
+                if time.monotonic() - sampled >= PENDING_SAMPLE_S:
+                    count, age = await self.pending()
+                    metrics.OUTBOX_PENDING.labels(self.service).set(count)
+                    metrics.OUTBOX_LAG_SECONDS.labels(self.service).set(age)
+                    sampled = time.monotonic()
                 if published == 0:
                     await _sleep_or_stop(stop, self._idle_sleep_s)
             except Exception:
