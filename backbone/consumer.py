@@ -16,6 +16,7 @@ import contextlib
 import logging
 import time
 from collections.abc import Awaitable, Callable, Collection, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 import psycopg
@@ -30,6 +31,22 @@ from backbone.db import run_ddl
 log = logging.getLogger(__name__)
 
 Handler = Callable[[psycopg.AsyncConnection, events_pb2.EventEnvelope], Awaitable[None]]
+
+
+@dataclass(frozen=True, slots=True)
+class SelectiveHandler:
+    """A handler that acts on ``event_types`` only: the consumer skips the others without a transaction."""
+
+    event_types: frozenset[str]
+    handler: Handler
+
+    async def __call__(self, conn: psycopg.AsyncConnection, envelope: events_pb2.EventEnvelope) -> None:
+        if envelope.event_type in self.event_types:
+            await self.handler(conn, envelope)
+
+
+def handling(event_types: Collection[str], handler: Handler) -> SelectiveHandler:
+    return SelectiveHandler(frozenset(event_types), handler)
 
 TRACKING_SCHEMA = (
     """
@@ -76,7 +93,7 @@ _SAVE_POSITION = (
 class ExactlyOnceConsumer:
     """Apply events from ``topics`` through ``handler``, each effect exactly once.
 
-    ``event_types``: the event types the handler acts on. Others are skipped without a
+    ``event_types`` (or a ``SelectiveHandler``'s): the event types the handler acts on. Others are skipped without a
     transaction (no tracking row: skipping twice is harmless), so a consumer of a few
     event types does not pay a database round trip for every event on its topics.
     ``batch_size`` records of one partition are applied in one transaction; with
@@ -106,6 +123,8 @@ class ExactlyOnceConsumer:
         self._handler = handler
         self._kafka = kafka_consumer
         self._poll_timeout_ms = poll_timeout_ms
+        if event_types is None and isinstance(handler, SelectiveHandler):
+            event_types = handler.event_types
         self._event_types = frozenset(event_types) if event_types is not None else None
         self._pipeline = pipeline
         self._subscribed = False
