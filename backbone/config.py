@@ -8,6 +8,8 @@ from dataclasses import dataclass
 DEFAULT_KAFKA = "127.0.0.1:9092"
 DEFAULT_REDIS = "redis://127.0.0.1:63799/0"
 DEFAULT_DSN = "postgresql://niuniu@127.0.0.1:54329/niuniu_{service}"
+# Loopback unless the operator says otherwise (the Kubernetes manifests set 0.0.0.0).
+DEFAULT_BIND_HOST = "127.0.0.1"
 
 
 class ConfigError(ValueError):
@@ -24,6 +26,8 @@ class Settings:
     metrics_port: int
     # Optional PostgreSQL schema for all of the service's tables (several systems in one database).
     schema: str | None = None
+    # Where gRPC and /metrics listen: NIUNIU_<SERVICE>_BIND_HOST, else NIUNIU_BIND_HOST, else loopback.
+    bind_host: str = DEFAULT_BIND_HOST
 
     @classmethod
     def from_env(cls, service: str, *, grpc_port: int, metrics_port: int) -> Settings:
@@ -37,6 +41,7 @@ class Settings:
             grpc_port=_port(env, f"NIUNIU_{service.upper()}_GRPC_PORT", grpc_port),
             metrics_port=_port(env, f"NIUNIU_{service.upper()}_METRICS_PORT", metrics_port),
             schema=env.get("NIUNIU_DB_SCHEMA") or None,
+            bind_host=env.get(f"NIUNIU_{service.upper()}_BIND_HOST") or env.get("NIUNIU_BIND_HOST", DEFAULT_BIND_HOST),
         )
 
 

@@ -21,6 +21,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, TypeAlias
 
 import grpc
+from google.protobuf import descriptor, descriptor_pb2, descriptor_pool
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection
 
@@ -226,20 +227,53 @@ async def start_server(
     port: int = 0,
     host: str = "127.0.0.1",
     background: Sequence[BackgroundTask] = (),
+    reflection_enabled: bool = True,
+    hidden_methods: Sequence[str] = (),
+    credentials: grpc.ServerCredentials | None = None,
 ) -> RunningServer:
     """Start a server with the project's interceptors; ``port=0`` picks a free port (tests)."""
     server = grpc.aio.server(interceptors=[MetricsInterceptor(), ErrorInterceptor()])
     names = list(register(server))
     health_servicer = health.aio.HealthServicer()
     health_pb2_grpc.add_HealthServicer_to_server(health_servicer, server)
-    reflection.enable_server_reflection([*names, health.SERVICE_NAME, reflection.SERVICE_NAME], server)
-    bound = server.add_insecure_port(f"{host}:{port}")
+    if reflection_enabled:
+        reflected = [*names, health.SERVICE_NAME, reflection.SERVICE_NAME]
+        reflection.enable_server_reflection(reflected, server, pool=_reflection_pool(reflected, hidden_methods))
+    address = f"{host}:{port}"
+    bound = server.add_secure_port(address, credentials) if credentials else server.add_insecure_port(address)
     await server.start()
     for name in ["", *names]:
         await health_servicer.set(name, health_pb2.HealthCheckResponse.SERVING)
     running = RunningServer(server, bound, health_servicer, names)
     running.tasks = [asyncio.create_task(task(running.stop_event)) for task in background]
     return running
+
+
+def _reflection_pool(service_names: Sequence[str], hidden_methods: Sequence[str]) -> descriptor_pool.DescriptorPool:
+    """A copy of the descriptors of ``service_names`` (and their imports) without ``hidden_methods``."""
+    source = descriptor_pool.Default()
+    hidden = set(hidden_methods)
+    pool = descriptor_pool.DescriptorPool()
+    added: set[str] = set()
+
+    def add(file: descriptor.FileDescriptor) -> None:
+        if file.name in added:
+            return
+        for dependency in file.dependencies:
+            add(dependency)
+        proto = descriptor_pb2.FileDescriptorProto()
+        file.CopyToProto(proto)
+        for service_proto in proto.service:
+            full = f"{proto.package}.{service_proto.name}" if proto.package else service_proto.name
+            kept = [m for m in service_proto.method if f"{full}.{m.name}" not in hidden]
+            del service_proto.method[:]
+            service_proto.method.extend(kept)
+        pool.Add(proto)
+        added.add(file.name)
+
+    for name in service_names:
+        add(source.FindServiceByName(name).file)
+    return pool
 
 
 async def serve_forever(running: RunningServer, *, grace_s: float = 10.0) -> None:

@@ -44,7 +44,7 @@ CONSUMER_LAG = Gauge(
 )
 
 
-def serve_metrics(port: int) -> None:
-    """Expose /metrics on ``port`` (0 disables)."""
+def serve_metrics(port: int, addr: str = "127.0.0.1") -> None:
+    """Expose /metrics on ``addr:port`` (0 disables)."""
     if port:
-        start_http_server(port, addr="0.0.0.0")
+        start_http_server(port, addr=addr)

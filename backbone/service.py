@@ -10,6 +10,7 @@ import asyncio
 import logging
 import os
 import socket
+import sys
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -20,7 +21,8 @@ from psycopg_pool import AsyncConnectionPool
 from redis.asyncio import Redis
 
 from backbone import logs
-from backbone.config import Settings
+from backbone.auth import Tokens
+from backbone.config import ConfigError, Settings
 from backbone.consumer import ExactlyOnceConsumer, Handler
 from backbone.db import create_schema, open_pool
 from backbone.eventstore import EventStore
@@ -45,6 +47,8 @@ class ServiceContext:
     pool: AsyncConnectionPool
     store: EventStore
     redis: Redis
+    # Verifies callers; signs this service's own calls (and, in the wallet, log-ins).
+    tokens: Tokens
     # Per-instance objects a service shares between its servicers and background tasks.
     extras: dict[str, Any] = field(default_factory=dict)
 
@@ -70,16 +74,28 @@ class ServiceSpec:
     setup: Callable[[psycopg.AsyncConnection], Awaitable[None]] | None = None
     consumers: Sequence[ConsumerSpec] = field(default_factory=tuple)
     background: Sequence[Callable[[ServiceContext], BackgroundTask]] = field(default_factory=tuple)
+    # The wallet holds the issuer key that signs player, admin and auditor tokens.
+    issues_user_tokens: bool = False
+    # Full method names reflection must not advertise (test-only hooks when they are off).
+    hidden_methods: Callable[[ServiceContext], Sequence[str]] | None = None
 
 
 async def start(
-    spec: ServiceSpec, settings: Settings, topics: Topics, *, schema: str | None = None
+    spec: ServiceSpec,
+    settings: Settings,
+    topics: Topics,
+    *,
+    schema: str | None = None,
+    tokens: Tokens | None = None,
 ) -> tuple[RunningServer, ServiceContext]:
     """Start ``spec`` in this process (``settings.grpc_port`` 0 picks a free port).
 
     ``schema`` keeps all of the service's tables in that PostgreSQL schema, so tests can
-    run several independent instances against one database.
+    run several independent instances against one database. ``tokens`` default to the
+    keys named by the environment (``Tokens.from_env``).
     """
+    if tokens is None:
+        tokens = Tokens.from_env(spec.name, issuer=spec.issues_user_tokens)
     ensure_topics(settings.kafka_bootstrap_servers, topics.specs())
     if schema is not None:
         async with await psycopg.AsyncConnection.connect(settings.dsn, autocommit=True) as conn:
@@ -92,7 +108,7 @@ async def start(
         if spec.setup is not None:
             await spec.setup(conn)
     redis = Redis.from_url(settings.redis_url)
-    ctx = ServiceContext(settings, topics, pool, store, redis)
+    ctx = ServiceContext(settings, topics, pool, store, redis, tokens)
     owner = f"{socket.gethostname()}-{os.getpid()}-{id(ctx)}"
     lease = RedisLease(redis, f"relay:{topics.prefix}{spec.name}:{schema or ''}", owner, RELAY_LEASE_TTL_MS)
     relay = OutboxRelay(
@@ -115,15 +131,22 @@ async def start(
         tasks.append(consumer.run)
     tasks.extend(make(ctx) for make in spec.background)
     running = await start_server(
-        lambda server: spec.register(server, ctx), port=settings.grpc_port, host="0.0.0.0", background=tasks
+        lambda server: spec.register(server, ctx),
+        port=settings.grpc_port,
+        host=settings.bind_host,
+        background=tasks,
+        reflection_enabled=os.environ.get("NIUNIU_GRPC_REFLECTION", "1") != "0",
+        hidden_methods=spec.hidden_methods(ctx) if spec.hidden_methods else (),
     )
     return running, ctx
 
 
 async def _run(spec: ServiceSpec) -> None:
     settings = Settings.from_env(spec.name, grpc_port=spec.grpc_port, metrics_port=spec.metrics_port)
-    serve_metrics(settings.metrics_port)
-    running, ctx = await start(spec, settings, Topics.from_env(), schema=settings.schema)
+    # Key material first: a service without it must not open a port or touch a database.
+    tokens = Tokens.from_env(spec.name, issuer=spec.issues_user_tokens)
+    serve_metrics(settings.metrics_port, settings.bind_host)
+    running, ctx = await start(spec, settings, Topics.from_env(), schema=settings.schema, tokens=tokens)
     log.info("serving", extra={"grpc_port": running.port, "metrics_port": settings.metrics_port})
     try:
         await serve_forever(running)
@@ -134,4 +157,10 @@ async def _run(spec: ServiceSpec) -> None:
 
 def run(spec: ServiceSpec) -> None:
     logs.configure(spec.name, os.environ.get("NIUNIU_LOG_LEVEL", "INFO"))
-    asyncio.run(_run(spec))
+    try:
+        asyncio.run(_run(spec))
+    except ConfigError as error:
+        # A clear line for the operator instead of a traceback; exit status 2 = configuration.
+        log.critical("refusing to start: %s", error)
+        print(f"niuniu-{spec.name}: refusing to start: {error}", file=sys.stderr)
+        raise SystemExit(2) from None

@@ -8,6 +8,7 @@ from collections.abc import AsyncIterator
 import psycopg
 from psycopg import sql
 
+from backbone.auth import Tokens
 from backbone.config import Settings
 from backbone.grpcserver import RunningServer
 from backbone.service import ServiceContext, ServiceSpec, start
@@ -27,7 +28,7 @@ async def running_service(
         grpc_port=0,
         metrics_port=0,
     )
-    running, ctx = await start(spec, settings, Topics(prefix), schema=schema)
+    running, ctx = await start(spec, settings, Topics(prefix), schema=schema, tokens=Tokens.development())
     try:
         yield running, ctx
     finally:

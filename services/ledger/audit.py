@@ -16,7 +16,8 @@ Connections come from the environment, each overridable by a flag: NIUNIU_LEDGER
 (or DATABASE_URL), NIUNIU_LEDGER_SCHEMA or NIUNIU_DB_SCHEMA (the live journal's schema,
 default public),
 KAFKA_BOOTSTRAP_SERVERS, NIUNIU_TOPIC_PREFIX, NIUNIU_WALLET_ADDR (default
-127.0.0.1:NIUNIU_WALLET_GRPC_PORT or 50053), NIUNIU_JWT_SECRET (the auditor token).
+127.0.0.1:NIUNIU_WALLET_GRPC_PORT or 50053), NIUNIU_AUDITOR_TOKEN or the issuer key
+(NIUNIU_ISSUER_KEY_FILE; see backbone.auth.operator_token) for the auditor token.
 
 Exit status: 0 everything reconciles; 1 a difference was found (each one is printed
 with the entry or account and both values); 2 bad usage, or the audit could not be
@@ -41,7 +42,7 @@ import psycopg
 from kafka import KafkaAdminClient, TopicPartition
 from psycopg import sql
 
-from backbone.auth import Role, Tokens, secret_from_env
+from backbone.auth import Role, operator_token
 from backbone.config import DEFAULT_KAFKA
 from backbone.eventstore import build_envelope
 from backbone.kafka import TopicSpec, ensure_topics, make_consumer, make_producer
@@ -349,7 +350,7 @@ async def _run_replay(args: argparse.Namespace, out: TextIO, err: TextIO) -> int
     )
     wallet = None
     if not args.no_wallet:
-        wallet = GrpcWalletBalances(args.wallet, Tokens(secret_from_env()).issue("audit", Role.AUDITOR))
+        wallet = GrpcWalletBalances(args.wallet, operator_token(Role.AUDITOR, "audit"))
     report = await audit_replay(config, wallet, progress=None if args.no_progress else _Progress(err))
     print_report(report, out, wallet_skipped=args.no_wallet)
     if report.differences:

@@ -16,7 +16,6 @@ import psycopg
 from niuniu.ledger.v1 import ledger_pb2, ledger_pb2_grpc
 
 from backbone import service
-from backbone.auth import Tokens, secret_from_env
 from backbone.db import run_ddl
 from backbone.grpcserver import BackgroundTask
 from backbone.service import ConsumerSpec, ServiceContext, ServiceSpec
@@ -31,7 +30,7 @@ IMBALANCE_CHECK_INTERVAL_S = 15.0
 
 
 def register(server: grpc.aio.Server, ctx: ServiceContext) -> Sequence[str]:
-    ledger_pb2_grpc.add_LedgerServicer_to_server(LedgerServicer(ctx.pool, Tokens(secret_from_env())), server)
+    ledger_pb2_grpc.add_LedgerServicer_to_server(LedgerServicer(ctx.pool, ctx.tokens), server)
     return [ledger_pb2.DESCRIPTOR.services_by_name["Ledger"].full_name]
 
 

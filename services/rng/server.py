@@ -13,7 +13,8 @@ from niuniu.table.v1 import events_pb2 as table_events
 from niuniu.v1 import events_pb2
 
 from backbone import service
-from backbone.auth import DEV_SECRET, Tokens, secret_from_env
+from backbone.auth import DEVELOPMENT, ENV_MODE, development_mode
+from backbone.config import ConfigError
 from backbone.consumer import Handler
 from backbone.db import run_ddl
 from backbone.service import ConsumerSpec, ServiceContext, ServiceSpec
@@ -32,15 +33,15 @@ TEST_DECKS_ENV = "NIUNIU_RNG_TEST_DECKS"
 
 
 def test_decks_enabled() -> bool:
-    """TEST ONLY: SetTestDeck works when NIUNIU_RNG_TEST_DECKS=1 *and* the development JWT secret is in use.
+    """TEST ONLY: SetTestDeck works when NIUNIU_RNG_TEST_DECKS=1 *and* NIUNIU_ENV=development.
 
-    A deployment has a real secret, so the flag can never switch fixed decks on there:
-    the service refuses to start instead of ignoring it, so the mistake is seen.
+    A deployment is never in development mode, so the flag can never switch fixed decks on
+    there: the service refuses to start instead of ignoring it, so the mistake is seen.
     """
     if os.environ.get(TEST_DECKS_ENV, "") != "1":
         return False
-    if secret_from_env() != DEV_SECRET:
-        raise RuntimeError(f"{TEST_DECKS_ENV}=1 is for tests only and refused with a real NIUNIU_JWT_SECRET")
+    if not development_mode():
+        raise ConfigError(f"{TEST_DECKS_ENV}=1 is for tests only and refused unless {ENV_MODE}={DEVELOPMENT}")
     log.warning("%s=1: TEST DECKS ENABLED; rounds dealt from one do not verify. Never in production.", TEST_DECKS_ENV)
     return True
 
@@ -54,8 +55,17 @@ def app_for(ctx: ServiceContext) -> RngApp:
 
 
 def register(server: grpc.aio.Server, ctx: ServiceContext) -> Sequence[str]:
-    rng_pb2_grpc.add_RngServicer_to_server(RngServicer(app_for(ctx), Tokens(secret_from_env())), server)
+    rng_pb2_grpc.add_RngServicer_to_server(RngServicer(app_for(ctx), ctx.tokens), server)
     return [rng_pb2.DESCRIPTOR.services_by_name["Rng"].full_name]
+
+
+def hidden_methods(ctx: ServiceContext) -> Sequence[str]:
+    """Reflection lists the test-only hooks only where they work."""
+    app_for(ctx)  # decides (once per instance) whether the hooks are on
+    if ctx.extras.get("test_decks") is True:
+        return ()
+    rng = rng_pb2.DESCRIPTOR.services_by_name["Rng"].full_name
+    return [f"{rng}.SetTestDeck", f"{rng}.SetTestEnvelope"]
 
 
 def round_closer(ctx: ServiceContext) -> Handler:
@@ -85,6 +95,7 @@ SPEC = ServiceSpec(
     default_topic=lambda t: t.rng_events,
     register=register,
     setup=setup,
+    hidden_methods=hidden_methods,
     consumers=(ConsumerSpec("rng-round-closer", lambda t: [t.table_events], round_closer, batch_size=1),),
 )
 

@@ -40,7 +40,7 @@ from niuniu.table.v1 import events_pb2 as ev
 from niuniu.table.v1 import table_pb2, table_pb2_grpc
 from niuniu.wallet.v1 import wallet_pb2, wallet_pb2_grpc
 
-from backbone.auth import Role, Tokens, bearer, secret_from_env
+from backbone.auth import Role, Tokens, bearer, development_env
 from backbone.healthcheck import check
 
 SERVICES = ("rng", "wallet", "table")
@@ -69,9 +69,10 @@ def services(run_id: str) -> Iterator[dict[str, str]]:
     procs: list[subprocess.Popen[bytes]] = []
     try:
         for service in SERVICES:
-            env = dict(os.environ)
+            env = development_env(os.environ)  # the bench signs its players' tokens with the development keys
             env.update(
                 {
+                    "NIUNIU_WALLET_THROTTLE": "address_attempts=100000/60,address_failures=100000/60",
                     "NIUNIU_TOPIC_PREFIX": f"bench{run_id}.",
                     "NIUNIU_DB_SCHEMA": schema_of(run_id, service),
                     f"NIUNIU_{service.upper()}_DSN": os.environ["DATABASE_URL"],  # one database, a schema each
@@ -110,7 +111,7 @@ def schema_of(run_id: str, service: str) -> str:
 class Bench:
     def __init__(self, run_id: str, addrs: dict[str, str], wallet: grpc.aio.Channel, table: grpc.aio.Channel) -> None:
         self.run_id = run_id
-        self.tokens = Tokens(secret_from_env())
+        self.tokens = Tokens.development()
         self.admin: Metadata = bearer(self.tokens.issue("bench-admin", Role.ADMIN))
         self.wallet = wallet_pb2_grpc.WalletStub(wallet)
         self.table = table_pb2_grpc.TableStub(table)

@@ -14,7 +14,7 @@ import grpc
 from niuniu.rng.v1 import rng_pb2, rng_pb2_grpc
 from niuniu.wallet.v1 import wallet_pb2, wallet_pb2_grpc
 
-from backbone.auth import Tokens, bearer
+from backbone.auth import Tokens
 from backbone.errors import (
     REASON_METADATA_KEY,
     AlreadyExists,
@@ -89,7 +89,11 @@ def translate(error: grpc.aio.AioRpcError, service: str) -> DomainError:
 class GrpcWallet:
     def __init__(self, channel: grpc.aio.Channel, tokens: Tokens) -> None:
         self._stub = wallet_pb2_grpc.WalletStub(channel)
-        self._metadata = bearer(tokens.service_token("table"))
+        self._credentials = tokens.service_credentials("table")  # renewed before it expires
+
+    @property
+    def _metadata(self) -> tuple[tuple[str, str]]:
+        return self._credentials.metadata()
 
     async def place_hold(
         self, hold_id: str, account: str, amount_minor: int, reason: str, round_id: str, expires_at_unix_ms: int
@@ -146,7 +150,11 @@ class GrpcWallet:
 class GrpcRng:
     def __init__(self, channel: grpc.aio.Channel, tokens: Tokens) -> None:
         self._stub = rng_pb2_grpc.RngStub(channel)
-        self._metadata = bearer(tokens.service_token("table"))
+        self._credentials = tokens.service_credentials("table")  # renewed before it expires
+
+    @property
+    def _metadata(self) -> tuple[tuple[str, str]]:
+        return self._credentials.metadata()
 
     async def commit(self, round_id: str, purpose: str = "deck") -> str:
         try:

@@ -11,7 +11,6 @@ import psycopg
 from niuniu.table.v1 import table_pb2, table_pb2_grpc
 
 from backbone import service
-from backbone.auth import Tokens, secret_from_env
 from backbone.db import run_ddl
 from backbone.grpcserver import BackgroundTask
 from backbone.service import ServiceContext, ServiceSpec
@@ -33,7 +32,7 @@ def app_for(ctx: ServiceContext) -> TableApp:
     app = ctx.extras.get("app")
     if isinstance(app, TableApp):
         return app
-    tokens = Tokens(secret_from_env())
+    tokens = ctx.tokens
     rng_channel = grpc.aio.insecure_channel(os.environ.get("NIUNIU_RNG_ADDR", DEFAULT_RNG_ADDR))
     wallet_channel = grpc.aio.insecure_channel(os.environ.get("NIUNIU_WALLET_ADDR", DEFAULT_WALLET_ADDR))
     notifier = Notifier(ctx.redis, ctx.topics.prefix)

@@ -1,12 +1,16 @@
 """Operator commands for the wallet, run next to the service with its environment.
 
     python -m services.wallet.admin create --role admin --username root --email root@example.org
+    python -m services.wallet.admin set-password --username root
     python -m services.wallet.admin service-token --service table
 
 ``create`` writes a staff account (admin or auditor) through the application layer
 into the wallet's database (its AccountOpened event is published by the running
-service's relay). The password comes from NIUNIU_ADMIN_PASSWORD or a prompt.
-``service-token`` prints a service identity token signed with NIUNIU_JWT_SECRET.
+service's relay); ``set-password`` gives a staff account a new password. The password
+comes from ``--password-file`` (one line), NIUNIU_ADMIN_PASSWORD or a prompt; there is
+no default. ``service-token`` prints a token of that service, signed with the
+service's own key (NIUNIU_<SERVICE>_KEY_FILE): this tool cannot mint a service's token
+without holding that service's key, nor a player's or an admin's at all.
 """
 
 from __future__ import annotations
@@ -16,10 +20,11 @@ import asyncio
 import getpass
 import os
 import sys
+from collections.abc import Awaitable, Callable
+from pathlib import Path
 
-from backbone.auth import Role as TokenRole
-from backbone.auth import Tokens, secret_from_env
-from backbone.config import Settings
+from backbone.auth import Tokens
+from backbone.config import ConfigError, Settings
 from backbone.db import open_pool
 from backbone.errors import DomainError
 from backbone.eventstore import EventStore
@@ -30,6 +35,14 @@ from services.wallet.domain import Role
 
 
 async def create(role: Role, username: str, email: str, password: str) -> str:
+    return await _with_app(lambda app: app.create_staff(role, username, email, password))
+
+
+async def set_password(username: str, password: str) -> str:
+    return await _with_app(lambda app: app.reset_staff_password(username, password))
+
+
+async def _with_app(work: Callable[[WalletApp], Awaitable[repo.User]]) -> str:
     settings = Settings.from_env("wallet", grpc_port=0, metrics_port=0)
     # The same schema the service uses when one is configured (NIUNIU_DB_SCHEMA).
     pool = await open_pool(settings.dsn, min_size=1, max_size=2, schema=getattr(settings, "schema", None))
@@ -38,11 +51,21 @@ async def create(role: Role, username: str, email: str, password: str) -> str:
         async with pool.connection() as conn:
             await store.setup(conn)
             await repo.setup(conn)
-        app = WalletApp(pool, store, Tokens(secret_from_env()))
-        user = await app.create_staff(role, username, email, password)
+        # Issues no tokens: staff log in through the running wallet.
+        app = WalletApp(pool, store, Tokens(trusted=()))
+        user = await work(app)
         return user.account_id
     finally:
         await pool.close()
+
+
+def _password(path: str | None) -> str:
+    if path:
+        try:
+            return Path(path).read_text().splitlines()[0]
+        except (OSError, IndexError) as error:
+            raise ConfigError(f"cannot read a password from {path}: {error}") from None
+    return os.environ.get("NIUNIU_ADMIN_PASSWORD") or getpass.getpass("password: ")
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -52,17 +75,26 @@ def main(argv: list[str] | None = None) -> int:
     make.add_argument("--role", choices=[Role.ADMIN.value, Role.AUDITOR.value], required=True)
     make.add_argument("--username", required=True)
     make.add_argument("--email", required=True)
-    token = commands.add_parser("service-token", help="print a service identity token")
+    make.add_argument("--password-file", help="read the password from this file (first line)")
+    reset = commands.add_parser("set-password", help="give an admin or auditor a new password")
+    reset.add_argument("--username", required=True)
+    reset.add_argument("--password-file", help="read the password from this file (first line)")
+    token = commands.add_parser("service-token", help="print a token of a service, signed with its own key")
     token.add_argument("--service", required=True)
-    token.add_argument("--ttl-s", type=int, default=12 * 3600)
+    token.add_argument("--ttl-s", type=int, default=15 * 60)
     args = parser.parse_args(argv)
-    if args.command == "service-token":
-        tokens = Tokens(secret_from_env())
-        print(tokens.issue(f"service:{args.service}", TokenRole.SERVICE, ttl_s=args.ttl_s))
-        return 0
-    password = os.environ.get("NIUNIU_ADMIN_PASSWORD") or getpass.getpass("password: ")
     try:
-        account_id = asyncio.run(create(Role(args.role), args.username, args.email, password))
+        if args.command == "service-token":
+            print(Tokens.from_env(args.service).service_token(args.service, ttl_s=args.ttl_s))
+            return 0
+        password = _password(args.password_file)
+        if args.command == "set-password":
+            account_id = asyncio.run(set_password(args.username, password))
+        else:
+            account_id = asyncio.run(create(Role(args.role), args.username, args.email, password))
+    except ConfigError as error:
+        print(f"refused: {error}", file=sys.stderr)
+        return 2
     except DomainError as error:
         print(f"refused: {error}", file=sys.stderr)
         return 1

@@ -15,10 +15,11 @@ from niuniu.wallet.v1 import wallet_pb2 as pb
 from niuniu.wallet.v1 import wallet_pb2_grpc
 
 from backbone.auth import Principal, Role, require
-from backbone.errors import InvalidArgument, PermissionDenied
+from backbone.errors import REASON_METADATA_KEY, DomainError, InvalidArgument, PermissionDenied
 from services.wallet import domain, repo
 from services.wallet.app import WalletApp
 from services.wallet.domain import AccountState, Hold, HoldRequest, LimitKind, ResizeRequest, ResponsiblePlay
+from services.wallet.throttle import RETRY_AFTER_METADATA_KEY, Throttle, TooManyAttempts, client_address
 
 Context = grpc.aio.ServicerContext[Any, Any]
 
@@ -125,20 +126,47 @@ def profile_pb(u: repo.User) -> pb.Profile:
 
 
 class WalletServicer(wallet_pb2_grpc.WalletServicer):
-    def __init__(self, app: WalletApp) -> None:
+    def __init__(self, app: WalletApp, throttle: Throttle | None = None) -> None:
         self._app = app
+        self._throttle = throttle or Throttle(None)
 
     def _caller(self, context: Context) -> Principal:
         return self._app.tokens.authenticate(context)
 
     # ------------------------------------------------------------------- accounts
 
+    async def _throttled(self, username: str, context: Context) -> str:
+        """Admits a Login/Register (RESOURCE_EXHAUSTED with retry-after past a limit); the caller's address."""
+        address = client_address(context.peer() or "")
+        try:
+            await self._throttle.admit(username, address)
+        except TooManyAttempts as error:
+            await context.abort(
+                error.code,
+                str(error),
+                trailing_metadata=(
+                    (REASON_METADATA_KEY, error.reason),
+                    (RETRY_AFTER_METADATA_KEY, str(error.retry_after_s)),
+                ),
+            )
+        return address
+
     async def Register(self, request: pb.RegisterRequest, context: Context) -> pb.RegisterResponse:
-        user = await self._app.register(request.request_id, request.username, request.email, request.password)
+        address = await self._throttled(request.username, context)
+        try:
+            user = await self._app.register(request.request_id, request.username, request.email, request.password)
+        except DomainError:
+            await self._throttle.failed(request.username, address)
+            raise
         return pb.RegisterResponse(account_id=user.account_id, account=domain.player_account(user.account_id))
 
     async def Login(self, request: pb.LoginRequest, context: Context) -> pb.LoginResponse:
-        result = await self._app.login(request.username, request.password)
+        address = await self._throttled(request.username, context)
+        try:
+            result = await self._app.login(request.username, request.password)
+        except DomainError:
+            await self._throttle.failed(request.username, address)
+            raise
         user = result.user
         return pb.LoginResponse(
             token=result.token,

@@ -184,6 +184,18 @@ class WalletApp:
         password_hash = await asyncio.to_thread(self._hasher.hash, password)
         return await self._transaction(lambda conn: self._create_user(conn, role, username, email, password_hash, None))
 
+    async def reset_staff_password(self, username: str, password: str) -> repo.User:
+        """A new password for an admin or auditor: only through the admin command, like create_staff."""
+        async with self._pool.connection() as conn:
+            user = await repo.user_by(conn, "username", username)
+        if user is None or user.role == domain.Role.PLAYER.value:
+            raise NotFound("STAFF_NOT_FOUND", f"no admin or auditor named {username[:80]}")
+        domain.check_registration(username, user.email, password)
+        password_hash = await asyncio.to_thread(self._hasher.hash, password)
+        async with self._pool.connection() as conn:
+            await repo.update_password_hash(conn, user.account_id, password_hash)
+        return user
+
     async def _create_user(
         self,
         conn: psycopg.AsyncConnection,

@@ -11,7 +11,7 @@ from argon2 import PasswordHasher
 from niuniu.wallet.v1 import wallet_pb2, wallet_pb2_grpc
 
 from backbone import service
-from backbone.auth import Tokens, secret_from_env
+from backbone.auth import Tokens
 from backbone.consumer import Handler
 from backbone.eventstore import utc_now
 from backbone.grpcserver import BackgroundTask
@@ -21,6 +21,7 @@ from services.wallet.api import WalletServicer
 from services.wallet.app import WalletApp
 from services.wallet.settlement import make_handler
 from services.wallet.sweeper import SWEEP_INTERVAL_S, sweep_forever
+from services.wallet.throttle import Throttle, ThrottlePolicy
 
 SETTLEMENT_CONSUMER = "wallet-settlement"
 APP_KEY = "wallet.app"
@@ -33,20 +34,25 @@ def make_spec(
     hasher: PasswordHasher | None = None,
     sweep_interval_s: float = SWEEP_INTERVAL_S,
     consumer_name: str = SETTLEMENT_CONSUMER,
+    throttle: ThrottlePolicy | None = None,
 ) -> ServiceSpec:
-    """The wallet's spec; tests inject the clock, a cheaper hasher and a unique consumer group."""
+    """The wallet's spec; tests inject the clock, a cheaper hasher and a unique consumer group.
+
+    ``throttle`` defaults to NIUNIU_WALLET_THROTTLE (services/wallet/throttle.py).
+    """
 
     def app_for(ctx: ServiceContext) -> WalletApp:
         """One application per running instance, shared by the servicer, the consumer and the sweeper."""
         app = ctx.extras.get(APP_KEY)
         if app is None:
-            app = WalletApp(ctx.pool, ctx.store, tokens or Tokens(secret_from_env()), clock=clock, hasher=hasher)
+            app = WalletApp(ctx.pool, ctx.store, tokens or ctx.tokens, clock=clock, hasher=hasher)
             ctx.extras[APP_KEY] = app
         assert isinstance(app, WalletApp)
         return app
 
     def register(server: grpc.aio.Server, ctx: ServiceContext) -> Sequence[str]:
-        wallet_pb2_grpc.add_WalletServicer_to_server(WalletServicer(app_for(ctx)), server)
+        limiter = Throttle(ctx.redis, throttle or ThrottlePolicy.from_env(), prefix=ctx.topics.prefix)
+        wallet_pb2_grpc.add_WalletServicer_to_server(WalletServicer(app_for(ctx), limiter), server)
         return [wallet_pb2.DESCRIPTOR.services_by_name["Wallet"].full_name]
 
     def settlement_handler(ctx: ServiceContext) -> Handler:
@@ -69,6 +75,7 @@ def make_spec(
         setup=repo.setup,
         consumers=(ConsumerSpec(consumer_name, lambda t: [t.table_events], settlement_handler, batch_size=1),),
         background=(sweeper,),
+        issues_user_tokens=True,
     )
 
 

@@ -9,9 +9,9 @@ from niuniu.ledger.v1 import ledger_pb2_grpc
 from niuniu.table.v1 import table_pb2_grpc
 from niuniu.wallet.v1 import wallet_pb2, wallet_pb2_grpc
 
-from backbone.auth import DEV_SECRET, Role, Tokens, bearer
+from backbone.auth import Role, Tokens, bearer
 
-TOKENS = Tokens(DEV_SECRET)
+TOKENS = Tokens.development()
 
 
 @dataclass

@@ -17,6 +17,7 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from backbone.auth import development_env
 from backbone.healthcheck import check
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -54,10 +55,12 @@ class Stack:
         return f"e2e_{self.run_id}_{service}"
 
     def env(self, service: str) -> dict[str, str]:
-        env = dict(os.environ)
+        env = development_env(os.environ)  # the tests sign tokens with the development keys
         env.update(self.infra)
         env.update(
             {
+                # Tests register many players from one address.
+                "NIUNIU_WALLET_THROTTLE": "address_attempts=100000/60,address_failures=100000/60",
                 "NIUNIU_TOPIC_PREFIX": self.prefix,
                 "NIUNIU_DB_SCHEMA": self.schema_of(service),
                 f"NIUNIU_{service.upper()}_DSN": self.infra["DATABASE_URL"],

@@ -16,7 +16,7 @@ from niuniu.wallet.v1 import events_pb2 as wallet_pb2
 from psycopg import sql
 from psycopg_pool import AsyncConnectionPool
 
-from backbone.auth import Role, Tokens, bearer, secret_from_env
+from backbone.auth import Role, Tokens, bearer
 from backbone.config import Settings
 from backbone.db import open_pool
 from backbone.eventstore import EventStore, NewEvent
@@ -33,7 +33,7 @@ from services.ledger.synthetic import AVAILABLE, HELD, SyntheticStream, leg, mov
 pytestmark = pytest.mark.integration
 
 CATCH_UP_S = 60.0
-TOKENS = Tokens(secret_from_env())
+TOKENS = Tokens.development()
 AUDITOR = bearer(TOKENS.issue("auditor-1", Role.AUDITOR))
 
 
@@ -93,7 +93,7 @@ async def stack(dsn: str, kafka_servers: str, redis_url: str, schema: str, uniqu
     topics = Topics(prefix)
     ledger_schema = f"l_{unique}"
     settings = Settings("ledger", dsn, kafka_servers, redis_url, grpc_port=0, metrics_port=0)
-    running, ctx = await start(SPEC, settings, topics, schema=ledger_schema)
+    running, ctx = await start(SPEC, settings, topics, schema=ledger_schema, tokens=TOKENS)
     wallet_pool = await open_pool(dsn, schema=schema, max_size=4)
     wallet = EventStore("wallet", topics.wallet_events)
     async with wallet_pool.connection() as conn:

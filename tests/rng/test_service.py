@@ -14,7 +14,7 @@ from niuniu.rng.v1 import events_pb2 as rng_events
 from niuniu.rng.v1 import rng_pb2, rng_pb2_grpc
 from niuniu.table.v1 import events_pb2 as table_events
 
-from backbone.auth import DEV_SECRET, Role, Tokens, bearer
+from backbone.auth import Role, Tokens, bearer
 from backbone.db import open_pool
 from backbone.eventstore import EventStore, NewEvent
 from backbone.kafka import make_producer
@@ -28,7 +28,7 @@ from tools import verify
 
 pytestmark = pytest.mark.integration
 
-TOKENS = Tokens(DEV_SECRET)
+TOKENS = Tokens.development()
 TABLE = bearer(TOKENS.service_token("table"))
 WALLET = bearer(TOKENS.service_token("wallet"))
 PLAYER = bearer(TOKENS.issue("player:42", Role.PLAYER))
@@ -159,7 +159,7 @@ async def test_only_the_table_service_may_draw(
     with pytest.raises(grpc.aio.AioRpcError) as anonymous:
         await stub.Draw(request)
     assert anonymous.value.code() == grpc.StatusCode.UNAUTHENTICATED
-    forged = bearer(Tokens("another-secret-that-is-long-enough-1234").service_token("table"))
+    forged = bearer(Tokens.ephemeral().service_token("table"))
     with pytest.raises(grpc.aio.AioRpcError) as forged_error:
         await stub.Draw(request, metadata=forged)
     assert forged_error.value.code() == grpc.StatusCode.UNAUTHENTICATED
@@ -212,9 +212,9 @@ FORCED_GRAB_ORDER = [2, 0, 1]
 async def rng_test_decks(
     infra: dict[str, str], unique: str, monkeypatch: pytest.MonkeyPatch
 ) -> AsyncIterator[tuple[rng_pb2_grpc.RngStub, ServiceContext, str]]:
-    """An rng started for tests: NIUNIU_RNG_TEST_DECKS=1 with the development secret."""
+    """An rng started for tests: NIUNIU_RNG_TEST_DECKS=1 in development mode."""
     monkeypatch.setenv(TEST_DECKS_ENV, "1")
-    monkeypatch.delenv("NIUNIU_JWT_SECRET", raising=False)
+    monkeypatch.setenv("NIUNIU_ENV", "development")
     prefix = f"t{unique}."
     async with (
         running_service(SPEC, infra, prefix=prefix, schema=f"rng_{unique}") as (running, ctx),

@@ -8,7 +8,7 @@ from collections.abc import AsyncIterator
 import grpc
 import pytest
 from niuniu.wallet.v1 import wallet_pb2 as pb
-from wallet_helpers import ADMIN, AUDITOR, LEDGER, SECRET, TABLE, TOKENS, Wallet, expect_error, wallet_service
+from wallet_helpers import ADMIN, AUDITOR, LEDGER, TABLE, TOKENS, Wallet, expect_error, wallet_service
 
 from backbone.auth import Role, Tokens, bearer
 from services.wallet import events
@@ -71,8 +71,8 @@ async def test_staff_accounts_come_from_the_admin_command_and_log_in(wallet: Wal
 async def test_missing_malformed_forged_and_expired_tokens_are_unauthenticated(wallet: Wallet) -> None:
     player = await wallet.player(deposit_minor=100)
     request = pb.GetBalanceRequest(account=player.account)
-    forged = Tokens("another-secret-that-is-long-enough-to-sign").issue(player.account_id, Role.ADMIN)
-    expired = Tokens(SECRET, clock=lambda: 1_000_000.0).issue(player.account_id, Role.PLAYER)
+    forged = Tokens.ephemeral().issue(player.account_id, Role.ADMIN)
+    expired = Tokens.development(clock=lambda: 1_000_000.0).issue(player.account_id, Role.PLAYER)
     cases = [
         ((), "TOKEN_MISSING"),
         ((("authorization", "Basic abc"),), "TOKEN_MALFORMED"),

@@ -34,11 +34,14 @@ from services.ledger.verify import Finding, RoundEvidence, verify
 from services.wallet.app import WalletApp
 from services.wallet.server import make_spec
 from services.wallet.settlement import make_handler
+from services.wallet.throttle import Limit, ThrottlePolicy
 
-SECRET = "wallet-tests-secret-0123456789-abcdefghij"
-TOKENS = Tokens(SECRET)
+TOKENS = Tokens.development()
 # argon2id still, with parameters cheap enough for tests that register many players.
 FAST_HASHER = PasswordHasher(time_cost=1, memory_cost=8, parallelism=1)
+# Tests register many players and send much bad input from one address; the throttle's
+# own tests pass the real policy.
+TEST_THROTTLE = ThrottlePolicy(address_failures=Limit(100_000, 60), address_attempts=Limit(100_000, 60))
 ADMIN = bearer(TOKENS.issue(str(uuid.uuid4()), Role.ADMIN))
 AUDITOR = bearer(TOKENS.issue(str(uuid.uuid4()), Role.AUDITOR))
 TABLE = bearer(TOKENS.service_token("table"))
@@ -237,10 +240,16 @@ def settled(round_id: str, transfers: list[table_pb.SettlementTransfer], hold_id
 
 @asynccontextmanager
 async def wallet_service(
-    infra: dict[str, str], unique: str, clock: FakeClock | None = None, *, sweep_interval_s: float = 0.1
+    infra: dict[str, str],
+    unique: str,
+    clock: FakeClock | None = None,
+    *,
+    sweep_interval_s: float = 0.1,
+    throttle: ThrottlePolicy = TEST_THROTTLE,
 ) -> AsyncIterator[Wallet]:
     clock = clock or FakeClock()
     spec = make_spec(
+        throttle=throttle,
         clock=clock,
         tokens=TOKENS,
         hasher=FAST_HASHER,
@@ -257,7 +266,7 @@ async def wallet_service(
     )
     topics = Topics(prefix=f"t{unique}.")
     schema = f"w_{unique}"
-    running, ctx = await start(spec, settings, topics, schema=schema)
+    running, ctx = await start(spec, settings, topics, schema=schema, tokens=TOKENS)
     app = WalletApp(ctx.pool, ctx.store, TOKENS, clock=clock, hasher=FAST_HASHER)
     try:
         async with grpc.aio.insecure_channel(f"127.0.0.1:{running.port}") as channel:

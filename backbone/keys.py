@@ -1,0 +1,130 @@
+"""Local key material: ``scripts/keys`` (``python -m backbone.keys``).
+
+    python -m backbone.keys generate [--dir .run/keys]   # missing keys only; idempotent
+    python -m backbone.keys rotate --owner issuer         # or service:table, ...
+    python -m backbone.keys prune                         # forget the public keys of rotated-out keys
+
+Writes one Ed25519 private key per owner (``issuer.pem`` for the wallet's player/admin/
+auditor tokens, ``<service>.pem`` for each service's own calls; mode 0600), the public
+keys every service trusts (``jwks.json``: current keys plus the rotated-out ones that
+may still have live tokens, ``retired.json``) and ``env``, a shell file that points the
+services at them (NIUNIU_JWKS_FILE, NIUNIU_ISSUER_KEY_FILE, NIUNIU_<SERVICE>_KEY_FILE).
+
+Rotation: ``rotate`` makes a new key for the owner and keeps the old public key trusted;
+restart the services (they read keys at start), then ``prune`` once the longest-lived
+token signed by the old key has expired (12 h for log-ins, 15 min for service tokens).
+In production the same files come from the operator's secret store.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+from pathlib import Path
+
+from backbone.auth import (
+    ISSUER,
+    ISSUER_KEY_ENV,
+    JWKS_FILE_ENV,
+    SERVICES,
+    SigningKey,
+    TrustedKey,
+    jwks,
+    service_owner,
+)
+
+OWNERS = (ISSUER, *(service_owner(s) for s in SERVICES))
+
+
+def _file_of(owner: str) -> str:
+    return "issuer.pem" if owner == ISSUER else f"{owner.removeprefix('service:')}.pem"
+
+
+def _env_var(owner: str) -> str:
+    return ISSUER_KEY_ENV if owner == ISSUER else f"NIUNIU_{owner.removeprefix('service:').upper()}_KEY_FILE"
+
+
+def _write_private(path: Path, data: bytes) -> None:
+    tmp = path.with_suffix(".tmp")
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    with os.fdopen(fd, "wb") as out:
+        out.write(data)
+    os.replace(tmp, path)
+
+
+def _load(directory: Path, owner: str) -> SigningKey | None:
+    path = directory / _file_of(owner)
+    return SigningKey.from_pem(owner, path.read_bytes()) if path.exists() else None
+
+
+def _retired(directory: Path) -> list[TrustedKey]:
+    path = directory / "retired.json"
+    if not path.exists():
+        return []
+    return [TrustedKey.from_jwk(k) for k in json.loads(path.read_text()).get("keys", [])]
+
+
+def _publish(directory: Path) -> None:
+    current = [k.trusted for k in (_load(directory, o) for o in OWNERS) if k is not None]
+    (directory / "jwks.json").write_text(json.dumps(jwks([*current, *_retired(directory)]), indent=2) + "\n")
+    lines = [f"export {JWKS_FILE_ENV}={directory.resolve() / 'jwks.json'}"]
+    lines += [f"export {_env_var(o)}={directory.resolve() / _file_of(o)}" for o in OWNERS]
+    (directory / "env").write_text("\n".join(lines) + "\n")
+
+
+def generate(directory: Path) -> list[str]:
+    directory.mkdir(parents=True, exist_ok=True)
+    os.chmod(directory, 0o700)
+    made = []
+    for owner in OWNERS:
+        if _load(directory, owner) is None:
+            _write_private(directory / _file_of(owner), SigningKey.generate(owner).pem())
+            made.append(owner)
+    _publish(directory)
+    return made
+
+
+def rotate(directory: Path, owner: str) -> tuple[str, str]:
+    old = _load(directory, owner)
+    if old is None:
+        raise SystemExit(f"no key for {owner} in {directory}; run generate first")
+    retired = _retired(directory)
+    (directory / "retired.json").write_text(json.dumps(jwks([*retired, old.trusted]), indent=2) + "\n")
+    new = SigningKey.generate(owner)
+    _write_private(directory / _file_of(owner), new.pem())
+    _publish(directory)
+    return old.trusted.kid, new.trusted.kid
+
+
+def prune(directory: Path) -> int:
+    count = len(_retired(directory))
+    (directory / "retired.json").unlink(missing_ok=True)
+    _publish(directory)
+    return count
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="scripts/keys", description=__doc__.split("\n\n")[0])
+    parser.add_argument("--dir", default=os.path.join(os.environ.get("NIUNIU_RUN_DIR", ".run"), "keys"))
+    commands = parser.add_subparsers(dest="command", required=True)
+    commands.add_parser("generate", help="create the keys that are missing; write jwks.json and env")
+    rot = commands.add_parser("rotate", help="a new key for one owner; the old public key stays trusted")
+    rot.add_argument("--owner", required=True, choices=OWNERS)
+    commands.add_parser("prune", help="stop trusting rotated-out keys")
+    args = parser.parse_args(argv)
+    directory = Path(args.dir)
+    if args.command == "generate":
+        made = generate(directory)
+        print(f"keys: {directory}: {'created ' + ', '.join(made) if made else 'all present'}")
+    elif args.command == "rotate":
+        old, new = rotate(directory, args.owner)
+        print(f"keys: {args.owner}: signing with {new}; {old} still trusted until 'prune'; restart the services")
+    else:
+        print(f"keys: {prune(directory)} retired key(s) no longer trusted; restart the services")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
