@@ -14,6 +14,12 @@ Lifecycle of a round, as the rng service uses this module::
     split = split_envelope(seed, round_id, client_seed, total_minor, shares, min_minor)
     ...                                            # after settlement reveal seed
     verify_round(published, seed, round_id, client_seed, deck_size=52, dealt=cards).ok
+
+Two additions of the same contract (docs/fairness.md sections 10 and 11):
+``combine_client_seeds`` folds the players' per-bet contributions into the round's
+client seed, independent of their order; ``seal``/``open_sealed`` encrypt the deal
+record published on the audit topic under a key derived from the server seed, so it
+opens only once the seed is revealed (the caller supplies the nonce).
 """
 
 from __future__ import annotations
@@ -21,9 +27,15 @@ from __future__ import annotations
 import functools
 import hashlib
 import hmac
-from collections.abc import Iterator, Sequence
+import json
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
-from typing import TypeVar
+from typing import Any, TypeVar
+
+from cryptography.exceptions import InvalidTag
+from cryptography.hazmat.primitives import hashes
+from cryptography.hazmat.primitives.ciphers.aead import AESGCM
+from cryptography.hazmat.primitives.kdf.hkdf import HKDF
 
 from bull.cards import Card, CardError, deck
 
@@ -391,3 +403,259 @@ def _check_sequence(name: str, noun: str, derived: tuple[int, ...], recorded: tu
         if expected != actual:
             return Check(name, False, f"{noun} {index}: the table recorded {actual} but the seed gives {expected}")
     return Check(name, True, f"all {len(recorded)} values match")
+
+
+# --------------------------------------------------------------------------- client seeds (section 10)
+
+CLIENT_SEEDS_VERSION = "niuniu-client-seeds-v1"
+CLIENT_SEED_CONTRIBUTION_MAX_CHARS = 64
+# Letters, digits and the punctuation of hex, base64 and base64url: a seed a player's
+# client generates fits, and nothing in it needs escaping in a log, a URL or a list.
+CLIENT_SEED_CONTRIBUTION_ALPHABET = frozenset("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789._~+/=-")
+MAX_CLIENT_SEED_CONTRIBUTIONS = 100_000
+
+
+class ClientSeedError(FairInputError):
+    """A player's client seed contribution that the combination does not accept."""
+
+
+def check_client_seed_contribution(contribution: str) -> str:
+    """Return ``contribution`` if it is 1..64 characters of ``[A-Za-z0-9._~+/=-]``, else raise ``ClientSeedError``."""
+    if not isinstance(contribution, str):
+        raise ClientSeedError(f"a client seed must be a string, got {type(contribution).__name__}")
+    if not contribution:
+        raise ClientSeedError("a client seed must not be empty")
+    if len(contribution) > CLIENT_SEED_CONTRIBUTION_MAX_CHARS:
+        raise ClientSeedError(
+            f"a client seed is at most {CLIENT_SEED_CONTRIBUTION_MAX_CHARS} characters, got {len(contribution)}"
+        )
+    for position, char in enumerate(contribution):
+        if char not in CLIENT_SEED_CONTRIBUTION_ALPHABET:
+            raise ClientSeedError(
+                f"a client seed may hold only letters, digits and . _ ~ + / = -; "
+                f"character {position} is U+{ord(char):04X}"
+            )
+    return contribution
+
+
+def combine_client_seeds(contributions: Iterable[str]) -> str:
+    """The round's client seed from the players' contributions, whatever their order.
+
+    No contribution gives the empty client seed (the round is derived exactly as
+    before client seeds existed). Otherwise, with ``c_1 <= ... <= c_n`` the
+    contributions sorted by their bytes (duplicates kept)::
+
+        hex(SHA-256(field("niuniu-client-seeds-v1") || u32be(n) || field(c_1) || ... || field(c_n)))
+
+    Sorting makes the result independent of the order the bets arrived in; the length
+    prefixes make the encoding injective, so changing any one contribution changes it.
+    """
+    if isinstance(contributions, str):
+        raise ClientSeedError("contributions must be a list of client seeds, not one string")
+    ordered = sorted(check_client_seed_contribution(c).encode("ascii") for c in contributions)
+    if len(ordered) > MAX_CLIENT_SEED_CONTRIBUTIONS:
+        raise ClientSeedError(f"at most {MAX_CLIENT_SEED_CONTRIBUTIONS} client seeds per round, got {len(ordered)}")
+    if not ordered:
+        return ""
+    digest = hashlib.sha256(_field(CLIENT_SEEDS_VERSION, "version", allow_empty=False))
+    digest.update(len(ordered).to_bytes(LENGTH_PREFIX_BYTES, "big"))
+    for contribution in ordered:
+        digest.update(len(contribution).to_bytes(LENGTH_PREFIX_BYTES, "big") + contribution)
+    return digest.hexdigest()
+
+
+# --------------------------------------------------------------------------- sealed records (section 11)
+
+SEAL_VERSION = "niuniu-seal-v1"
+SEAL_KEY_BYTES = 32
+SEAL_NONCE_BYTES = 12
+SEAL_TAG_BYTES = 16
+SEAL_PURPOSES = (PURPOSE_DECK, PURPOSE_ENVELOPE)
+
+
+class SealError(ValueError):
+    """A sealed record that does not open: wrong seed, round, purpose or version, or altered bytes."""
+
+
+def seal_context(purpose: str, round_id: str) -> bytes:
+    """``field(version) || field(purpose) || field(round_id)``: the HKDF info and the AEAD associated data."""
+    if purpose not in SEAL_PURPOSES:
+        raise FairInputError(f"a sealed record's purpose is one of {', '.join(SEAL_PURPOSES)}, got {purpose!r}")
+    return (
+        _field(SEAL_VERSION, "version", allow_empty=False)
+        + _field(purpose, "purpose", allow_empty=False)
+        + _field(round_id, "round id", allow_empty=False)
+    )
+
+
+def seal_key(server_seed: bytes, purpose: str, round_id: str) -> bytes:
+    """HKDF-SHA256 (RFC 5869): salt ``utf8("niuniu-seal-v1")``, key material the seed, info ``seal_context``."""
+    _check_seed(server_seed)
+    hkdf = HKDF(
+        algorithm=hashes.SHA256(),
+        length=SEAL_KEY_BYTES,
+        salt=SEAL_VERSION.encode("utf-8"),
+        info=seal_context(purpose, round_id),
+    )
+    return hkdf.derive(bytes(server_seed))
+
+
+def seal(server_seed: bytes, purpose: str, round_id: str, plaintext: bytes, nonce: bytes) -> bytes:
+    """AES-256-GCM of ``plaintext`` under ``seal_key``; returns ciphertext || 16-byte tag.
+
+    ``nonce`` (12 bytes) comes from the caller: the rng draws a fresh random one per
+    record, so this module draws no randomness.
+    """
+    _check_nonce(nonce)
+    context = seal_context(purpose, round_id)
+    return AESGCM(seal_key(server_seed, purpose, round_id)).encrypt(bytes(nonce), bytes(plaintext), context)
+
+
+def open_sealed(server_seed: bytes, purpose: str, round_id: str, nonce: bytes, sealed: bytes) -> bytes:
+    """The plaintext of a sealed record, or ``SealError`` when it does not authenticate."""
+    _check_nonce(nonce)
+    if len(sealed) < SEAL_TAG_BYTES:
+        raise SealError(f"a sealed record is at least {SEAL_TAG_BYTES} bytes (the tag), got {len(sealed)}")
+    context = seal_context(purpose, round_id)
+    try:
+        return AESGCM(seal_key(server_seed, purpose, round_id)).decrypt(bytes(nonce), bytes(sealed), context)
+    except InvalidTag:
+        raise SealError(
+            f"the sealed {purpose} record of round {round_id!r} does not open with this seed "
+            "(wrong seed, round or purpose, or altered bytes)"
+        ) from None
+
+
+def _check_nonce(nonce: bytes) -> None:
+    if not isinstance(nonce, bytes | bytearray) or len(nonce) != SEAL_NONCE_BYTES:
+        size = len(nonce) if isinstance(nonce, bytes | bytearray) else type(nonce).__name__
+        raise FairInputError(f"a seal nonce is exactly {SEAL_NONCE_BYTES} bytes, got {size}")
+
+
+def record_bytes(record: Mapping[str, Any]) -> bytes:
+    """The canonical bytes of a deal record: compact UTF-8 JSON, keys sorted (what is sealed)."""
+    return json.dumps(record, sort_keys=True, separators=(",", ":"), ensure_ascii=False).encode("utf-8")
+
+
+def deck_record(
+    round_id: str,
+    commitment: str,
+    deck_size: int,
+    client_seed: str,
+    client_seeds: Sequence[str],
+    cards: Sequence[str],
+    *,
+    test_deck: bool = False,
+) -> bytes:
+    """The sealed record of a drawn deck (section 11)."""
+    return record_bytes(
+        {
+            "purpose": PURPOSE_DECK,
+            "round_id": round_id,
+            "commitment": commitment,
+            "deck_size": deck_size,
+            "client_seed": client_seed,
+            "client_seeds": sorted(client_seeds),
+            "cards": list(cards),
+            "test_deck": test_deck,
+        }
+    )
+
+
+def envelope_record(
+    round_id: str,
+    commitment: str,
+    total_minor: int,
+    shares: int,
+    min_minor: int,
+    client_seed: str,
+    client_seeds: Sequence[str],
+    split: Split,
+    *,
+    test_envelope: bool = False,
+) -> bytes:
+    """The sealed record of a red-envelope split (section 11), padded so its length tells nothing.
+
+    The amounts' decimal lengths vary with the split, and AES-GCM keeps the length: the
+    JSON is followed by spaces up to the length it would have if every amount were
+    ``total_minor`` (the grab order is a permutation, so its length is fixed already).
+    """
+    fields: dict[str, Any] = {
+        "purpose": PURPOSE_ENVELOPE,
+        "round_id": round_id,
+        "commitment": commitment,
+        "total_minor": total_minor,
+        "shares": shares,
+        "min_minor": min_minor,
+        "client_seed": client_seed,
+        "client_seeds": sorted(client_seeds),
+        "amounts": list(split.amounts),
+        "grab_order": list(split.grab_order),
+        "test_envelope": test_envelope,
+    }
+    body = record_bytes(fields)
+    padded = len(record_bytes({**fields, "amounts": [total_minor] * len(split.amounts)}))
+    return body + b" " * max(0, padded - len(body))
+
+
+def open_record(server_seed: bytes, purpose: str, round_id: str, nonce: bytes, sealed: bytes) -> dict[str, Any]:
+    """Open a sealed record and parse it; ``SealError`` if it does not open or is not a record of this round."""
+    plaintext = open_sealed(server_seed, purpose, round_id, nonce, sealed)
+    try:
+        record = json.loads(plaintext.decode("utf-8"))
+    except (UnicodeDecodeError, json.JSONDecodeError) as error:
+        raise SealError(f"the sealed {purpose} record opens but is not JSON: {error}") from None
+    if not isinstance(record, dict) or record.get("purpose") != purpose or record.get("round_id") != round_id:
+        raise SealError(f"the sealed record opens but is not the {purpose} record of round {round_id!r}")
+    return record
+
+
+def check_sealed_record(
+    server_seed: bytes, purpose: str, round_id: str, client_seed: str, nonce: bytes, sealed: bytes, expected: bytes
+) -> Check:
+    """Open a sealed record with the revealed seed and compare it with ``expected``, the record as derived.
+
+    ``expected`` is ``deck_record``/``envelope_record`` of the derived deal (its
+    ``client_seeds`` are not compared: the record's own list must combine into its
+    client seed, which must be ``client_seed``). Records are compared parsed, so a
+    verifier need not reproduce our bytes.
+    """
+    name = f"sealed_{purpose}"
+    try:
+        record = open_record(server_seed, purpose, round_id, nonce, sealed)
+    except SealError as error:
+        return Check(name, False, str(error))
+    if record.get("test_deck") or record.get("test_envelope"):
+        return Check(name, False, "the sealed record says the deal was a TEST deck/envelope, not derived from the seed")
+    sealed_client_seed = record.get("client_seed")
+    if sealed_client_seed != client_seed:
+        return Check(name, False, f"the sealed record has client seed {sealed_client_seed!r}, not {client_seed!r}")
+    contributions = record.get("client_seeds")
+    try:
+        combined = combine_client_seeds(contributions) if contributions else ""
+    except (ClientSeedError, TypeError) as error:
+        return Check(name, False, f"the sealed record's client seeds are malformed: {error}")
+    if contributions and combined != sealed_client_seed:
+        return Check(name, False, "the sealed record's client seeds do not combine into its client seed")
+    derived = json.loads(expected.decode("utf-8"))
+    keys = (derived.keys() | record.keys()) - {"client_seeds"}
+    differing = sorted(key for key in keys if record.get(key) != derived.get(key))
+    if differing:
+        return Check(name, False, f"the sealed record differs from the derived deal in: {', '.join(differing)}")
+    return Check(name, True, f"opens with the revealed seed and matches the derived {purpose} record")
+
+
+def check_client_seeds(client_seed: str, contributions: Sequence[str]) -> Check:
+    """Check that the players' contributions combine into the round's published client seed.
+
+    Malformed contributions raise ``ClientSeedError`` (bad input, not a failed check).
+    """
+    combined = combine_client_seeds(contributions)
+    if hmac.compare_digest(combined.encode("ascii"), client_seed.encode("utf-8")):
+        return Check("client_seed", True, f"the {len(contributions)} client seeds combine into {combined or '(empty)'}")
+    return Check(
+        "client_seed",
+        False,
+        f"the {len(contributions)} client seeds combine into {combined or '(empty)'}, "
+        f"but the round used {client_seed or '(empty)'}",
+    )

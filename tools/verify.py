@@ -1,5 +1,9 @@
 """``niuniu-verify``: recompute a round from its revealed seed and check what the table did.
 
+Besides the deal the table recorded, it checks the players' client seeds against the
+round's client seed (``--client-seeds``) and opens the sealed records of the audit topic
+with the revealed seed (``--sealed-deck``, ``--sealed-envelope``).
+
 Exit status: 0 when every check passes, 1 when a check fails, 2 on bad input.
 The derivation is specified in docs/fairness.md.
 """
@@ -15,10 +19,19 @@ from typing import Any, TextIO
 from bull.cards import CardError, parse_card
 from bull.fairness import (
     DECK_SIZES,
+    PURPOSE_DECK,
+    PURPOSE_ENVELOPE,
+    SEAL_NONCE_BYTES,
     EnvelopeRecord,
     FairInputError,
     Verification,
+    check_client_seeds,
+    check_sealed_record,
+    combine_client_seeds,
     commit,
+    deck_record,
+    envelope_record,
+    parse_commitment,
     parse_seed,
     verify_round,
 )
@@ -41,7 +54,15 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--commitment", required=True, metavar="HEX", help="the published SHA-256 of the seed")
     parser.add_argument("--seed", required=True, metavar="HEX", help="the revealed 32-byte server seed, in hex")
     parser.add_argument("--round", required=True, dest="round_id", metavar="ROUND_ID", help="the round id")
-    parser.add_argument("--client-seed", default="", metavar="S", help="the client seed (default: empty)")
+    parser.add_argument(
+        "--client-seed", default=None, metavar="S", help="the round's client seed (default: empty, or the combination)"
+    )
+    parser.add_argument(
+        "--client-seeds",
+        metavar="A,B,C",
+        help="the players' client seeds (any order): the round's client seed is their combination, "
+        "checked against --client-seed when both are given",
+    )
     parser.add_argument("--deck", type=int, choices=DECK_SIZES, metavar="52|54", help="derive a deck of this size")
     parser.add_argument("--dealt", metavar="CARDS", help='cards the table dealt, in deck order: "AS TD ..."')
     parser.add_argument(
@@ -49,6 +70,16 @@ def build_parser() -> argparse.ArgumentParser:
     )
     parser.add_argument("--split", metavar="A,B,C", help="the split the table recorded (minor units, share order)")
     parser.add_argument("--grab-order", metavar="P,Q,R", help="the grab order the table recorded")
+    parser.add_argument(
+        "--sealed-deck",
+        metavar="NONCE_HEX:CIPHERTEXT_HEX",
+        help="the sealed deck record of the audit topic: opened with the seed and compared (needs --deck)",
+    )
+    parser.add_argument(
+        "--sealed-envelope",
+        metavar="NONCE_HEX:CIPHERTEXT_HEX",
+        help="the sealed envelope record of the audit topic: opened and compared (needs --envelope)",
+    )
     parser.add_argument("--json", action="store_true", help="print the result as JSON")
     return parser
 
@@ -74,6 +105,9 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 def _verify(args: argparse.Namespace) -> Verification:
     seed = parse_seed(args.seed)
+    contributions = None if args.client_seeds is None else _contributions(args.client_seeds)
+    if args.client_seed is None:
+        args.client_seed = "" if contributions is None else combine_client_seeds(contributions)
     dealt = None
     if args.dealt is not None:
         if args.deck is None:
@@ -92,7 +126,52 @@ def _verify(args: argparse.Namespace) -> Verification:
         )
     elif args.split is not None or args.grab_order is not None:
         raise _BadInput("--split and --grab-order need --envelope TOTAL_MINOR:SHARES:MIN_MINOR")
-    return verify_round(args.commitment, seed, args.round_id, args.client_seed, args.deck, dealt, envelope)
+    if args.sealed_deck is not None and args.deck is None:
+        raise _BadInput("--sealed-deck needs --deck 52|54")
+    if args.sealed_envelope is not None and envelope is None:
+        raise _BadInput("--sealed-envelope needs --envelope TOTAL_MINOR:SHARES:MIN_MINOR")
+    sealed_deck = None if args.sealed_deck is None else _sealed(args.sealed_deck, "--sealed-deck")
+    sealed_envelope = None if args.sealed_envelope is None else _sealed(args.sealed_envelope, "--sealed-envelope")
+    result = verify_round(args.commitment, seed, args.round_id, args.client_seed, args.deck, dealt, envelope)
+    checks = list(result.checks)
+    if contributions is not None:
+        checks.insert(1, check_client_seeds(args.client_seed, contributions))
+    published = parse_commitment(args.commitment)
+    if sealed_deck is not None and result.deck is not None:
+        cards = [card.code for card in result.deck]
+        expected = deck_record(args.round_id, published, len(cards), args.client_seed, contributions or (), cards)
+        checks.append(check_sealed_record(seed, PURPOSE_DECK, args.round_id, args.client_seed, *sealed_deck, expected))
+    if sealed_envelope is not None and result.split is not None and envelope is not None:
+        expected = envelope_record(
+            args.round_id,
+            published,
+            envelope.total_minor,
+            envelope.shares,
+            envelope.min_minor,
+            args.client_seed,
+            contributions or (),
+            result.split,
+        )
+        checks.append(
+            check_sealed_record(seed, PURPOSE_ENVELOPE, args.round_id, args.client_seed, *sealed_envelope, expected)
+        )
+    return Verification(tuple(checks), result.deck, result.split)
+
+
+def _contributions(text: str) -> list[str]:
+    """The players' client seeds, separated by commas and/or white space (neither can occur in one)."""
+    return [part for part in text.replace(",", " ").split() if part]
+
+
+def _sealed(text: str, option: str) -> tuple[bytes, bytes]:
+    nonce_hex, separator, ciphertext_hex = text.strip().partition(":")
+    try:
+        nonce, ciphertext = bytes.fromhex(nonce_hex), bytes.fromhex(ciphertext_hex)
+    except ValueError:
+        raise _BadInput(f"{option} must be NONCE_HEX:CIPHERTEXT_HEX") from None
+    if not separator or len(nonce) != SEAL_NONCE_BYTES or not ciphertext:
+        raise _BadInput(f"{option} must be NONCE_HEX:CIPHERTEXT_HEX with a {SEAL_NONCE_BYTES}-byte nonce")
+    return nonce, ciphertext
 
 
 def _ints(text: str, separator: str, option: str, count: int | None = None) -> tuple[int, ...]:
@@ -112,6 +191,7 @@ def _as_json(args: argparse.Namespace, result: Verification) -> dict[str, Any]:
         "ok": result.ok,
         "round_id": args.round_id,
         "client_seed": args.client_seed,
+        "client_seeds": None if args.client_seeds is None else sorted(_contributions(args.client_seeds)),
         "seed_commitment": commit(parse_seed(args.seed)),
         "deck": None if result.deck is None else [card.code for card in result.deck],
         "split": None

@@ -33,18 +33,31 @@ class RngServicer(rng_pb2_grpc.RngServicer):
 
     async def Draw(self, request: rng_pb2.DrawRequest, context: Context) -> rng_pb2.DrawResponse:
         self._table_only(context)
-        cards, commitment = await self._app.draw(request.round_id, request.deck_size, request.client_seed)
-        return rng_pb2.DrawResponse(round_id=request.round_id, cards=cards, commitment=commitment)
+        cards, commitment, client_seed = await self._app.draw(
+            request.round_id, request.deck_size, request.client_seed, request.client_seeds
+        )
+        return rng_pb2.DrawResponse(
+            round_id=request.round_id, cards=cards, commitment=commitment, client_seed=client_seed
+        )
 
     async def SplitEnvelope(
         self, request: rng_pb2.SplitEnvelopeRequest, context: Context
     ) -> rng_pb2.SplitEnvelopeResponse:
         self._table_only(context)
-        split, commitment = await self._app.split_envelope(
-            request.round_id, request.total_minor, request.shares, request.min_minor, request.client_seed
+        split, commitment, client_seed = await self._app.split_envelope(
+            request.round_id,
+            request.total_minor,
+            request.shares,
+            request.min_minor,
+            request.client_seed,
+            request.client_seeds,
         )
         return rng_pb2.SplitEnvelopeResponse(
-            round_id=request.round_id, amounts=split.amounts, grab_order=split.grab_order, commitment=commitment
+            round_id=request.round_id,
+            amounts=split.amounts,
+            grab_order=split.grab_order,
+            commitment=commitment,
+            client_seed=client_seed,
         )
 
     async def SetTestDeck(self, request: rng_pb2.SetTestDeckRequest, context: Context) -> rng_pb2.SetTestDeckResponse:
@@ -70,4 +83,7 @@ class RngServicer(rng_pb2_grpc.RngServicer):
             commitment=seed.commitment,
             client_seed=seed.client_seed,
             deck_size=seed.deck_size,
+            client_seeds=seed.client_seeds,
+            envelope_client_seed=seed.envelope_client_seed,
+            envelope_client_seeds=seed.envelope_client_seeds,
         )

@@ -23,7 +23,7 @@ from backbone.eventstore import EventStore, NewEvent
 from backbone.topics import Topics
 from bull import fairness as fair
 from bull.cards import CardError, deck, parse_cards
-from services.rng.seeds import new_server_seed
+from services.rng.seeds import new_seal_nonce, new_server_seed
 
 log = logging.getLogger(__name__)
 
@@ -65,6 +65,9 @@ DDL = (
         set_at      TIMESTAMPTZ NOT NULL DEFAULT now()
     )
     """,
+    # The players' client seed contributions each stream's client seed combines (sorted).
+    "ALTER TABLE rng_rounds ADD COLUMN IF NOT EXISTS client_seeds TEXT[]",
+    "ALTER TABLE rng_rounds ADD COLUMN IF NOT EXISTS envelope_client_seeds TEXT[]",
 )
 
 ROUND_ID_PATTERN = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._:-]{0,127}$")
@@ -84,10 +87,21 @@ class RoundSeed:
     server_seed: bytes
     client_seed: str
     deck_size: int
+    client_seeds: tuple[str, ...] = ()
+    envelope_client_seed: str = ""
+    envelope_client_seeds: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
+class ClientSeed:
+    """A stream's client seed and the players' contributions it combines (sorted; empty when none)."""
+
+    value: str
+    contributions: tuple[str, ...] = ()
 
 
 def check_round_id(round_id: str) -> str:
-    if not ROUND_ID_PATTERN.match(round_id):
+    if not ROUND_ID_PATTERN.fullmatch(round_id):  # fullmatch: "$" would let a trailing newline through
         raise InvalidArgument(
             "ROUND_ID_MALFORMED", "round_id must be 1-128 characters of letters, digits and . _ : - (starting alnum)"
         )
@@ -98,6 +112,33 @@ def check_client_seed(client_seed: str) -> str:
     if len(client_seed) > CLIENT_SEED_MAX_CHARS:
         raise InvalidArgument("CLIENT_SEED_TOO_LONG", f"client_seed must be at most {CLIENT_SEED_MAX_CHARS} characters")
     return client_seed
+
+
+def round_client_seed(client_seed: str, contributions: Sequence[str]) -> ClientSeed:
+    """The client seed a draw or split uses: ``client_seed`` as given, or the combination of ``contributions``.
+
+    INVALID_ARGUMENT CLIENT_SEEDS_TOO_MANY, CLIENT_SEED_MALFORMED (which one and why, never
+    echoing it) or CLIENT_SEED_MISMATCH (a client_seed that is not their combination).
+    """
+    check_client_seed(client_seed)
+    if not contributions:
+        return ClientSeed(client_seed)
+    if len(contributions) > fair.MAX_CLIENT_SEED_CONTRIBUTIONS:
+        raise InvalidArgument(
+            "CLIENT_SEEDS_TOO_MANY",
+            f"at most {fair.MAX_CLIENT_SEED_CONTRIBUTIONS} client_seeds per round, got {len(contributions)}",
+        )
+    for index, contribution in enumerate(contributions):
+        try:
+            fair.check_client_seed_contribution(contribution)
+        except fair.ClientSeedError as error:
+            raise InvalidArgument("CLIENT_SEED_MALFORMED", f"client_seeds[{index}]: {error}") from None
+    combined = fair.combine_client_seeds(contributions)
+    if client_seed and client_seed != combined:
+        raise InvalidArgument(
+            "CLIENT_SEED_MISMATCH", "client_seed must be empty or the combination of client_seeds (docs/fairness.md)"
+        )
+    return ClientSeed(combined, tuple(sorted(contributions)))
 
 
 def check_test_envelope(amounts: Sequence[int], grab_order: Sequence[int]) -> fair.Split:
@@ -179,9 +220,13 @@ class RngApp:
         async with self._pool.connection() as conn:
             return str((await self._row(conn, round_id, lock=False))["commitment"])
 
-    async def draw(self, round_id: str, deck_size: int, client_seed: str) -> tuple[tuple[str, ...], str]:
+    async def draw(
+        self, round_id: str, deck_size: int, client_seed: str, client_seeds: Sequence[str] = ()
+    ) -> tuple[tuple[str, ...], str, str]:
+        """The round's deck, its commitment and the client seed it was derived with."""
         check_round_id(round_id)
-        check_client_seed(client_seed)
+        seed = round_client_seed(client_seed, client_seeds)
+        client_seed = seed.value
         if deck_size not in fair.DECK_SIZES:
             raise InvalidArgument("DECK_SIZE_UNSUPPORTED", "deck_size must be 52 or 54")
         async with self._pool.connection() as conn, conn.transaction():
@@ -197,25 +242,48 @@ class RngApp:
                     raise FailedPrecondition(
                         "DRAW_PARAMETERS_DIFFER", "this round was already drawn with another deck size or client seed"
                     )
-                return cards, row["commitment"]
+                return cards, row["commitment"], client_seed
             self._require_open(row)
             await conn.execute(
-                "UPDATE rng_rounds SET deck_size = %s, client_seed = %s, drawn_at = now() WHERE round_id = %s",
-                (deck_size, client_seed, round_id),
+                "UPDATE rng_rounds SET deck_size = %s, client_seed = %s, client_seeds = %s, drawn_at = now()"
+                " WHERE round_id = %s",
+                (deck_size, client_seed, list(seed.contributions), round_id),
             )
-            sealed = events_pb2.Drawn(
-                round_id=round_id,
-                deck_size=deck_size,
-                client_seed=client_seed,
-                cards=cards,
-                commitment=row["commitment"],
+            record = fair.deck_record(
+                round_id,
+                row["commitment"],
+                deck_size,
+                client_seed,
+                seed.contributions,
+                cards,
                 test_deck=forced is not None,
             )
+            sealed = self._seal(row, fair.PURPOSE_DECK, record)
             await self._append(
-                conn, round_id, NewEvent("rng.drawn", sealed, correlation_id=round_id, topic=self._topics.rng_audit)
+                conn,
+                round_id,
+                NewEvent("rng.deck_sealed", sealed, correlation_id=round_id, topic=self._topics.rng_audit),
             )
         DRAWS.labels(str(deck_size)).inc()
-        return cards, row["commitment"]
+        return cards, row["commitment"], client_seed
+
+    @staticmethod
+    def _seal(row: dict[str, Any], purpose: str, record: bytes) -> events_pb2.Sealed:
+        """The audit topic's copy of a deal: opens only with the server seed (docs/fairness.md, section 11).
+
+        A fresh random nonce per record: each (round, purpose) key seals one record
+        today, and a random nonce keeps a second sealing under the same key safe too.
+        """
+        nonce = new_seal_nonce()
+        round_id = str(row["round_id"])
+        return events_pb2.Sealed(
+            round_id=round_id,
+            purpose=purpose,
+            version=fair.SEAL_VERSION,
+            commitment=row["commitment"],
+            nonce=nonce,
+            ciphertext=fair.seal(row["server_seed"], purpose, round_id, record, nonce),
+        )
 
     async def set_test_deck(self, round_id: str, cards: Sequence[str]) -> int:
         """TEST ONLY: the deck order the round's draw will return. FAILED_PRECONDITION unless enabled."""
@@ -289,10 +357,18 @@ class RngApp:
         return forced
 
     async def split_envelope(
-        self, round_id: str, total_minor: int, shares: int, min_minor: int, client_seed: str
-    ) -> tuple[fair.Split, str]:
+        self,
+        round_id: str,
+        total_minor: int,
+        shares: int,
+        min_minor: int,
+        client_seed: str,
+        client_seeds: Sequence[str] = (),
+    ) -> tuple[fair.Split, str, str]:
+        """The round's split, its commitment and the client seed it was derived with."""
         check_round_id(round_id)
-        check_client_seed(client_seed)
+        seed = round_client_seed(client_seed, client_seeds)
+        client_seed = seed.value
         try:
             fair.check_envelope(total_minor, shares, min_minor)
         except fair.EnvelopeError as error:
@@ -312,31 +388,32 @@ class RngApp:
                 else fair.split_envelope(row["server_seed"], round_id, client_seed, total_minor, shares, min_minor)
             )
             if already_split:
-                return split, row["commitment"]
+                return split, row["commitment"], client_seed
             self._require_open(row)
             await conn.execute(
                 "UPDATE rng_rounds SET envelope_total_minor = %s, envelope_shares = %s, envelope_min_minor = %s,"
-                " envelope_client_seed = %s, split_at = now() WHERE round_id = %s",
-                (*params, round_id),
+                " envelope_client_seed = %s, envelope_client_seeds = %s, split_at = now() WHERE round_id = %s",
+                (*params, list(seed.contributions), round_id),
             )
-            sealed = events_pb2.EnvelopeSplit(
-                round_id=round_id,
-                total_minor=total_minor,
-                shares=shares,
-                min_minor=min_minor,
-                client_seed=client_seed,
-                amounts=split.amounts,
-                grab_order=split.grab_order,
-                commitment=row["commitment"],
+            record = fair.envelope_record(
+                round_id,
+                row["commitment"],
+                total_minor,
+                shares,
+                min_minor,
+                client_seed,
+                seed.contributions,
+                split,
                 test_envelope=forced is not None,
             )
+            sealed = self._seal(row, fair.PURPOSE_ENVELOPE, record)
             await self._append(
                 conn,
                 round_id,
-                NewEvent("rng.envelope_split", sealed, correlation_id=round_id, topic=self._topics.rng_audit),
+                NewEvent("rng.envelope_sealed", sealed, correlation_id=round_id, topic=self._topics.rng_audit),
             )
         SPLITS.inc()
-        return split, row["commitment"]
+        return split, row["commitment"], client_seed
 
     async def reveal(self, round_id: str) -> RoundSeed:
         check_round_id(round_id)
@@ -354,7 +431,14 @@ class RngApp:
                 await self._append(conn, round_id, NewEvent("rng.revealed", event, correlation_id=round_id))
                 REVEALS.inc()
         return RoundSeed(
-            round_id, row["commitment"], row["server_seed"], row["client_seed"] or "", row["deck_size"] or 0
+            round_id,
+            row["commitment"],
+            row["server_seed"],
+            row["client_seed"] or "",
+            row["deck_size"] or 0,
+            tuple(row["client_seeds"] or ()),
+            row["envelope_client_seed"] or "",
+            tuple(row["envelope_client_seeds"] or ()),
         )
 
     async def close_round(self, conn: psycopg.AsyncConnection, round_id: str, cause: str, causation_id: str) -> bool:

@@ -4,20 +4,24 @@ from __future__ import annotations
 
 import asyncio
 import json
+import secrets
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
+from typing import Any
 
 import grpc
 import pytest
 from harness import running_service
+from kafka import TopicPartition
 from niuniu.rng.v1 import events_pb2 as rng_events
 from niuniu.rng.v1 import rng_pb2, rng_pb2_grpc
 from niuniu.table.v1 import events_pb2 as table_events
+from niuniu.v1 import events_pb2 as envelopes
 
 from backbone.auth import Role, Tokens, bearer
 from backbone.db import open_pool
 from backbone.eventstore import EventStore, NewEvent
-from backbone.kafka import make_producer
+from backbone.kafka import make_consumer, make_producer
 from backbone.relay import OutboxRelay
 from backbone.service import ServiceContext
 from backbone.topics import Topics
@@ -243,16 +247,21 @@ async def expect_refused(call: object, code: grpc.StatusCode, reason: str) -> No
     assert reason in (refused.value.details() or ""), refused.value.details()
 
 
-async def sealed_split(ctx: ServiceContext, round_id: str) -> tuple[rng_events.EnvelopeSplit, str]:
-    """The round's sealed EnvelopeSplit event and the topic its outbox row goes to."""
+async def sealed_split(ctx: ServiceContext, round_id: str) -> tuple[dict[str, Any], str]:
+    """The round's sealed envelope record, opened with the seed from the rng's database, and its outbox topic."""
     async with ctx.pool.connection() as conn:
-        (stored,) = [e for e in await ctx.store.read_correlated(conn, round_id) if e.event_type == "rng.envelope_split"]
+        (stored,) = [
+            e for e in await ctx.store.read_correlated(conn, round_id) if e.event_type == "rng.envelope_sealed"
+        ]
         cur = await conn.execute("SELECT topic FROM outbox WHERE position = %s", (stored.position,))
         row = await cur.fetchone()
-    sealed = rng_events.EnvelopeSplit()
+        cur = await conn.execute("SELECT server_seed FROM rng_rounds WHERE round_id = %s", (round_id,))
+        seed_row = await cur.fetchone()
+    sealed = rng_events.Sealed()
     assert stored.envelope.payload.Unpack(sealed)
-    assert row is not None
-    return sealed, str(row[0])
+    assert row is not None and seed_row is not None
+    record = fair.open_record(bytes(seed_row[0]), "envelope", round_id, sealed.nonce, sealed.ciphertext)
+    return record, str(row[0])
 
 
 async def test_test_envelopes_are_refused_by_default(
@@ -272,7 +281,7 @@ async def test_test_envelopes_are_refused_by_default(
     split = await stub.SplitEnvelope(split_request(round_id), metadata=TABLE)
     assert list(split.amounts) != FORCED_AMOUNTS
     sealed, _ = await sealed_split(ctx, round_id)
-    assert not sealed.test_envelope
+    assert sealed["test_envelope"] is False
 
 
 async def test_only_admins_may_set_a_test_envelope(
@@ -341,7 +350,7 @@ async def test_a_test_envelope_is_the_split_and_fails_verification(
     assert (list(again.amounts), list(again.grab_order)) == (FORCED_AMOUNTS, FORCED_GRAB_ORDER)
     assert await count_events(ctx, round_id) == 2  # committed + split, once each
     sealed, topic = await sealed_split(ctx, round_id)
-    assert sealed.test_envelope and list(sealed.amounts) == FORCED_AMOUNTS
+    assert sealed["test_envelope"] is True and sealed["amounts"] == FORCED_AMOUNTS
     assert topic == Topics(prefix).rng_audit
 
     await settle_round(infra, prefix, f"fake_table_{unique}", round_id)
@@ -399,7 +408,7 @@ async def test_a_test_envelope_after_the_split_is_refused(
     await stub.Commit(rng_pb2.CommitRequest(round_id=round_id, purpose="envelope"), metadata=TABLE)
     derived = await stub.SplitEnvelope(split_request(round_id), metadata=TABLE)
     sealed, _ = await sealed_split(ctx, round_id)
-    assert not sealed.test_envelope  # test mode derives rounds without a test envelope as always
+    assert sealed["test_envelope"] is False  # test mode derives rounds without a test envelope as always
     await expect_refused(
         stub.SetTestEnvelope(envelope_request(round_id, FORCED_AMOUNTS, FORCED_GRAB_ORDER), metadata=ADMIN),
         grpc.StatusCode.FAILED_PRECONDITION,
@@ -407,3 +416,207 @@ async def test_a_test_envelope_after_the_split_is_refused(
     )
     again = await stub.SplitEnvelope(split_request(round_id), metadata=TABLE)
     assert (list(again.amounts), list(again.grab_order)) == (list(derived.amounts), list(derived.grab_order))
+
+
+# --------------------------------------------------------------------------- client seeds and sealed records
+
+CLIENT_SEEDS = ["lucky7", "b0b", "Zm9vYmFy+/=", "alice-42"]
+SEALED_FIELDS = {"round_id", "purpose", "version", "commitment", "nonce", "ciphertext"}
+
+
+def read_topic(
+    servers: str, topic: str, done: Callable[[list[envelopes.EventEnvelope]], bool], timeout_s: float = 60
+) -> list[tuple[bytes, envelopes.EventEnvelope]]:
+    """Every record on ``topic`` (raw value and envelope), polled from offset 0 until ``done`` or the timeout."""
+    consumer = make_consumer(servers, None, "test-audit-reader")
+    try:
+        deadline = time.monotonic() + timeout_s
+        while not (partitions := consumer.partitions_for_topic(topic)):
+            assert time.monotonic() < deadline, f"topic {topic} never appeared"
+            time.sleep(0.2)
+        consumer.assign([TopicPartition(topic, p) for p in sorted(partitions)])
+        consumer.seek_to_beginning()
+        records: list[tuple[bytes, envelopes.EventEnvelope]] = []
+        while not done([envelope for _, envelope in records]):
+            assert time.monotonic() < deadline, f"gave up on {topic}: {[e.event_type for _, e in records]}"
+            for batch in consumer.poll(timeout_ms=500).values():
+                for record in batch:
+                    envelope = envelopes.EventEnvelope()
+                    envelope.ParseFromString(record.value)
+                    records.append((bytes(record.value), envelope))
+        return records
+    finally:
+        consumer.close()
+
+
+def sealed_of(
+    records: list[tuple[bytes, envelopes.EventEnvelope]], round_id: str, event_type: str
+) -> tuple[bytes, rng_events.Sealed]:
+    ((raw, envelope),) = [(r, e) for r, e in records if e.correlation_id == round_id and e.event_type == event_type]
+    sealed = rng_events.Sealed()
+    assert envelope.payload.Unpack(sealed)
+    return raw, sealed
+
+
+async def server_seed_of(ctx: ServiceContext, round_id: str) -> bytes:
+    """Peek into the rng's own database (only the test can): the seed the topics must not carry."""
+    async with ctx.pool.connection() as conn:
+        cur = await conn.execute("SELECT server_seed FROM rng_rounds WHERE round_id = %s", (round_id,))
+        row = await cur.fetchone()
+    assert row is not None
+    return bytes(row[0])
+
+
+async def test_the_sealed_deal_on_the_audit_topic_opens_only_after_the_reveal(
+    rng: tuple[rng_pb2_grpc.RngStub, ServiceContext, str],
+    infra: dict[str, str],
+    unique: str,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    stub, ctx, prefix = rng
+    topics = Topics(prefix)
+    round_id = f"r-{unique}"
+    combined = fair.combine_client_seeds(CLIENT_SEEDS)
+    commitment = (
+        await stub.Commit(rng_pb2.CommitRequest(round_id=round_id, purpose="deck"), metadata=TABLE)
+    ).commitment
+    drawn = await stub.Draw(
+        rng_pb2.DrawRequest(round_id=round_id, deck_size=52, client_seeds=CLIENT_SEEDS), metadata=TABLE
+    )
+    assert drawn.client_seed == combined
+    split = await stub.SplitEnvelope(
+        rng_pb2.SplitEnvelopeRequest(
+            round_id=round_id, total_minor=68800, shares=20, min_minor=1, client_seeds=list(reversed(CLIENT_SEEDS))
+        ),
+        metadata=TABLE,
+    )
+    assert split.client_seed == combined  # the order of the contributions does not matter
+
+    def both_sealed(events: list[envelopes.EventEnvelope]) -> bool:
+        types = {e.event_type for e in events if e.correlation_id == round_id}
+        return {"rng.deck_sealed", "rng.envelope_sealed"} <= types
+
+    # In a thread: the rng's outbox relay runs on this event loop and must keep publishing.
+    audit = await asyncio.to_thread(read_topic, infra["KAFKA_BOOTSTRAP_SERVERS"], topics.rng_audit, both_sealed)
+    public = await asyncio.to_thread(
+        read_topic,
+        infra["KAFKA_BOOTSTRAP_SERVERS"],
+        topics.rng_events,
+        lambda events: any(e.correlation_id == round_id and e.event_type == "rng.committed" for e in events),
+    )
+    raw_deck, sealed_deck = sealed_of(audit, round_id, "rng.deck_sealed")
+    raw_envelope, sealed_envelope = sealed_of(audit, round_id, "rng.envelope_sealed")
+
+    # Before the reveal: nothing of the deal, and no key material, on either topic.
+    for sealed in (sealed_deck, sealed_envelope):
+        assert {field.name for field, _ in sealed.ListFields()} == SEALED_FIELDS
+        assert (sealed.round_id, sealed.version, sealed.commitment) == (round_id, fair.SEAL_VERSION, commitment)
+        assert len(sealed.nonce) == fair.SEAL_NONCE_BYTES
+    assert sealed_deck.nonce != sealed_envelope.nonce
+    for code in drawn.cards:
+        assert f'"{code}"'.encode() not in raw_deck
+    assert " ".join(drawn.cards).encode() not in raw_deck and b"cards" not in raw_deck
+    assert json.dumps(list(split.amounts)).encode() not in raw_envelope and b"amounts" not in raw_envelope
+    assert rng_events.EnvelopeSplit(amounts=split.amounts).SerializeToString() not in raw_envelope
+    assert not any(e.event_type in ("rng.drawn", "rng.envelope_split") for _, e in audit)  # no plaintext events
+    seed = await server_seed_of(ctx, round_id)
+    secrets_ = [seed, seed.hex().encode()]
+    for purpose in fair.SEAL_PURPOSES:
+        key = fair.seal_key(seed, purpose, round_id)
+        secrets_ += [key, key.hex().encode()]
+    for raw, envelope in audit + public:
+        if envelope.correlation_id == round_id:
+            assert not any(secret in raw for secret in secrets_), envelope.event_type
+    # The ciphertext's length follows from public parameters only.
+    public_deck = fair.deck_record(round_id, commitment, 52, combined, CLIENT_SEEDS, [c.code for c in fair.deck(52)])
+    assert len(sealed_deck.ciphertext) == len(public_deck) + fair.SEAL_TAG_BYTES
+    with pytest.raises(fair.SealError):
+        fair.open_sealed(secrets.token_bytes(32), "deck", round_id, sealed_deck.nonce, sealed_deck.ciphertext)
+    with pytest.raises(fair.SealError):
+        fair.open_sealed(bytes.fromhex(commitment), "deck", round_id, sealed_deck.nonce, sealed_deck.ciphertext)
+    await expect_refused(
+        stub.Reveal(rng_pb2.RevealRequest(round_id=round_id), metadata=PLAYER),
+        grpc.StatusCode.FAILED_PRECONDITION,
+        "ROUND_NOT_CLOSED",
+    )
+
+    # After the reveal: both open with the revealed seed and hold exactly the deal.
+    await settle_round(infra, prefix, f"fake_table_{unique}", round_id)
+    revealed = await reveal_when_closed(stub, round_id)
+    assert list(revealed.client_seeds) == sorted(CLIENT_SEEDS) == list(revealed.envelope_client_seeds)
+    assert revealed.client_seed == revealed.envelope_client_seed == combined
+    revealed_seed = bytes.fromhex(revealed.server_seed)
+    deck_record = fair.open_record(revealed_seed, "deck", round_id, sealed_deck.nonce, sealed_deck.ciphertext)
+    assert deck_record["cards"] == list(drawn.cards)
+    assert (deck_record["client_seed"], deck_record["client_seeds"]) == (combined, sorted(CLIENT_SEEDS))
+    envelope_record = fair.open_record(
+        revealed_seed, "envelope", round_id, sealed_envelope.nonce, sealed_envelope.ciphertext
+    )
+    assert (envelope_record["amounts"], envelope_record["grab_order"]) == (list(split.amounts), list(split.grab_order))
+
+    status = verify.main(
+        [
+            *("--commitment", commitment, "--seed", revealed.server_seed, "--round", round_id),
+            *("--client-seeds", ",".join(CLIENT_SEEDS), "--deck", "52", "--dealt", " ".join(drawn.cards[:10])),
+            *("--sealed-deck", f"{sealed_deck.nonce.hex()}:{sealed_deck.ciphertext.hex()}"),
+            *("--envelope", "68800:20:1", "--split", ",".join(map(str, split.amounts))),
+            *("--grab-order", ",".join(map(str, split.grab_order))),
+            *("--sealed-envelope", f"{sealed_envelope.nonce.hex()}:{sealed_envelope.ciphertext.hex()}"),
+            "--json",
+        ]
+    )
+    report = json.loads(capsys.readouterr().out)
+    assert status == verify.EXIT_OK, report
+    assert [c["name"] for c in report["checks"]] == [
+        "commitment",
+        "client_seed",
+        "deck",
+        "split",
+        "grab_order",
+        "sealed_deck",
+        "sealed_envelope",
+    ]
+
+
+@pytest.mark.parametrize(
+    ("client_seed", "client_seeds", "reason", "detail"),
+    [
+        ("", ["ok", "bad seed"], "CLIENT_SEED_MALFORMED", "client_seeds[1]: a client seed may hold only"),
+        ("", ["ok", ""], "CLIENT_SEED_MALFORMED", "client_seeds[1]: a client seed must not be empty"),
+        ("", ["x" * 65], "CLIENT_SEED_MALFORMED", "client_seeds[0]: a client seed is at most 64 characters, got 65"),
+        (
+            "",
+            ["é"],
+            "CLIENT_SEED_MALFORMED",
+            "client_seeds[0]: a client seed may hold only letters, digits and . _ ~ + / = -; character 0 is U+00E9",
+        ),
+        ("", ["a"] * (fair.MAX_CLIENT_SEED_CONTRIBUTIONS + 1), "CLIENT_SEEDS_TOO_MANY", "at most 100000"),
+        ("lucky7", ["lucky7"], "CLIENT_SEED_MISMATCH", "client_seed must be empty or the combination"),
+    ],
+)
+async def test_bad_client_seeds_are_invalid_argument_and_change_nothing(
+    rng: tuple[rng_pb2_grpc.RngStub, ServiceContext, str],
+    unique: str,
+    client_seed: str,
+    client_seeds: list[str],
+    reason: str,
+    detail: str,
+) -> None:
+    stub, ctx, _ = rng
+    round_id = f"r-{unique}"
+    await stub.Commit(rng_pb2.CommitRequest(round_id=round_id, purpose="deck"), metadata=TABLE)
+    draw = rng_pb2.DrawRequest(round_id=round_id, deck_size=52, client_seed=client_seed, client_seeds=client_seeds)
+    await expect_refused(stub.Draw(draw, metadata=TABLE), grpc.StatusCode.INVALID_ARGUMENT, f"{reason}: {detail}")
+    split = rng_pb2.SplitEnvelopeRequest(
+        round_id=round_id, total_minor=100, shares=2, min_minor=1, client_seed=client_seed, client_seeds=client_seeds
+    )
+    await expect_refused(stub.SplitEnvelope(split, metadata=TABLE), grpc.StatusCode.INVALID_ARGUMENT, reason)
+    assert await count_events(ctx, round_id) == 1  # only the commitment
+    # The combination given as client_seed is accepted, and is the same round's seed.
+    combined = fair.combine_client_seeds(["lucky7"])
+    first = await stub.Draw(
+        rng_pb2.DrawRequest(round_id=round_id, deck_size=52, client_seed=combined, client_seeds=["lucky7"]),
+        metadata=TABLE,
+    )
+    again = await stub.Draw(rng_pb2.DrawRequest(round_id=round_id, deck_size=52, client_seed=combined), metadata=TABLE)
+    assert first.client_seed == again.client_seed == combined and list(first.cards) == list(again.cards)

@@ -139,3 +139,98 @@ def test_runs_as_a_program_without_traceback() -> None:
     assert bad.returncode == EXIT_BAD_INPUT
     assert bad.stderr.startswith("niuniu-verify: error: total_minor 1 cannot give 2 shares")
     assert "Traceback" not in bad.stderr
+
+
+# --------------------------------------------------------------------------- client seeds and sealed records
+
+CLIENT_SEEDS = "lucky7, b0b alice-42"  # commas and/or spaces, any order
+COMBINED = "da6f7886da2cabb6022effd91aa9303a527911f064ac3cecdc4bbc3d74d0025d"
+COMBINED_TOP = "8D 9C 6C QH QC 6D 3S TC"
+NONCE = bytes(range(12))
+
+
+def _sealed_e1() -> str:
+    split = fair.split_envelope(bytes(range(32)), "round-0001", "", 1000, 5, 1)
+    record = fair.envelope_record("round-0001", COMMIT_A, 1000, 5, 1, "", [], split)
+    return f"{NONCE.hex()}:{fair.seal(bytes(range(32)), 'envelope', 'round-0001', record, NONCE).hex()}"
+
+
+def _sealed_deck(cards: list[str]) -> str:
+    record = fair.deck_record("round-0001", COMMIT_A, 52, COMBINED, ["lucky7", "b0b", "alice-42"], cards)
+    return f"{NONCE.hex()}:{fair.seal(bytes(range(32)), 'deck', 'round-0001', record, NONCE).hex()}"
+
+
+def test_client_seeds_give_the_round_client_seed(capsys: pytest.CaptureFixture[str]) -> None:
+    status, out, _ = run(capsys, "--client-seeds", CLIENT_SEEDS, "--deck", "52", "--dealt", COMBINED_TOP, "--json")
+    result = json.loads(out)
+    assert status == EXIT_OK, out
+    assert result["client_seed"] == COMBINED
+    assert result["client_seeds"] == ["alice-42", "b0b", "lucky7"]
+    assert [c["name"] for c in result["checks"]] == ["commitment", "client_seed", "deck"]
+    assert result["checks"][1]["detail"] == f"the 3 client seeds combine into {COMBINED}"
+
+
+def test_client_seeds_checked_against_the_published_client_seed(capsys: pytest.CaptureFixture[str]) -> None:
+    status, out, _ = run(capsys, "--client-seed", COMBINED, "--client-seeds", CLIENT_SEEDS, "--deck", "52")
+    assert status == EXIT_OK, out
+    status, out, _ = run(capsys, "--client-seed", COMBINED, "--client-seeds", "lucky7,b0b", "--deck", "52")
+    assert status == EXIT_CHECK_FAILED
+    assert "FAIL  client_seed  the 2 client seeds combine into " in out
+    assert f"but the round used {COMBINED}" in out
+
+
+def test_sealed_envelope_opens_and_matches(capsys: pytest.CaptureFixture[str]) -> None:
+    status, out, _ = run(capsys, "--envelope", "1000:5:1", "--sealed-envelope", _sealed_e1())
+    assert status == EXIT_OK, out
+    assert "ok    sealed_envelope  opens with the revealed seed and matches the derived envelope record" in out
+
+
+def test_sealed_deck_opens_and_matches_then_tampering_fails(capsys: pytest.CaptureFixture[str]) -> None:
+    cards = [c.code for c in fair.shuffle(bytes(range(32)), "round-0001", COMBINED, 52)]
+    args = ("--client-seeds", CLIENT_SEEDS, "--deck", "52", "--dealt", COMBINED_TOP)
+    status, out, _ = run(capsys, *args, "--sealed-deck", _sealed_deck(cards))
+    assert status == EXIT_OK, out
+    assert "ok    sealed_deck" in out
+    swapped = [cards[5], *cards[1:5], cards[0], *cards[6:]]
+    status, out, _ = run(capsys, *args, "--sealed-deck", _sealed_deck(swapped))
+    assert status == EXIT_CHECK_FAILED
+    assert "FAIL  sealed_deck  the sealed record differs from the derived deal in: cards" in out
+    nonce, ciphertext = _sealed_deck(cards).split(":")
+    altered = f"{nonce}:{ciphertext[:-2]}{int(ciphertext[-2:], 16) ^ 1:02x}"
+    status, out, _ = run(capsys, *args, "--sealed-deck", altered)
+    assert status == EXIT_CHECK_FAILED
+    assert "FAIL  sealed_deck  the sealed deck record of round 'round-0001' does not open with this seed" in out
+
+
+def test_sealed_record_does_not_open_with_another_seed(capsys: pytest.CaptureFixture[str]) -> None:
+    other = "01" + SEED_A[2:]
+    status = main(
+        [
+            *("--commitment", COMMIT_A, "--seed", other, "--round", "round-0001"),
+            *("--envelope", "1000:5:1", "--sealed-envelope", _sealed_e1()),
+        ]
+    )
+    out = capsys.readouterr().out
+    assert status == EXIT_CHECK_FAILED
+    assert "FAIL  sealed_envelope  the sealed envelope record of round 'round-0001' does not open" in out
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["--client-seeds", "ok,bad!"], "character 3 is U+0021"),
+        (["--client-seeds", "x" * 65], "at most 64 characters, got 65"),
+        (["--sealed-deck", "00:00"], "--sealed-deck needs --deck"),
+        (["--sealed-envelope", "00:00"], "--sealed-envelope needs --envelope"),
+        (["--deck", "52", "--sealed-deck", "zz:00"], "--sealed-deck must be NONCE_HEX:CIPHERTEXT_HEX"),
+        (["--deck", "52", "--sealed-deck", "00" * 12], "with a 12-byte nonce"),
+        (["--deck", "52", "--sealed-deck", "00" * 11 + ":00"], "with a 12-byte nonce"),
+    ],
+)
+def test_bad_client_seeds_and_sealed_input_exit_2(
+    capsys: pytest.CaptureFixture[str], args: list[str], message: str
+) -> None:
+    status, out, err = run(capsys, *args)
+    assert status == EXIT_BAD_INPUT
+    assert message in err
+    assert out == ""
