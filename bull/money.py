@@ -48,6 +48,7 @@ class TransferKind(StrEnum):
     JACKPOT_CONTRIBUTION = "jackpot_contribution"
     JACKPOT_PAYOUT = "jackpot_payout"
     JACKPOT_STAKE = "jackpot_stake"
+    JACKPOT_SEED = "jackpot_seed"  # Bai Buu: the house funds the pool's seed / reset amount
     FEE = "fee"
     # Red-envelope bull: the dealer's three per-round fees, one transfer each to FEES.
     DEALER_FEE = "dealer_fee"

@@ -98,17 +98,19 @@ def settle_vectorised(
     rebate = stake_minor * config.rebate_bps // bps
 
     pay = stake_minor * mult[dealer]  # (rounds, 1), broadcast over players
-    dealer_kept = pay * (bps - config.dealer_commission_bps) // bps
+    if config.dealer_commission_base == "win":
+        dealer_kept = pay * (bps - config.dealer_commission_bps) // bps
+    else:
+        dealer_kept = (pay * bps - stake_minor * config.dealer_commission_bps) // bps
     pool = np.iinfo(np.int64).max // 4 if dealer_pool_minor is None else dealer_pool_minor
     budget = pool + (lose * dealer_kept).sum(axis=1)
 
-    gross = stake_minor * mult[players] * win
+    full = stake_minor * mult[players] * win
     # Strongest winner first, equal hands in bet order: a stable sort on -key (non-winners last).
     order = np.argsort(np.where(win, -k_p, 1), axis=1, kind="stable")
-    paid_sorted = np.cumsum(np.take_along_axis(gross, order, axis=1), axis=1) <= budget[:, None]
-    paid = np.zeros_like(win)
-    np.put_along_axis(paid, order, paid_sorted, axis=1)
-    paid &= win
+    gross = _pay_winners(np.take_along_axis(full, order, axis=1), budget, config.drink_water)
+    gross = _unsort(gross, order)
+    paid = win & (gross > 0)
     drink = win & ~paid
 
     player_kept = gross * (bps - config.player_commission_bps) // bps
@@ -117,6 +119,28 @@ def settle_vectorised(
     player_net[void] = 0
     dealer_net[void] = 0
     return RoundNets(amounts, player_net, dealer_net, void, drink & ~void[:, None], immune & ~void[:, None])
+
+
+def _pay_winners(owed: IntArray, budget: IntArray, rule: str) -> IntArray:
+    """What each winner is paid, columns strongest first, under the ``drink_water`` rule (0 = 喝水)."""
+    paid = np.zeros_like(owed)
+    left = budget.copy()
+    stopped = np.zeros(len(owed), dtype=bool)
+    for column in range(owed.shape[1]):
+        want = owed[:, column]
+        short = want > left
+        pay = np.where(stopped, 0, np.where(short, left if rule == "partial" else 0, want))
+        if rule != "skip":
+            stopped |= short
+        paid[:, column] = pay
+        left -= pay
+    return paid
+
+
+def _unsort(values: IntArray, order: IntArray) -> IntArray:
+    out = np.zeros_like(values)
+    np.put_along_axis(out, order, values, axis=1)
+    return out
 
 
 @dataclass(frozen=True, slots=True)
@@ -132,6 +156,7 @@ class Estimate:
     immune_rate: float
     dealer_return: float  # dealer's mean net per round, per unit of the total stake against him
     house_take: float  # commission + fees - rebates, per unit staked
+    variance: float = 0.0  # of one live bet's net result per unit staked
 
 
 def _ratio_ci(numerators: npt.NDArray[np.float64], denominators: npt.NDArray[np.float64]) -> tuple[float, float]:
@@ -172,7 +197,7 @@ def simulate(
     players = participants - 1
     player_sums: list[npt.NDArray[np.float64]] = []
     live_bets: list[npt.NDArray[np.float64]] = []
-    dealer_total = 0.0
+    dealer_total = square_total = 0.0
     voids = drinks = immunes = 0
     done = 0
     while done < rounds:
@@ -184,6 +209,7 @@ def simulate(
             columns = [dealer_column, *(c for c in range(participants) if c != dealer_column)]
             nets = settle_vectorised(split[:, columns], stake_minor, dealer_pool_minor, config)
             player_sum += nets.player_net.sum(axis=1) / stake_minor
+            square_total += float(np.square(nets.player_net / stake_minor).sum())
             live += players * ~nets.void
             dealer_total += float(nets.dealer_net.sum()) / stake_minor
             voids += int(nets.void.sum())
@@ -198,6 +224,7 @@ def simulate(
     net_rate, half = _ratio_ci(np.concatenate(player_sums), live_all)
     rtp = 1 + net_rate
     dealer_return = dealer_total / float(live_all.sum())
+    second_moment = square_total / float(live_all.sum())  # void settlements add 0 to the sum
     return Estimate(
         participants=participants,
         rounds=rounds,
@@ -208,7 +235,20 @@ def simulate(
         immune_rate=immunes / float(live_all.sum()),
         dealer_return=dealer_return,
         house_take=-net_rate - dealer_return,
+        variance=second_moment - net_rate * net_rate,
     )
+
+
+def exact_two_player_moments(config: re_.RedEnvelopeConfig, stake_minor: int = 1000) -> tuple[Fraction, Fraction]:
+    """(RTP, variance of the net per unit staked), exact, two participants and an unlimited pool."""
+    total = config.envelope_total_minor
+    amounts = np.array([[d, total - d] for d in range(2, total)], dtype=np.int64)
+    nets = settle_vectorised(amounts, stake_minor, None, config)
+    values = [int(v) for v in nets.player_net[:, 0]]
+    n = len(values) * stake_minor
+    mean = Fraction(sum(values), n)
+    second = Fraction(sum(v * v for v in values), n * stake_minor)
+    return 1 + mean, second - mean * mean
 
 
 def exact_two_player_rtp(config: re_.RedEnvelopeConfig, stake_minor: int = 1000) -> Fraction:

@@ -23,7 +23,16 @@ Money (everything in integer minor units):
   to ``JACKPOT_POOL``, the rest to ``HOUSE``. Three of a kind and a four-card
   flush are paid from the house at ``jackpot.pay.*`` *for 1* (the figure
   includes the stake: 50 for 1 on 1.00 nets +49.00, as in the seed's example).
-  Four of a kind wins the progressive pool.
+  Four of a kind wins the progressive pool, split among the winning jackpot bets
+  (``jackpot.split`` = ``bets``: equal per winning bet, which is pro rata to stake
+  since every jackpot bet has the same fixed stake; ``hands``: equally between the
+  hands holding four of a kind, then between the bets on each hand, a share of an
+  unbet hand staying in the pool). With ``jackpot.four_of_a_kind_floor`` (default)
+  a winning bet never gets less than the three-of-a-kind prize: the house pays the
+  difference. The house keeps the pool at ``jackpot.seed_minor`` or more at the
+  start of a round with jackpot bets and tops it back up to ``jackpot.reset_minor``
+  after a round paid it out, each time with a ``JACKPOT_SEED`` transfer
+  (``HOUSE`` -> ``JACKPOT_POOL``, no bet id) in the round's settlement.
 
 Rounding: every amount owed to a bettor is rounded down (toward the house) and
 the fraction left behind is recorded in ``Settlement.remainders`` under the bet
@@ -41,8 +50,10 @@ from fractions import Fraction
 from bull import money
 from bull.cards import DECK_52, Card, CardError, check_distinct
 from bull.rules._config import (
+    ConfigError,
     Settings,
     as_bool,
+    as_choice,
     as_fraction,
     as_int,
     check_keys,
@@ -95,11 +106,24 @@ class BaiBuuConfig:
     jackpot_pay_three_of_a_kind: Fraction = Fraction(50)
     jackpot_pay_flush: Fraction = Fraction(20)
     jackpot_pool_share_bps: int = 1000
+    jackpot_seed_minor: int = 0
+    jackpot_reset_minor: int = 0
+    jackpot_split: str = "bets"  # JACKPOT_SPLITS
+    jackpot_four_of_a_kind_floor: bool = True
+
+    def __post_init__(self) -> None:
+        if self.jackpot_split not in JACKPOT_SPLITS:
+            raise ConfigError("jackpot.split", f"expected one of {', '.join(JACKPOT_SPLITS)}")
 
     @property
     def profit_ratio(self) -> Fraction:
         return self.odds - 1
 
+
+# "bets": the pool is split equally among the winning jackpot bets (the seed's "if more than one
+# winning ... it will be split" read as winning bets); "hands": equally among the hands holding four
+# of a kind, then among the bets on each hand (an unbet hand's share stays in the pool).
+JACKPOT_SPLITS = ("bets", "hands")
 
 DEFAULT_CONFIG = BaiBuuConfig()
 
@@ -111,6 +135,10 @@ CONFIG_KEYS = (
     "jackpot.pay.three_of_a_kind",
     "jackpot.pay.flush",
     "jackpot.pool_share_bps",
+    "jackpot.seed_minor",
+    "jackpot.reset_minor",
+    "jackpot.split",
+    "jackpot.four_of_a_kind_floor",
 )
 
 
@@ -126,6 +154,8 @@ def load_config(settings: Settings | None = None) -> BaiBuuConfig:
     def integer(key: str, default: int, low: int, high: int) -> int:
         return as_int(key, flat[key], low=low, high=high) if key in flat else default
 
+    seed = integer("jackpot.seed_minor", base.jackpot_seed_minor, 0, 10**12)
+    floor_key = "jackpot.four_of_a_kind_floor"
     return BaiBuuConfig(
         odds=frac("odds", base.odds, Fraction(1)),
         half_prize=as_bool("half_prize", flat["half_prize"]) if "half_prize" in flat else base.half_prize,
@@ -134,6 +164,15 @@ def load_config(settings: Settings | None = None) -> BaiBuuConfig:
         jackpot_pay_three_of_a_kind=frac("jackpot.pay.three_of_a_kind", base.jackpot_pay_three_of_a_kind, Fraction(0)),
         jackpot_pay_flush=frac("jackpot.pay.flush", base.jackpot_pay_flush, Fraction(0)),
         jackpot_pool_share_bps=integer("jackpot.pool_share_bps", base.jackpot_pool_share_bps, 0, money.BPS_DENOMINATOR),
+        jackpot_seed_minor=seed,
+        # Unset, the reset amount is the seed amount.
+        jackpot_reset_minor=integer("jackpot.reset_minor", seed, 0, 10**12),
+        jackpot_split=as_choice("jackpot.split", flat["jackpot.split"], JACKPOT_SPLITS)
+        if "jackpot.split" in flat
+        else base.jackpot_split,
+        jackpot_four_of_a_kind_floor=as_bool(floor_key, flat[floor_key])
+        if floor_key in flat
+        else base.jackpot_four_of_a_kind_floor,
     )
 
 
@@ -147,6 +186,10 @@ def config_settings(config: BaiBuuConfig) -> dict[str, str]:
         "jackpot.pay.three_of_a_kind": str(config.jackpot_pay_three_of_a_kind),
         "jackpot.pay.flush": str(config.jackpot_pay_flush),
         "jackpot.pool_share_bps": str(config.jackpot_pool_share_bps),
+        "jackpot.seed_minor": str(config.jackpot_seed_minor),
+        "jackpot.reset_minor": str(config.jackpot_reset_minor),
+        "jackpot.split": config.jackpot_split,
+        "jackpot.four_of_a_kind_floor": str(config.jackpot_four_of_a_kind_floor).lower(),
     }
 
 
@@ -478,30 +521,55 @@ def _jackpot_seat(area: str) -> str:
     return area.removeprefix("jackpot_")
 
 
+def four_of_a_kind_floor_minor(stake_minor: int, config: BaiBuuConfig) -> int:
+    """The least a winning four-of-a-kind bet is paid: the three-of-a-kind prize (0 with the floor off)."""
+    if not config.jackpot_four_of_a_kind_floor:
+        return 0
+    pay = config.jackpot_pay_three_of_a_kind
+    return stake_minor * pay.numerator // pay.denominator
+
+
 def _settle_jackpots(
     book: _Book, deal_: Deal, jackpot_bets: Sequence[Bet], pool_minor: int, config: BaiBuuConfig
-) -> None:
+) -> int:
+    """Pay the jackpot bets; returns what was paid out of the pool."""
     pay_table = {"three_of_a_kind": config.jackpot_pay_three_of_a_kind, "flush": config.jackpot_pay_flush}
     pool_hands = [seat for seat in SEATS if deal_.hand(seat).special is Special.FOUR_OF_A_KIND]
     bets_on = Counter(_jackpot_seat(bet.area) for bet in jackpot_bets)
+    winners = [bet for bet in jackpot_bets if deal_.hand(_jackpot_seat(bet.area)).jackpot == "four_of_a_kind"]
+    from_pool = 0
     for bet in jackpot_bets:
         category = deal_.hand(_jackpot_seat(bet.area)).jackpot
         if category == "four_of_a_kind":
-            # The pool is split equally between the hands holding four of a kind, then
-            # between the bets on each hand; what integer division leaves stays in the pool.
-            denominator = len(pool_hands) * bets_on[_jackpot_seat(bet.area)]
-            payout, rest = money.floor_div_toward_house(pool_minor, denominator)
-            source = money.JACKPOT_POOL
+            if config.jackpot_split == "bets":
+                denominator = len(winners)
+            else:
+                denominator = len(pool_hands) * bets_on[_jackpot_seat(bet.area)]
+            # What integer division leaves stays in the pool.
+            share, rest = money.floor_div_toward_house(pool_minor, denominator)
+            top_up = max(0, four_of_a_kind_floor_minor(bet.stake_minor, config) - share)
+            book.move(money.JACKPOT_POOL, bet.player, share, money.TransferKind.JACKPOT_PAYOUT, bet)
+            book.move(money.HOUSE, bet.player, top_up, money.TransferKind.JACKPOT_PAYOUT, bet)
+            book.remainder(bet, rest, denominator)
+            from_pool += share
+            payout = share + top_up
         elif category is not None:
             pay = pay_table[category]
             payout, rest = money.floor_div_toward_house(bet.stake_minor * pay.numerator, pay.denominator)
-            denominator, source = pay.denominator, money.HOUSE
+            book.move(money.HOUSE, bet.player, payout, money.TransferKind.JACKPOT_PAYOUT, bet)
+            book.remainder(bet, rest, pay.denominator)
         else:
             book.result(bet, money.Outcome.LOSS, -bet.stake_minor)
             continue
-        book.move(source, bet.player, payout, money.TransferKind.JACKPOT_PAYOUT, bet)
-        book.remainder(bet, rest, denominator)
         book.result(bet, money.Outcome.WIN if payout > 0 else money.Outcome.LOSS, payout - bet.stake_minor)
+    return from_pool
+
+
+def _fund_pool(book: _Book, amount_minor: int) -> None:
+    if amount_minor > 0:
+        book.transfers.append(
+            money.Transfer(money.HOUSE, money.JACKPOT_POOL, amount_minor, money.TransferKind.JACKPOT_SEED)
+        )
 
 
 def settle(
@@ -515,8 +583,10 @@ def settle(
 
     ``bets`` are ``banker_0k``/``player_0k`` bets, ``jackpot_bets`` the jackpot side
     bets; ``pool_balance_minor`` is the ``JACKPOT_POOL`` balance before the round.
-    This round's contributions join the pool before it is paid out, so a four of
-    a kind wins ``pool_balance_minor`` plus them (see :func:`pool_after`).
+    In a round with jackpot bets the house first tops the pool up to
+    ``jackpot.seed_minor``; this round's contributions join it before it is paid
+    out, so a four of a kind wins ``pool_balance_minor`` plus both (see
+    :func:`pool_after`); after a payout the house tops it up to ``jackpot.reset_minor``.
     """
     if type(pool_balance_minor) is not int or pool_balance_minor < 0:
         raise BetError(f"pool balance must be a non-negative integer, not {pool_balance_minor!r}")
@@ -534,8 +604,13 @@ def settle(
     book = _Book()
     for bet in bets:
         _settle_main(book, deal_, bet, config)
-    pool = pool_balance_minor + _collect_jackpot_stakes(book, jackpot_bets, config)
-    _settle_jackpots(book, deal_, jackpot_bets, pool, config)
+    if jackpot_bets:
+        seed = max(0, config.jackpot_seed_minor - pool_balance_minor)
+        _fund_pool(book, seed)
+        pool = pool_balance_minor + seed + _collect_jackpot_stakes(book, jackpot_bets, config)
+        paid = _settle_jackpots(book, deal_, jackpot_bets, pool, config)
+        if paid > 0:
+            _fund_pool(book, max(0, config.jackpot_reset_minor - (pool - paid)))
     return money.Settlement(tuple(book.results), tuple(book.transfers), tuple(book.remainders)).check()
 
 

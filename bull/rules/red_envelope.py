@@ -18,10 +18,16 @@ Settlement of one round (everything in integer minor units):
    lose more than the pool (interpretation: the seed caps the payout at "dealer
    pool plus the losers' stakes" and also takes 5% of what the dealer wins). Winners
    are paid ``stake x own multiplier`` strongest hand first (equal hands in bet
-   order) while the rest of the budget covers a full payment; from the first winner
-   it cannot cover on, every winner drinks water (喝水, ``DRINK_WATER``, stake back).
+   order). ``drink_water`` says what happens to the first winner the rest of the
+   budget cannot fully pay: ``stop`` (the seed's words, default): it and every
+   weaker winner drink water (喝水, ``DRINK_WATER``, stake back); ``skip``: it
+   drinks water but weaker winners the rest still covers are paid; ``partial``:
+   it is paid what is left (a ``WIN`` for less), every weaker winner drinks water.
 4. Commission (``commission.dealer_bps`` / ``commission.player_bps``) is taken
-   from what the dealer wins from each loser and from each paid winner's winnings;
+   on the dealer's side from each loser's stake (``commission.dealer_base`` =
+   ``stake``, the seed's literal words, default) or from what the dealer wins from
+   that loser, stake x the dealer's multiplier (``win``), and from each paid
+   winner's winnings;
    a rebate (``rebate_bps`` of the stake, from ``REBATE_EXPENSE``) goes to every bet
    settled as a plain win or loss. The dealer pays ``fees.dealer_minor``,
    ``fees.service_minor`` and ``fees.envelope_minor`` to ``FEES``, one transfer each.
@@ -41,7 +47,7 @@ from itertools import pairwise
 
 from bull import money
 from bull.cards import CardError
-from bull.rules._config import Settings, as_int, check_keys
+from bull.rules._config import ConfigError, Settings, as_choice, as_int, check_keys
 
 VARIANT_ID = "red_envelope_bull"
 
@@ -201,6 +207,14 @@ class RedEnvelopeConfig:
     service_fee_minor: int = 0
     envelope_fee_minor: int = 0
     envelope_total_minor: int = 1000  # what the rng service is asked to split (reports use it too)
+    dealer_commission_base: str = "stake"  # DEALER_COMMISSION_BASES: what the dealer-side bps apply to
+    drink_water: str = "stop"  # DRINK_WATER_RULES: the first winner the budget cannot fully pay, and after
+
+    def __post_init__(self) -> None:
+        if self.dealer_commission_base not in DEALER_COMMISSION_BASES:
+            raise ConfigError("commission.dealer_base", f"expected one of {', '.join(DEALER_COMMISSION_BASES)}")
+        if self.drink_water not in DRINK_WATER_RULES:
+            raise ConfigError("drink_water", f"expected one of {', '.join(DRINK_WATER_RULES)}")
 
     def multiplier(self, category: str) -> int:
         return dict(self.multipliers)[category]
@@ -214,6 +228,12 @@ class RedEnvelopeConfig:
         return self.dealer_fee_minor + self.service_fee_minor + self.envelope_fee_minor
 
 
+# "stake": the seed's "the platform takes a 5% cut from that stake"; "win": 5% of stake x dealer multiplier.
+DEALER_COMMISSION_BASES = ("stake", "win")
+# "stop": the seed's 喝水 (the rest drink water from the first winner not fully covered); "skip": weaker
+# winners the rest still covers are paid; "partial": the first winner not covered gets what is left.
+DRINK_WATER_RULES = ("stop", "skip", "partial")
+
 DEFAULT_CONFIG = RedEnvelopeConfig()
 
 _SCALARS = {
@@ -225,7 +245,11 @@ _SCALARS = {
     "fees.envelope_minor": ("envelope_fee_minor", 0, 10**12),
     "envelope.total_minor": ("envelope_total_minor", 2, 10**9),
 }
-CONFIG_KEYS = tuple(f"multipliers.{c}" for c in CATEGORIES) + tuple(_SCALARS)
+_CHOICES = {
+    "commission.dealer_base": ("dealer_commission_base", DEALER_COMMISSION_BASES),
+    "drink_water": ("drink_water", DRINK_WATER_RULES),
+}
+CONFIG_KEYS = tuple(f"multipliers.{c}" for c in CATEGORIES) + tuple(_SCALARS) + tuple(_CHOICES)
 MAX_MULTIPLIER = 10_000
 
 
@@ -241,16 +265,35 @@ def load_config(settings: Settings | None = None) -> RedEnvelopeConfig:
         )
         for c, m in DEFAULT_MULTIPLIERS.items()
     )
-    scalars = {
-        name: as_int(key, flat[key], low=low, high=high) for key, (name, low, high) in _SCALARS.items() if key in flat
-    }
-    return RedEnvelopeConfig(multipliers=multipliers, **scalars)
+    base = DEFAULT_CONFIG
+
+    def number(key: str) -> int:
+        name, low, high = _SCALARS[key]
+        return as_int(key, flat[key], low=low, high=high) if key in flat else int(getattr(base, name))
+
+    def choice(key: str) -> str:
+        name, options = _CHOICES[key]
+        return as_choice(key, flat[key], options) if key in flat else str(getattr(base, name))
+
+    return RedEnvelopeConfig(
+        multipliers=multipliers,
+        dealer_commission_bps=number("commission.dealer_bps"),
+        player_commission_bps=number("commission.player_bps"),
+        rebate_bps=number("rebate_bps"),
+        dealer_fee_minor=number("fees.dealer_minor"),
+        service_fee_minor=number("fees.service_minor"),
+        envelope_fee_minor=number("fees.envelope_minor"),
+        envelope_total_minor=number("envelope.total_minor"),
+        dealer_commission_base=choice("commission.dealer_base"),
+        drink_water=choice("drink_water"),
+    )
 
 
 def config_settings(config: RedEnvelopeConfig) -> dict[str, str]:
     """The dotted-key form of a config (round-trips through :func:`load_config`)."""
     out = {f"multipliers.{c}": str(m) for c, m in config.multipliers}
     out.update({key: str(getattr(config, name)) for key, (name, _, _) in _SCALARS.items()})
+    out.update({key: str(getattr(config, name)) for key, (name, _) in _CHOICES.items()})
     return out
 
 
@@ -312,6 +355,19 @@ def keep_after_bps(amount_minor: int, bps: int) -> tuple[int, int]:
     return money.floor_div_toward_house(amount_minor * (money.BPS_DENOMINATOR - bps), money.BPS_DENOMINATOR)
 
 
+def dealer_keeps(stake_minor: int, pay_minor: int, config: RedEnvelopeConfig) -> tuple[int, int]:
+    """What the dealer keeps of a loser's ``pay_minor`` after the dealer-side commission, rounded down.
+
+    Returns (kept, remainder numerator over ``BPS_DENOMINATOR``). The commission is
+    ``commission.dealer_bps`` of the stake (base ``stake``) or of the whole payment
+    (base ``win``); it never exceeds the payment, since every multiplier is at least 1.
+    """
+    if config.dealer_commission_base == "win":
+        return keep_after_bps(pay_minor, config.dealer_commission_bps)
+    cut = stake_minor * config.dealer_commission_bps
+    return money.floor_div_toward_house(pay_minor * money.BPS_DENOMINATOR - cut, money.BPS_DENOMINATOR)
+
+
 @dataclass(slots=True)
 class _Book:
     """Mutable scratch space while one settlement is assembled (never escapes ``settle``)."""
@@ -367,7 +423,7 @@ def settle(rnd: EnvelopeRound, config: RedEnvelopeConfig = DEFAULT_CONFIG) -> mo
             book.result(bet, money.Outcome.IMMUNE, 0)
         else:
             pay = bet.stake_minor * dealer_multiplier
-            kept, rest = keep_after_bps(pay, config.dealer_commission_bps)
+            kept, rest = dealer_keeps(bet.stake_minor, pay, config)
             book.move(bet.player, rnd.dealer, pay, money.TransferKind.LOSS, bet.bet_id)
             book.move(rnd.dealer, money.COMMISSION_REVENUE, pay - kept, money.TransferKind.COMMISSION, bet.bet_id)
             book.remainder(bet.bet_id, rest, money.BPS_DENOMINATOR)
@@ -375,11 +431,15 @@ def settle(rnd: EnvelopeRound, config: RedEnvelopeConfig = DEFAULT_CONFIG) -> mo
             budget += kept
 
     # sorted() is stable with reverse=True: equal hands keep bet order.
-    drinking = False
+    stopped = False
     for bet in sorted(winners, key=_strength, reverse=True):
         gross = bet.stake_minor * config.multiplier(evaluate(bet.amount_minor).category)
-        drinking = drinking or gross > budget
-        if drinking:
+        if gross > budget and not stopped:
+            stopped = config.drink_water != "skip"
+            gross = budget if config.drink_water == "partial" else 0
+        elif stopped:
+            gross = 0
+        if gross == 0:
             book.result(bet, money.Outcome.DRINK_WATER, 0)
             continue
         budget -= gross

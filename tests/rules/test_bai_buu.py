@@ -275,8 +275,14 @@ def test_jackpot_flush_and_three_of_a_kind_pay_from_the_house() -> None:
     assert bai_buu.pool_after(s, 5_000) == 5_030
 
 
-def test_four_of_a_kind_splits_the_pool_between_hands_then_bets() -> None:
-    deal = table("9S 9H 9C 9D", "2S 2H 2C 2D", "3S 4H 8C JD", "QS QH KC 7C")
+BY_HANDS = bai_buu.load_config({"jackpot.split": "hands"})
+NO_FLOOR = {"jackpot.four_of_a_kind_floor": "false"}
+QUADS = ("9S 9H 9C 9D", "2S 2H 2C 2D", "3S 4H 8C JD", "QS QH KC 7C")  # banker and player 01 hold four
+
+
+def test_four_of_a_kind_split_hands_then_bets() -> None:
+    """``jackpot.split=hands``: equally between the hands holding four of a kind, then the bets on each."""
+    deal = table(*QUADS)
     jackpots = [
         bai_buu.Bet("a", "u", "jackpot_banker", JACKPOT),
         bai_buu.Bet("b", "v", "jackpot_player_01", JACKPOT),
@@ -284,7 +290,7 @@ def test_four_of_a_kind_splits_the_pool_between_hands_then_bets() -> None:
         bai_buu.Bet("d", "x", "jackpot_player_02", JACKPOT),
     ]
     pool = 100_001 - 40  # plus this round's four contributions of 10: 100 001
-    s = bai_buu.settle(deal, [], jackpots, pool)
+    s = bai_buu.settle(deal, [], jackpots, pool, BY_HANDS)
     nets = _nets(s)
     assert nets["a"] == 50_000 - 100  # half the pool (100 001 // 2)
     assert nets["b"] == nets["c"] == 25_000 - 100  # the other half, between two bets
@@ -295,11 +301,65 @@ def test_four_of_a_kind_splits_the_pool_between_hands_then_bets() -> None:
     assert {t.payer for t in payouts} == {money.JACKPOT_POOL}
 
 
-def test_unbet_four_of_a_kind_keeps_its_share_in_the_pool() -> None:
-    deal = table("9S 9H 9C 9D", "2S 2H 2C 2D", "3S 4H 8C JD", "QS QH KC 7C")
-    s = bai_buu.settle(deal, [], [bai_buu.Bet("a", "u", "jackpot_banker", JACKPOT)], 990)
-    assert _nets(s) == {"a": 500 - 100}
-    assert bai_buu.pool_after(s, 990) == 500
+def test_four_of_a_kind_split_among_winning_bets_by_default() -> None:
+    """Issue 21 (3): the pool is split among the winning bets, equally (= pro rata: the stake is fixed)."""
+    deal = table(*QUADS)
+    jackpots = [
+        bai_buu.Bet("a", "u", "jackpot_banker", JACKPOT),
+        bai_buu.Bet("b", "v", "jackpot_player_01", JACKPOT),
+        bai_buu.Bet("c", "w", "jackpot_player_01", JACKPOT),
+        bai_buu.Bet("d", "x", "jackpot_player_02", JACKPOT),
+    ]
+    pool = 100_001 - 40
+    s = bai_buu.settle(deal, [], jackpots, pool)
+    nets = _nets(s)
+    assert nets["a"] == nets["b"] == nets["c"] == 33_333 - 100 and nets["d"] == -100
+    assert bai_buu.pool_after(s, pool) == 2
+    assert sorted(s.remainders) == [("a", 2, 3), ("b", 2, 3), ("c", 2, 3)]
+
+
+def test_a_sole_winning_bet_takes_the_whole_pool() -> None:
+    """Issue 21 (3): the unbet player 01's four of a kind no longer keeps half of the pool back."""
+    deal = table(*QUADS)
+    one = [bai_buu.Bet("a", "u", "jackpot_banker", JACKPOT)]
+    s = bai_buu.settle(deal, [], one, 99_990)
+    assert _nets(s) == {"a": 100_000 - 100}
+    assert bai_buu.pool_after(s, 99_990) == 0
+    by_hands = bai_buu.settle(deal, [], one, 99_990, BY_HANDS)
+    assert _nets(by_hands) == {"a": 50_000 - 100}
+    assert bai_buu.pool_after(by_hands, 99_990) == 50_000
+
+
+def test_four_of_a_kind_never_pays_less_than_three_of_a_kind() -> None:
+    """Issue 21 (2): with an empty pool a four of a kind nets +49.00 (the floor), not -0.90."""
+    deal = table(*QUADS)
+    one = [bai_buu.Bet("a", "u", "jackpot_banker", JACKPOT)]
+    s = bai_buu.settle(deal, [], one, 0)
+    assert _nets(s) == {"a": 5_000 - 100}
+    moves = sorted((t.payer, t.amount_minor) for t in s.transfers if t.kind is money.TransferKind.JACKPOT_PAYOUT)
+    assert moves == [(money.HOUSE, 4_990), (money.JACKPOT_POOL, 10)]  # the pool's 0.10, the house the rest
+    no_floor = bai_buu.settle(deal, [], one, 0, bai_buu.load_config(NO_FLOOR))
+    assert _nets(no_floor) == {"a": 10 - 100}
+    assert bai_buu.four_of_a_kind_floor_minor(JACKPOT, bai_buu.DEFAULT_CONFIG) == 5_000
+
+
+def test_the_house_seeds_the_pool_and_resets_it_after_a_hit() -> None:
+    """Issue 21 (2): seed and reset amounts, funded by the house with ``jackpot_seed`` transfers."""
+    config = bai_buu.load_config({"jackpot.seed_minor": 10_000, "jackpot.reset_minor": 20_000})
+    bet = [bai_buu.Bet("a", "u", "jackpot_banker", JACKPOT)]
+    quiet = bai_buu.settle(table("2S 5H 9C KH", "4S 6H 8C 9D", "2H 3S 8D JD", "QS QH KC 7C"), [], bet, 0, config)
+    seeds = [t for t in quiet.transfers if t.kind is money.TransferKind.JACKPOT_SEED]
+    assert [(t.payer, t.payee, t.amount_minor, t.bet_id) for t in seeds] == [
+        (money.HOUSE, money.JACKPOT_POOL, 10_000, None)
+    ]
+    assert bai_buu.pool_after(quiet, 0) == 10_010
+    hit = bai_buu.settle(table(*QUADS), [], bet, 12_000, config)  # above the seed: no top-up first
+    assert _nets(hit) == {"a": 12_010 - 100}
+    seeds = [t.amount_minor for t in hit.transfers if t.kind is money.TransferKind.JACKPOT_SEED]
+    assert seeds == [20_000]  # the pool is emptied, then restored to the reset amount
+    assert bai_buu.pool_after(hit, 12_000) == 20_000
+    assert bai_buu.load_config({"jackpot.seed_minor": 700}).jackpot_reset_minor == 700  # reset defaults to seed
+    assert bai_buu.settle(table(*QUADS), [], [], 0, config).transfers == ()  # no jackpot bets: no seeding
 
 
 def test_jackpot_stake_is_fixed() -> None:

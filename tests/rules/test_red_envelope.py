@@ -136,8 +136,9 @@ def test_win_and_loss_with_commission_and_rebate() -> None:
     # b loses x9 (the dealer's multiplier): -90.00 + 0.07 rebate
     assert results(s) == {"a": (Outcome.WIN, 11_407), "b": (Outcome.LOSS, -8_993)}
     net = s.net_by_party()
-    assert net["dealer"] == 9_000 - 450 - 12_000  # wins 90.00 less 5%, pays 120.00
-    assert net[money.COMMISSION_REVENUE] == 600 + 450
+    # The seed: "the platform takes a 5% cut from that stake": 5% of b's 10.00 stake, not of the 90.00.
+    assert net["dealer"] == 9_000 - 50 - 12_000
+    assert net[money.COMMISSION_REVENUE] == 600 + 50
     assert net[money.REBATE_EXPENSE] == -14
     kinds = Counter(t.kind for t in s.transfers)
     assert kinds == {
@@ -146,6 +147,25 @@ def test_win_and_loss_with_commission_and_rebate() -> None:
         money.TransferKind.COMMISSION: 2,
         money.TransferKind.REBATE: 2,
     }
+
+
+WIN_BASE = re_.load_config({"commission.dealer_base": "win"})
+
+
+def test_dealer_commission_base_stake_or_win() -> None:
+    """Issue 21 (1): a 10.00 bet lost to a x12 Duizi costs the dealer 0.50 (stake) or 6.00 (win)."""
+    loser = [bet("b", "2.30")]
+    by_stake = settle("0.88", loser)
+    by_win = settle("0.88", loser, config=WIN_BASE)
+    assert results(by_stake) == results(by_win) == {"b": (Outcome.LOSS, -12_000 + 7)}
+    assert by_stake.net_by_party()[money.COMMISSION_REVENUE] == 50
+    assert by_win.net_by_party()[money.COMMISSION_REVENUE] == 600
+    assert re_.DEFAULT_CONFIG.dealer_commission_base == "stake"
+    # Rounding toward the house: 5% of a 3.33 stake is 0.1665, the dealer keeps 39.96 - 0.17.
+    odd = settle("0.88", [bet("b", "2.30", stake=333)])
+    assert odd.net_by_party()["dealer"] == 3_996 - 17
+    assert sorted(odd.remainders) == [("b", 3_310, 10_000), ("b", 3_500, 10_000)]  # rebate 2.331, commission
+    assert re_.load_config(re_.config_settings(WIN_BASE)) == WIN_BASE
 
 
 def test_tie_immune_and_void() -> None:
@@ -159,17 +179,54 @@ def test_tie_immune_and_void() -> None:
 
 def test_drink_water_strongest_first_and_stop_at_the_first_that_does_not_fit() -> None:
     bets = [bet("niu", "4.51"), bet("baozi", "1.11"), bet("loser", "1.30")]  # dealer 2.30: x5
-    # loser pays 50.00, the dealer keeps 47.50 of it. Budget = pool + 47.50.
-    s = settle("2.30", bets, pool=6_000)  # 107.50: baozi (180.00) cannot be paid, so nobody after it is
+    # loser pays 50.00, the dealer keeps 47.50 of it (base win). Budget = pool + 47.50.
+    s = settle("2.30", bets, pool=6_000, config=WIN_BASE)  # 107.50: baozi (180.00) cannot be paid, nor niu
     assert results(s)["baozi"] == (Outcome.DRINK_WATER, 0)
     assert results(s)["niu"] == (Outcome.DRINK_WATER, 0)
     assert results(s)["loser"] == (Outcome.LOSS, -5_000 + 7)
-    s = settle("2.30", bets, pool=14_000)  # 187.50: baozi paid 180.00, 7.50 left < 100.00 for niu
+    s = settle("2.30", bets, pool=14_000, config=WIN_BASE)  # 187.50: baozi paid 180.00, 7.50 left < 100.00
     assert results(s)["baozi"] == (Outcome.WIN, 18_000 - 900 + 7)
     assert results(s)["niu"] == (Outcome.DRINK_WATER, 0)
-    s = settle("2.30", bets, pool=23_500)  # 282.50: both paid
+    s = settle("2.30", bets, pool=23_500, config=WIN_BASE)  # 282.50: both paid
     assert results(s)["niu"] == (Outcome.WIN, 10_000 - 500 + 7)
     assert s.net_by_party()["dealer"] == 4_750 - 28_000
+    # Base stake: the dealer keeps 49.50 of the 50.00, so the budget is pool + 49.50.
+    s = settle("2.30", bets, pool=23_050)  # 280.00 exactly: both paid
+    assert results(s)["niu"] == (Outcome.WIN, 10_000 - 500 + 7)
+
+
+def test_drink_water_all_or_nothing_and_the_two_alternatives() -> None:
+    """Issue 21 (6): a winner owed 180.00 against 179.99 of budget; a weaker winner the rest would cover."""
+    bets = [bet("baozi", "1.11"), bet("two", "1.10")]  # dealer 2.45 (1 point, x1): baozi x18, 1.10 x2
+    stop = settle("2.45", bets, pool=17_999)
+    assert results(stop) == {"baozi": (Outcome.DRINK_WATER, 0), "two": (Outcome.DRINK_WATER, 0)}
+    assert stop.transfers == ()
+    skip = settle("2.45", bets, pool=17_999, config=re_.load_config({"drink_water": "skip"}))
+    assert results(skip) == {"baozi": (Outcome.DRINK_WATER, 0), "two": (Outcome.WIN, 2_000 - 100 + 7)}
+    partial = settle("2.45", bets, pool=17_999, config=re_.load_config({"drink_water": "partial"}))
+    # baozi gets all 179.99 (less 5%: keeps floor(170.9905) = 170.99), then the pool is empty: two drinks water.
+    assert results(partial) == {"baozi": (Outcome.WIN, 17_099 + 7), "two": (Outcome.DRINK_WATER, 0)}
+    assert partial.net_by_party()["dealer"] == -17_999
+    with pytest.raises(ConfigError) as info:
+        re_.load_config({"drink_water": "sometimes"})
+    assert info.value.key == "drink_water"
+
+
+@pytest.mark.parametrize("rule", re_.DRINK_WATER_RULES)
+@pytest.mark.parametrize("base", re_.DEALER_COMMISSION_BASES)
+def test_vectorised_settlement_matches_settle_for_every_rule(rule: str, base: str) -> None:
+    config = re_.load_config({"drink_water": rule, "commission.dealer_base": base})
+    rng = np.random.default_rng(7)
+    split = rm.double_mean_split(rng, 1000, 6, 400)
+    for pool in (0, 3_000, 20_000):
+        nets = rm.settle_vectorised(split, 1000, pool, config)
+        for row in range(len(split)):
+            if split[row, 0] == re_.VOID_AMOUNT_MINOR:
+                continue
+            bets = tuple(re_.EnvelopeBet(f"b{i}", f"p{i}", 1000, int(a)) for i, a in enumerate(split[row, 1:]))
+            s = re_.settle(re_.EnvelopeRound("dealer", pool, int(split[row, 0]), bets), config)
+            assert [b.net_minor for b in s.bets] == [int(v) for v in nets.player_net[row]]
+            assert [b.outcome is Outcome.DRINK_WATER for b in s.bets] == list(nets.drink_water[row])
 
 
 def test_equal_winners_are_paid_in_bet_order() -> None:
