@@ -18,6 +18,7 @@ from typing import Any
 import psycopg
 
 from backbone.db import run_ddl
+from backbone.eventstore import wait_for_appends
 from bull.accounts import OPENING_ACCOUNTS
 from services.wallet.domain import (
     AccountKind,
@@ -199,30 +200,56 @@ async def bump_version(conn: psycopg.AsyncConnection, name: str, version: int) -
     await conn.execute("UPDATE wallet_accounts SET version = %s WHERE account = %s", (version, name))
 
 
+_SAVE_MOVEMENTS = """
+WITH moved AS (
+    UPDATE wallet_accounts a SET available_minor = a.available_minor + d.available, held_minor = a.held_minor + d.held
+    FROM unnest(%(accounts)s::text[], %(available)s::bigint[], %(held)s::bigint[]) AS d (account, available, held)
+    WHERE a.account = d.account
+)
+INSERT INTO wallet_entries (account, movement_id, kind, source, available_delta, held_delta, round_id, hold_id, bet_id,
+                            occurred_at)
+SELECT e.account, e.movement_id, e.kind, %(source)s, e.available, e.held, e.round_id, e.hold_id, e.bet_id, %(now)s
+FROM unnest(%(e_account)s::text[], %(e_movement)s::text[], %(e_kind)s::text[], %(e_available)s::bigint[],
+            %(e_held)s::bigint[], %(e_round)s::text[], %(e_hold)s::text[], %(e_bet)s::text[])
+    WITH ORDINALITY AS e (account, movement_id, kind, available, held, round_id, hold_id, bet_id, n)
+ORDER BY e.n
+"""
+
+
 async def save_movements(
     conn: psycopg.AsyncConnection, movements: Sequence[Movement], source: str, now: datetime
 ) -> None:
-    """Apply the movements' net effect to the balances and write one entry per movement and account."""
+    """Apply the movements' net effect to the balances and write one entry per movement and account.
+
+    One statement: the balance updates and the entries (in movement order, so entry ids follow it).
+    """
     if not movements:
         return
-    async with conn.cursor() as cur:
-        await cur.executemany(
-            "UPDATE wallet_accounts SET available_minor = available_minor + %s, held_minor = held_minor + %s"
-            " WHERE account = %s",
-            [(d_available, d_held, name) for name, (d_available, d_held) in net_by_account(movements).items()],
-        )
-        rows: list[tuple[Any, ...]] = []
-        for m in movements:
-            for name, (d_available, d_held) in net_by_account([m]).items():
-                if d_available or d_held:
-                    rows.append(
-                        (name, m.movement_id, m.kind, source, d_available, d_held, m.round_id, m.hold_id, m.bet_id, now)
-                    )
-        await cur.executemany(
-            "INSERT INTO wallet_entries (account, movement_id, kind, source, available_delta, held_delta,"
-            " round_id, hold_id, bet_id, occurred_at) VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s, %s)",
-            rows,
-        )
+    net = net_by_account(movements)
+    rows: list[tuple[Any, ...]] = []
+    for m in movements:
+        for name, (d_available, d_held) in net_by_account([m]).items():
+            if d_available or d_held:
+                rows.append((name, m.movement_id, m.kind, d_available, d_held, m.round_id, m.hold_id, m.bet_id))
+    columns = list(zip(*rows, strict=True)) if rows else [()] * 8
+    await conn.execute(
+        _SAVE_MOVEMENTS,
+        {
+            "accounts": list(net),
+            "available": [d[0] for d in net.values()],
+            "held": [d[1] for d in net.values()],
+            "source": source,
+            "now": now,
+            **{
+                key: list(column)
+                for key, column in zip(
+                    ("e_account", "e_movement", "e_kind", "e_available", "e_held", "e_round", "e_hold", "e_bet"),
+                    columns,
+                    strict=True,
+                )
+            },
+        },
+    )
 
 
 async def balances_page(conn: psycopg.AsyncConnection, after: str, limit: int) -> list[AccountState]:
@@ -232,6 +259,16 @@ async def balances_page(conn: psycopg.AsyncConnection, after: str, limit: int) -
         (after, limit),
     )
     return [AccountState(r[0], AccountKind(r[1]), int(r[2]), int(r[3])) for r in await cur.fetchall()]
+
+
+async def hold_appends(conn: psycopg.AsyncConnection) -> None:
+    """In a READ COMMITTED transaction: wait for the appends in flight and hold new ones until it ends.
+
+    Appends do not serialize on a store-wide lock, so a snapshot taken while one is in
+    flight may miss an event with a smaller position than one it sees. Taken first, this
+    makes balances read afterwards exactly those of every event up to ``store_position``.
+    """
+    await wait_for_appends(conn)
 
 
 async def store_position(conn: psycopg.AsyncConnection) -> int:
