@@ -15,7 +15,7 @@ from niuniu.v1 import events_pb2
 from backbone import service
 from backbone.auth import DEVELOPMENT, ENV_MODE, development_mode
 from backbone.config import ConfigError
-from backbone.consumer import Handler
+from backbone.consumer import Handler, handling
 from backbone.db import run_ddl
 from backbone.service import ConsumerSpec, ServiceContext, ServiceSpec
 from services.rng.api import RngServicer
@@ -81,7 +81,7 @@ def round_closer(ctx: ServiceContext) -> Handler:
         if not await app.close_round(conn, payload.round_id, envelope.event_type, envelope.event_id):
             log.info("round closed event for an unknown or closed round", extra={"round_id": payload.round_id})
 
-    return handle
+    return handling(CLOSING_EVENTS, handle)  # the table's bet events are skipped without a transaction
 
 
 async def setup(conn: psycopg.AsyncConnection) -> None:

@@ -471,7 +471,7 @@ class WalletApp:
         limit = page_size(size)
         after = _decode_name_token(page_token)
         async with self._pool.connection() as conn, conn.transaction():
-            await conn.execute("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ")
+            await repo.hold_appends(conn)  # no append in flight: the page is exactly as of the position
             rows = await repo.balances_page(conn, after, limit)
             position = await repo.store_position(conn)
         token = _encode_name_token(rows[-1].account) if len(rows) == limit else ""

@@ -12,14 +12,14 @@ from niuniu.wallet.v1 import wallet_pb2, wallet_pb2_grpc
 
 from backbone import service
 from backbone.auth import Tokens
-from backbone.consumer import Handler
+from backbone.consumer import Handler, handling
 from backbone.eventstore import utc_now
 from backbone.grpcserver import BackgroundTask
 from backbone.service import ConsumerSpec, ServiceContext, ServiceSpec
 from services.wallet import repo
 from services.wallet.api import WalletServicer
 from services.wallet.app import WalletApp
-from services.wallet.settlement import make_handler
+from services.wallet.settlement import ROUND_SETTLED, ROUND_VOIDED, make_handler
 from services.wallet.sweeper import SWEEP_INTERVAL_S, sweep_forever
 from services.wallet.throttle import Throttle, ThrottlePolicy
 
@@ -56,7 +56,8 @@ def make_spec(
         return [wallet_pb2.DESCRIPTOR.services_by_name["Wallet"].full_name]
 
     def settlement_handler(ctx: ServiceContext) -> Handler:
-        return make_handler(app_for(ctx))
+        # The table's other events (bets, deals, reveals) are skipped without a transaction.
+        return handling((ROUND_SETTLED, ROUND_VOIDED), make_handler(app_for(ctx)))
 
     def sweeper(ctx: ServiceContext) -> BackgroundTask:
         app = app_for(ctx)
