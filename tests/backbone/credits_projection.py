@@ -26,7 +26,7 @@ async def apply_credit(conn: psycopg.AsyncConnection, envelope: events_pb2.Event
     await conn.execute(
         "INSERT INTO credits (account, total, applied) VALUES (%s, %s, 1) ON CONFLICT (account)"
         " DO UPDATE SET total = credits.total + EXCLUDED.total, applied = credits.applied + 1",
-        (payload["account"], int(payload["amount"])),
+        (payload.fields["account"].string_value, int(payload.fields["amount"].number_value)),
     )
 
 

@@ -87,9 +87,9 @@ def test_a_service_key_vouches_only_for_its_own_service() -> None:
     with pytest.raises(PermissionDenied):
         table_process.service_token("wallet")
     # ...and tokens signed with the table's key claiming another identity are refused.
-    for subject, role in (("root", "admin"), ("p1", "player"), ("a", "auditor"), ("service:wallet", "service")):
+    for subject, claimed in (("root", "admin"), ("p1", "player"), ("a", "auditor"), ("service:wallet", "service")):
         forged = jwt.encode(
-            {"sub": subject, "role": role, "iss": table.owner, "iat": 1, "exp": 2**40},
+            {"sub": subject, "role": claimed, "iss": table.owner, "iat": 1, "exp": 2**40},
             table.private,
             algorithm="EdDSA",
             headers={"kid": table.trusted.kid},

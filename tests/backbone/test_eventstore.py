@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+from collections.abc import AsyncIterator
 
 import pytest
 from credits_projection import credited
@@ -15,7 +16,7 @@ pytestmark = pytest.mark.integration
 
 
 @pytest.fixture
-async def pool(dsn: str, schema: str) -> AsyncConnectionPool:
+async def pool(dsn: str, schema: str) -> AsyncIterator[AsyncConnectionPool]:
     pool = await open_pool(dsn, schema=schema, max_size=10)
     yield pool
     await pool.close()

@@ -8,8 +8,8 @@ from typing import Any
 
 import grpc
 import pytest
-from grpc_health.v1 import health_pb2, health_pb2_grpc
-from grpc_reflection.v1alpha import reflection_pb2, reflection_pb2_grpc
+from grpc_health.v1 import health_pb2
+from grpc_reflection.v1alpha import reflection_pb2
 from prometheus_client import REGISTRY
 
 from backbone.errors import REASON_METADATA_KEY, InvalidArgument, NotFound
@@ -46,7 +46,7 @@ async def forever(request: bytes, context: Any) -> AsyncIterator[bytes]:
 
 
 def register(server: grpc.aio.Server) -> Sequence[str]:
-    unary = {
+    unary: dict[str, grpc.RpcMethodHandler[bytes, bytes]] = {
         name: grpc.unary_unary_rpc_method_handler(fn)
         for name, fn in {"Ok": ok, "BadInput": bad_input, "Missing": missing, "Bug": bug}.items()
     }
@@ -66,7 +66,8 @@ async def running() -> AsyncIterator[RunningServer]:
 async def call(port: int, method: str, payload: bytes = b"x") -> tuple[bytes | None, grpc.aio.AioRpcError | None]:
     async with grpc.aio.insecure_channel(f"127.0.0.1:{port}") as channel:
         try:
-            return await channel.unary_unary(f"/{SERVICE}/{method}")(payload), None
+            unary: grpc.aio.UnaryUnaryMultiCallable[bytes, bytes] = channel.unary_unary(f"/{SERVICE}/{method}")
+            return await unary(payload), None
         except grpc.aio.AioRpcError as error:
             return None, error
 
@@ -95,7 +96,8 @@ async def test_unexpected_exception_is_internal_never_unknown(running: RunningSe
 
 async def test_streaming_errors_are_mapped_too(running: RunningServer) -> None:
     async with grpc.aio.insecure_channel(f"127.0.0.1:{running.port}") as channel:
-        call_ = channel.unary_stream(f"/{SERVICE}/Stream")(b"x")
+        streaming: grpc.aio.UnaryStreamMultiCallable[bytes, bytes] = channel.unary_stream(f"/{SERVICE}/Stream")
+        call_ = streaming(b"x")
         got = []
         with pytest.raises(grpc.aio.AioRpcError) as info:
             async for item in call_:
@@ -126,24 +128,39 @@ async def test_red_metrics_count_started_handled_and_time(running: RunningServer
 async def test_health_serving_then_not_serving_on_graceful_stop() -> None:
     server = await start_server(register)
     async with grpc.aio.insecure_channel(f"127.0.0.1:{server.port}") as channel:
-        stub = health_pb2_grpc.HealthStub(channel)
-        reply = await stub.Check(health_pb2.HealthCheckRequest(service=SERVICE))
+        # What health_pb2_grpc.HealthStub(channel).Check is, typed (its stubs declare no methods).
+        check: grpc.aio.UnaryUnaryMultiCallable[health_pb2.HealthCheckRequest, health_pb2.HealthCheckResponse] = (
+            channel.unary_unary(
+                "/grpc.health.v1.Health/Check",
+                request_serializer=health_pb2.HealthCheckRequest.SerializeToString,
+                response_deserializer=health_pb2.HealthCheckResponse.FromString,
+            )
+        )
+        reply = await check(health_pb2.HealthCheckRequest(service=SERVICE))
         assert reply.status == health_pb2.HealthCheckResponse.SERVING
         await server.health.enter_graceful_shutdown()
-        reply = await stub.Check(health_pb2.HealthCheckRequest(service=SERVICE))
+        reply = await check(health_pb2.HealthCheckRequest(service=SERVICE))
         assert reply.status == health_pb2.HealthCheckResponse.NOT_SERVING
     await server.stop(0.1)
 
 
 async def test_reflection_lists_the_services(running: RunningServer) -> None:
     async with grpc.aio.insecure_channel(f"127.0.0.1:{running.port}") as channel:
-        stub = reflection_pb2_grpc.ServerReflectionStub(channel)
+        # What reflection_pb2_grpc.ServerReflectionStub(channel).ServerReflectionInfo is, typed
+        # (its stubs leave the method untyped and accept only a synchronous channel).
+        info: grpc.aio.StreamStreamMultiCallable[
+            reflection_pb2.ServerReflectionRequest, reflection_pb2.ServerReflectionResponse
+        ] = channel.stream_stream(
+            "/grpc.reflection.v1alpha.ServerReflection/ServerReflectionInfo",
+            request_serializer=reflection_pb2.ServerReflectionRequest.SerializeToString,
+            response_deserializer=reflection_pb2.ServerReflectionResponse.FromString,
+        )
 
         async def requests() -> AsyncIterator[reflection_pb2.ServerReflectionRequest]:
             yield reflection_pb2.ServerReflectionRequest(list_services="")
 
         names: set[str] = set()
-        async for response in stub.ServerReflectionInfo(requests()):
+        async for response in info(requests()):
             names |= {s.name for s in response.list_services_response.service}
     assert {SERVICE, "grpc.health.v1.Health"} <= names
 
@@ -152,7 +169,8 @@ async def test_a_client_leaving_a_stream_is_cancelled_not_a_server_error(running
     labels = {"grpc_service": SERVICE, "grpc_method": "Forever", "grpc_type": "server_stream"}
     before = counter("grpc_server_handled_total", **labels, grpc_code="CANCELLED")
     async with grpc.aio.insecure_channel(f"127.0.0.1:{running.port}") as channel:
-        call = channel.unary_stream(f"/{SERVICE}/Forever")(b"x")
+        forever_: grpc.aio.UnaryStreamMultiCallable[bytes, bytes] = channel.unary_stream(f"/{SERVICE}/Forever")
+        call = forever_(b"x")
         async for _ in call:
             break
         call.cancel()
