@@ -31,7 +31,7 @@ from backbone.auth import bearer
 from backbone.errors import DomainError
 from bull import fairness as fair
 from bull.cards import parse_cards
-from services.table.envelope import envelope_record
+from bull.variants.red_envelope_bull import envelope_record
 
 TABLE_ID = "demo-golden-bull"
 ENVELOPE_TABLE_ID = "demo-red-envelope"
@@ -293,7 +293,8 @@ async def verify_envelope(table: table_pb2_grpc.TableAsyncStub, admin: str, roun
     view = await revealed_round(table, ENVELOPE_TABLE_ID, admin, round_id)
     if view is None:
         return False
-    envelope = envelope_record(view.envelope_total_minor, view.grabs)
+    grabs = sorted(view.grabs, key=lambda g: g.grab_no)
+    envelope = envelope_record(view.envelope_total_minor, [g.amount_minor for g in grabs], [g.position for g in grabs])
     result = fair.verify_round(
         view.commitment, bytes.fromhex(view.server_seed), round_id, view.client_seed, envelope=envelope
     )

@@ -13,9 +13,10 @@ from backbone.auth import Principal, Role, Tokens
 from backbone.errors import InvalidArgument
 from backbone.eventstore import EventStore, StoredEvent
 from bull.money import JACKPOT_POOL
-from services.table.app import TableApp, variant_of
+from services.table.allowance import with_allowance
+from services.table.app import TableApp
 from services.table.banker_api import BankerRpcs
-from services.table.common import BetReceipt, player_account, unix_ms
+from services.table.common import BetReceipt, player_account, unix_ms, variant_of
 from services.table.watch import Notifier, watch
 
 Context = grpc.aio.ServicerContext[Any, Any]
@@ -114,7 +115,7 @@ class TableServicer(BankerRpcs, table_pb2_grpc.TableServicer):
             raise InvalidArgument("POSITION_INVALID", "after_position must be >= 0")
         table, _ = await self._app.get_table(request.table_id)  # NOT_FOUND before streaming starts
         updates = watch(self._app.pool, self._notifier, who, request.table_id, request.after_position)
-        async for update in self._app.banker.with_allowance(updates, who, table):  # banked tables: BetAllowance
+        async for update in with_allowance(self._app.ctx, updates, who, table):  # banked tables: BetAllowance
             yield update
 
     async def GetJackpot(self, request: table_pb2.GetJackpotRequest, context: Context) -> table_pb2.Jackpot:
@@ -145,7 +146,7 @@ class TableServicer(BankerRpcs, table_pb2_grpc.TableServicer):
         multiplier = variant.hold_multiplier(config)
         bidding_closes = None
         if current is not None and current["phase"] == "bidding":
-            bidding_closes = await self._app.envelope.bidding_closes_at(current["round_id"])
+            bidding_closes = await self._app.bidding_closes_at(current["round_id"])
         return table_pb2.TableInfo(
             table_id=table_id,
             variant=table["variant"],
@@ -161,8 +162,7 @@ class TableServicer(BankerRpcs, table_pb2_grpc.TableServicer):
         )
 
     async def _round_view(self, who: Principal, row: dict[str, Any]) -> table_pb2.RoundView:
-        async with self._app.pool.connection() as conn:
-            events = await self._store.read_correlated(conn, row["round_id"])
+        events = await self._app.round_events(row["round_id"])
         hands = []
         settled = ev.RoundSettled()
         envelope = EnvelopeFacts()

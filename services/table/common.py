@@ -1,4 +1,4 @@
-"""What the table's modules share: ids and names, the round's phases, bet receipts, round metrics,
+"""What the table's modules share: ids and names, the round's phases, limits, bet receipts, metrics,
 and the settlement event (the wallet's contract)."""
 
 from __future__ import annotations
@@ -7,15 +7,18 @@ import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Any
 
 from niuniu.table.v1 import events_pb2 as ev
 from prometheus_client import Counter, Histogram
 
 from backbone.auth import Principal
+from backbone.errors import InvalidArgument
+from bull import variants
 from bull.money import Settlement
+from bull.variants import Variant
 
 COMMAND_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._:-]{0,127}$")
+TABLE_ID = re.compile(r"^[a-z0-9][a-z0-9-]{0,63}$")
 MAX_STAKE_MINOR = 10**13
 
 ROUNDS = Counter("niuniu_table_rounds_total", "Rounds ended, by variant and outcome.", ["variant", "outcome"])
@@ -24,6 +27,24 @@ SETTLEMENT_SECONDS = Histogram(
     "From the last reveal to the settlement event committed.",
     ["variant"],
     buckets=(0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5),
+)
+BETS = Counter("niuniu_table_bets_total", "Bets accepted, by variant and area.", ["variant", "area"])
+BET_STAKES = Counter("niuniu_table_bet_stake_minor_total", "Minor units staked, by variant.", ["variant"])
+BETS_REFUSED = Counter("niuniu_table_bets_refused_total", "Bets refused, by reason.", ["reason"])
+BIDS = Counter("niuniu_table_bids_total", "Red-envelope dealer bids, by outcome (placed, or the refusal).", ["outcome"])
+REDEALS = Counter("niuniu_table_redeals_total", "Red-envelope rounds voided and re-dealt, by cause.", ["cause"])
+for _outcome in ("placed", "BID_TOO_LOW", "BIDDING_CLOSED"):
+    BIDS.labels(_outcome)
+for _cause in ("DEALER_GRABBED_0.01", "ENVELOPE_ERROR"):
+    REDEALS.labels(_cause)
+
+DEFAULT_LIMITS = ev.TableLimits(
+    min_bet_minor=100,
+    max_bet_minor=1_000_000,
+    chips_minor=[100, 500, 1_000, 5_000, 10_000, 50_000],
+    betting_seconds=15,
+    reveal_interval_ms=1_000,
+    pause_between_rounds_ms=3_000,
 )
 
 
@@ -48,6 +69,18 @@ class BetReceipt:
     status: str
     replayed: bool
 
+    @classmethod
+    def of(cls, bet: Mapping[str, object], *, replayed: bool) -> BetReceipt:
+        return cls(
+            str(bet["bet_id"]),
+            str(bet["round_id"]),
+            str(bet["area"]),
+            int(bet["stake_minor"]),  # type: ignore[call-overload]
+            int(bet["hold_minor"]),  # type: ignore[call-overload]
+            str(bet["status"]),
+            replayed,
+        )
+
 
 def unix_ms(moment: datetime | None) -> int:
     return int(moment.timestamp() * 1000) if moment else 0
@@ -66,17 +99,58 @@ def bet_stream(table_id: str, bet_id: str) -> str:
     return f"table-{table_id}.bet-{bet_id}"
 
 
+def banker_stream(table_id: str) -> str:
+    return f"table-{table_id}.banker"
+
+
+def variant_of(name: str) -> Variant:
+    try:
+        return variants.get(name)
+    except variants.UnknownVariant as error:
+        raise InvalidArgument("VARIANT_UNKNOWN", str(error)) from None
+
+
+def parse_config(variant: Variant, config: Mapping[str, str]) -> dict[str, str]:
+    """The full configuration (defaults filled in) as text; INVALID_ARGUMENT naming a bad key."""
+    try:
+        return variant.config_settings(variant.parse_config(config))
+    except variants.ConfigError as error:
+        raise InvalidArgument("CONFIG_INVALID", str(error)) from None
+
+
+def check_limits(variant: Variant, limits: ev.TableLimits) -> ev.TableLimits:
+    """The table's limits over the defaults (the variant's own betting window first); INVALID_ARGUMENT if unusable."""
+    merged = ev.TableLimits()
+    merged.CopyFrom(DEFAULT_LIMITS)
+    if variant.default_betting_seconds is not None:
+        merged.betting_seconds = variant.default_betting_seconds
+    for field, value in limits.ListFields():
+        if field.name == "chips_minor":
+            del merged.chips_minor[:]
+            merged.chips_minor.extend(value)
+        else:
+            setattr(merged, field.name, value)
+    if not 0 < merged.min_bet_minor <= merged.max_bet_minor <= MAX_STAKE_MINOR:
+        raise InvalidArgument("LIMITS_INVALID", "need 0 < min_bet_minor <= max_bet_minor <= 10^13")
+    if not merged.chips_minor or min(merged.chips_minor) <= 0:
+        raise InvalidArgument("LIMITS_INVALID", "chips_minor must list positive chip values")
+    if not 1 <= merged.betting_seconds <= 600:
+        raise InvalidArgument("LIMITS_INVALID", "betting_seconds must be 1..600")
+    if not 0 <= merged.reveal_interval_ms <= 60_000 or not 0 <= merged.pause_between_rounds_ms <= 600_000:
+        raise InvalidArgument("LIMITS_INVALID", "reveal_interval_ms must be 0..60000 and the pause 0..600000")
+    return merged
+
+
 def settlement_event(
     table_id: str,
     round_id: str,
     variant: str,
     settlement: Settlement,
-    bets: Sequence[Mapping[str, Any]],
+    hold_ids: Sequence[str],
+    bet_holds: Mapping[str, str],
     area_odds: Mapping[str, str] | None = None,
 ) -> ev.RoundSettled:
-    """The wallet's contract: every transfer, the hold it is paid from, and every hold of the round."""
-    holds = {b["bet_id"]: b["hold_id"] for b in bets}
-    players = {b["bet_id"]: b["player"] for b in bets}
+    """The wallet's contract: every transfer and the hold it is paid from, and every hold of the round."""
     transfers = [
         ev.SettlementTransfer(
             payer=t.payer,
@@ -84,7 +158,7 @@ def settlement_event(
             amount_minor=t.amount_minor,
             kind=str(t.kind),
             bet_id=t.bet_id or "",
-            hold_id=holds[t.bet_id] if t.bet_id and players.get(t.bet_id) == t.payer else "",
+            hold_id=t.hold_id,
         )
         for t in settlement.transfers
     ]
@@ -96,7 +170,7 @@ def settlement_event(
             stake_minor=r.stake_minor,
             outcome=str(r.outcome),
             net_minor=r.net_minor,
-            hold_id=holds[r.bet_id],
+            hold_id=bet_holds[r.bet_id],
             odds=(area_odds or {}).get(r.area, ""),
         )
         for r in settlement.bets
@@ -107,5 +181,5 @@ def settlement_event(
         variant=variant,
         bets=outcomes,
         transfers=transfers,
-        hold_ids=[b["hold_id"] for b in bets],
+        hold_ids=list(hold_ids),
     )

@@ -82,4 +82,90 @@ DDL = (
     )
     """,
     "CREATE INDEX IF NOT EXISTS jackpot_claims_in_flight_idx ON jackpot_claims (claimed_at) WHERE status = 'in_flight'",
+    # The banker seat of banked variants (services/table/banker.py).
+    """
+    CREATE TABLE IF NOT EXISTS banker_seats (
+        table_id        TEXT PRIMARY KEY REFERENCES tables (table_id),
+        player          TEXT,
+        capital_minor   BIGINT NOT NULL DEFAULT 0,
+        rounds_banked   INT NOT NULL DEFAULT 0,
+        leaving         BOOLEAN NOT NULL DEFAULT false
+    )
+    """,
+    """
+    CREATE TABLE IF NOT EXISTS banker_queue (
+        table_id       TEXT NOT NULL REFERENCES tables (table_id),
+        player         TEXT NOT NULL,
+        capital_minor  BIGINT NOT NULL CHECK (capital_minor >= 0),
+        seq            BIGSERIAL,
+        applied_at     TIMESTAMPTZ NOT NULL,
+        PRIMARY KEY (table_id, player)
+    )
+    """,
+    "CREATE INDEX IF NOT EXISTS banker_queue_order_idx ON banker_queue (table_id, seq)",
+    """
+    CREATE TABLE IF NOT EXISTS banked_rounds (
+        round_id          TEXT PRIMARY KEY,
+        table_id          TEXT NOT NULL REFERENCES tables (table_id),
+        banker            TEXT,
+        capital_minor     BIGINT NOT NULL CHECK (capital_minor >= 0),
+        hold_id           TEXT,
+        hold_expires_at   TIMESTAMPTZ,
+        table_cap_minor   BIGINT NOT NULL CHECK (table_cap_minor >= 0),
+        staked_minor      BIGINT NOT NULL DEFAULT 0,
+        CHECK (staked_minor >= 0 AND staked_minor <= table_cap_minor)
+    )
+    """,
+    # Red-envelope rounds: bids, grabs, bet changes (services/table/round_envelope.py, bidding.py).
+    """
+    CREATE TABLE IF NOT EXISTS envelope_rounds (
+        round_id           TEXT PRIMARY KEY,
+        table_id           TEXT NOT NULL REFERENCES tables (table_id),
+        bidding_closes_at  TIMESTAMPTZ NOT NULL,
+        leading_bid_id     TEXT,
+        highest_bid_minor  BIGINT NOT NULL DEFAULT 0,
+        dealer             TEXT,
+        dealer_pool_minor  BIGINT,
+        dealer_hold_id     TEXT,
+        dealer_hold_minor  BIGINT,
+        redeal_of          TEXT,
+        redeal             BOOLEAN NOT NULL DEFAULT false
+    )
+    """,
+    """
+    CREATE TABLE IF NOT EXISTS envelope_bids (
+        bid_id        TEXT PRIMARY KEY,
+        round_id      TEXT NOT NULL REFERENCES envelope_rounds (round_id),
+        player        TEXT NOT NULL,
+        amount_minor  BIGINT NOT NULL CHECK (amount_minor > 0),
+        hold_id       TEXT NOT NULL UNIQUE,
+        hold_minor    BIGINT NOT NULL,
+        status        TEXT NOT NULL,
+        placed_at     TIMESTAMPTZ NOT NULL
+    )
+    """,
+    "CREATE INDEX IF NOT EXISTS envelope_bids_round_idx ON envelope_bids (round_id)",
+    # The shares, stored when the envelope is sent; each leaves the server in its grab's event.
+    """
+    CREATE TABLE IF NOT EXISTS envelope_grabs (
+        round_id      TEXT NOT NULL REFERENCES envelope_rounds (round_id),
+        grab_no       INT NOT NULL,
+        position      INT NOT NULL,
+        participant   TEXT NOT NULL,
+        bet_id        TEXT,
+        amount_minor  BIGINT NOT NULL CHECK (amount_minor > 0),
+        PRIMARY KEY (round_id, grab_no)
+    )
+    """,
+    """
+    CREATE TABLE IF NOT EXISTS bet_changes (
+        change_id     TEXT PRIMARY KEY,
+        bet_id        TEXT NOT NULL REFERENCES bets (bet_id),
+        stake_minor   BIGINT NOT NULL,
+        changed_at    TIMESTAMPTZ NOT NULL
+    )
+    """,
+    # One open bet per player and round at a red-envelope table (its only area is the dealer).
+    "CREATE UNIQUE INDEX IF NOT EXISTS bets_one_envelope_bet_idx ON bets (round_id, player)"
+    " WHERE status = 'placed' AND area = 'dealer'",
 )

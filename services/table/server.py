@@ -16,8 +16,6 @@ from backbone.grpcserver import BackgroundTask
 from backbone.service import ServiceContext, ServiceSpec
 from services.table.api import TableServicer
 from services.table.app import TableApp
-from services.table.banker import DDL as BANKER_DDL
-from services.table.envelope import DDL as ENVELOPE_DDL
 from services.table.ports import GrpcRng, GrpcWallet
 from services.table.runner import TableSupervisor
 from services.table.schema import DDL
@@ -66,7 +64,7 @@ def notifier(ctx: ServiceContext) -> BackgroundTask:
 
 
 async def setup(conn: psycopg.AsyncConnection) -> None:
-    await run_ddl(conn, DDL + BANKER_DDL + ENVELOPE_DDL)
+    await run_ddl(conn, DDL)
 
 
 SPEC = ServiceSpec(

@@ -48,7 +48,7 @@ from stack import Stack
 from backbone.auth import Role
 from bull.cards import DECK_54, parse_cards
 from bull.rules import baibian_bull as bb
-from services.table.baibian import dealt_prefix
+from bull.variants.baibian_bull import dealt_prefix
 from tools import verify
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]

@@ -7,21 +7,19 @@ from fractions import Fraction
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from niuniu.table.v1 import events_pb2 as ev
 
 from bull.cards import DECK_54, parse_card
 from bull.rules import baibian_bull as bb
 from bull.rules._config import ConfigError
-from services.table.baibian import (
+from bull.variants import VARIANTS, Funding, TableBet
+from bull.variants.baibian_bull import (
     BAIBIAN_BULL,
-    BANKER_PARTY,
     FACE_UP,
     OPEN,
     BaibianTableConfig,
-    annotate_dealt,
+    deal_facts,
     dealt_prefix,
 )
-from services.table.variants import VARIANTS, TableBet, reveal_steps
 
 decks = st.permutations(DECK_54)
 
@@ -29,7 +27,7 @@ decks = st.permutations(DECK_54)
 def test_registered_with_a_54_card_deck_and_reveals_banker_last() -> None:
     assert VARIANTS["baibian_bull"] is BAIBIAN_BULL
     assert BAIBIAN_BULL.deck_size == 54 and BAIBIAN_BULL.cards_dealt == 26
-    assert reveal_steps(BAIBIAN_BULL) == tuple(
+    assert BAIBIAN_BULL.reveal_plan({}) == tuple(
         (seat, group) for group in (FACE_UP, OPEN) for seat in ("heaven", "earth", "mystic", "yellow", "banker")
     )
 
@@ -41,9 +39,7 @@ def test_the_dealt_prefix_is_rebuilt_from_the_drawn_card_and_the_hands(deck: lis
     hands = BAIBIAN_BULL.deal(deck, config)
     codes = {seat: [card.code for card in hand.cards] for seat, hand in hands.items()}
     assert dealt_prefix(deck[0].code, codes) == [card.code for card in deck[:26]]
-    dealt = ev.Dealt()
-    annotate_dealt(BAIBIAN_BULL, [card.code for card in deck], dealt)
-    assert dealt.drawn_card == deck[0].code and dealt.first_seat == bb.SEATS[bb.first_seat(deck[0])]
+    assert deal_facts(deck) == (deck[0].code, bb.SEATS[bb.first_seat(deck[0])])
     for hand in hands.values():
         shown = BAIBIAN_BULL.reveal_part(hand, FACE_UP, config)
         assert shown.cards == hand.cards[:4] and hand.cards[4] not in shown.cards and shown.category == ""
@@ -64,8 +60,9 @@ def test_the_banker_pays_from_what_the_cap_lets_the_table_stake(deck: list, stak
     config = BAIBIAN_BULL.parse_config({})
     hands = BAIBIAN_BULL.deal(deck, config)
     bets = [TableBet(f"b{i}", f"player:p{i}", area, 100 * n) for i, (area, n) in enumerate(stakes)]
-    settlement = BAIBIAN_BULL.settle(hands, bets, config)
-    paid = sum(t.amount_minor for t in settlement.transfers if t.payer == BANKER_PARTY)
+    settlement = BAIBIAN_BULL.settle(hands, bets, config, Funding("player:bank", "banker.h"))
+    paid = sum(t.amount_minor for t in settlement.transfers if t.payer == "player:bank")
+    assert all(t.hold_id == "banker.h" for t in settlement.transfers if t.payer == "player:bank")
     staked = sum(b.stake_minor for b in bets)
     # The table cap is banker capital / 10: a banker holding capital C covers any stakes up to C / 10.
     capital = staked * 10

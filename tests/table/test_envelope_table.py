@@ -11,17 +11,11 @@ from niuniu.table.v1 import events_pb2 as ev
 
 from bull.rules import red_envelope as re_
 from bull.rules._config import ConfigError
-from services.table.common import settlement_event
-from services.table.envelope import (
-    RED_ENVELOPE_BULL,
-    EnvelopeTableConfig,
-    Grab,
-    assign_shares,
-    default_limits,
-    fund_dealer,
-    grab_event,
-)
-from services.table.variants import VARIANTS
+from bull.variants import VARIANTS, EnvelopeSplit, Funding, TableBet
+from bull.variants.red_envelope_bull import RED_ENVELOPE_BULL, EnvelopeTableConfig
+from services.table.common import check_limits
+from services.table.envelope_store import Grab
+from services.table.round_envelope import grab_event
 
 DEALER = "player:dealer"
 
@@ -62,13 +56,17 @@ def test_a_bid_must_beat_the_highest_by_the_increment() -> None:
 
 
 def test_the_betting_window_defaults_to_40_seconds_here_only() -> None:
-    assert default_limits(RED_ENVELOPE_BULL, ev.TableLimits()).betting_seconds == 40
-    assert default_limits(RED_ENVELOPE_BULL, ev.TableLimits(betting_seconds=7)).betting_seconds == 7
-    assert default_limits(VARIANTS["golden_bull"], ev.TableLimits()).betting_seconds == 0
+    assert check_limits(RED_ENVELOPE_BULL, ev.TableLimits()).betting_seconds == 40
+    assert check_limits(RED_ENVELOPE_BULL, ev.TableLimits(betting_seconds=7)).betting_seconds == 7
+    assert check_limits(VARIANTS["golden_bull"], ev.TableLimits()).betting_seconds == 15  # the table default
 
 
-def test_shares_go_to_positions_in_grab_order() -> None:
-    assert assign_shares([300, 1, 699], [2, 0, 1], 3) == [(2, 300), (0, 1), (1, 699)]
+def test_shares_go_to_seats_and_are_revealed_in_grab_order() -> None:
+    config = EnvelopeTableConfig.from_settings({})
+    hands = RED_ENVELOPE_BULL.deal(EnvelopeSplit(("dealer", "b1", "b2"), (300, 1, 699), (2, 0, 1)), config)
+    assert [(seat, hand.amount_minor) for seat, hand in hands.items()] == [("b2", 300), ("dealer", 1), ("b1", 699)]
+    assert RED_ENVELOPE_BULL.reveal_plan(hands) == (("b2", ""), ("dealer", ""), ("b1", ""))
+    assert RED_ENVELOPE_BULL.void_reason(hands, config).startswith("DEALER_GRABBED_0.01")
 
 
 @pytest.mark.parametrize(
@@ -83,8 +81,9 @@ def test_shares_go_to_positions_in_grab_order() -> None:
 def test_an_envelope_that_is_not_one_share_each_is_an_error(
     amounts: list[int], order: list[int], participants: int
 ) -> None:
+    seats = ("dealer", *(f"b{i}" for i in range(1, participants)))
     with pytest.raises(ValueError):
-        assign_shares(amounts, order, participants)
+        RED_ENVELOPE_BULL.deal(EnvelopeSplit(seats, tuple(amounts), tuple(order)), EnvelopeTableConfig())
 
 
 def test_a_grab_shows_its_hand() -> None:
@@ -104,10 +103,25 @@ def round_with(pool: int, dealer_amount: int, bets: list[tuple[int, int]]) -> re
 
 
 def funded_settlement(rnd: re_.EnvelopeRound, config: re_.RedEnvelopeConfig) -> list[ev.SettlementTransfer]:
-    settlement = re_.settle(rnd, config)
-    rows = [{"bet_id": b.bet_id, "player": b.player, "hold_id": f"bet.{b.bet_id}"} for b in rnd.bets]
-    event = settlement_event("t", "t-r1", re_.VARIANT_ID, settlement, rows)
-    return fund_dealer(event.transfers, DEALER, "bid.x", re_.dealer_hold_minor(rnd.dealer_pool_minor, config))
+    """The round settled by the variant, as the table does: the dealer funded from the bid's hold."""
+    table_config = EnvelopeTableConfig(rules=config)
+    seats = ("dealer", *(b.bet_id for b in rnd.bets))
+    amounts = (rnd.dealer_amount_minor, *(b.amount_minor for b in rnd.bets))
+    hands = RED_ENVELOPE_BULL.deal(EnvelopeSplit(seats, amounts, tuple(range(len(seats)))), table_config)
+    bets = [TableBet(b.bet_id, b.player, "dealer", b.stake_minor, f"bet.{b.bet_id}") for b in rnd.bets]
+    funding = Funding(DEALER, "bid.x", table_config.bid_hold_minor(rnd.dealer_pool_minor), rnd.dealer_pool_minor)
+    settlement = RED_ENVELOPE_BULL.settle(hands, bets, table_config, funding)
+    return [
+        ev.SettlementTransfer(
+            payer=t.payer,
+            payee=t.payee,
+            amount_minor=t.amount_minor,
+            kind=str(t.kind),
+            bet_id=t.bet_id or "",
+            hold_id=t.hold_id,
+        )
+        for t in settlement.transfers
+    ]
 
 
 def test_the_dealer_pays_past_the_pool_only_from_what_losers_paid() -> None:
@@ -117,7 +131,9 @@ def test_the_dealer_pays_past_the_pool_only_from_what_losers_paid() -> None:
     from_hold = sum(t.amount_minor for t in transfers if t.payer == DEALER and t.hold_id == "bid.x")
     beyond = [t for t in transfers if t.payer == DEALER and not t.hold_id]
     assert from_hold == 10_170  # the whole hold: pool + fees
-    assert sum(t.amount_minor for t in beyond) == 250 + 12_600 + 170 - 10_170
+    rules = re_.settle(round_with(10_000, 357, [(1_000, 75), (700, 444)]), config)
+    dealer_pays = sum(t.amount_minor for t in rules.transfers if t.payer == DEALER)  # commission, 12 600, fees
+    assert sum(t.amount_minor for t in beyond) == dealer_pays - 10_170
     assert sum(t.amount_minor for t in beyond) <= 5_000  # within what the loser paid the dealer
     credited = 0
     spent = 0

@@ -1,0 +1,225 @@
+"""Bets: place, cancel, change (red envelope), and leaving a table with bets open.
+
+Each command is load -> decide -> save: read the rows, check the table's limits and
+the round shape's own rules (``RoundMachine.check_bet``), ask the wallet to hold
+the worst case, then record the bet and its event in one transaction that
+re-checks the betting window under a share lock on the round row.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Callable, Mapping
+from typing import Any
+
+from niuniu.table.v1 import events_pb2 as ev
+
+from backbone.auth import Principal, Role, require
+from backbone.errors import AlreadyExists, DomainError, FailedPrecondition, InvalidArgument, NotFound, Unavailable
+from bull.variants import Variant
+from services.table.common import (
+    BET_STAKES,
+    BETS,
+    BETS_REFUSED,
+    COMMAND_ID,
+    MAX_STAKE_MINOR,
+    BetReceipt,
+    Phase,
+    bet_stream,
+    player_account,
+    unix_ms,
+    variant_of,
+)
+from services.table.context import TableContext
+from services.table.round_base import RoundMachine, limits_of
+from services.table.round_envelope import OneBetPerRound
+from services.table.store import Conn, Row
+
+HOLD_GRACE_S = 3_600
+
+
+class WindowClosed(FailedPrecondition):
+    """The betting window closed between the checks and the recording of a bet."""
+
+
+def check_command_id(command_id: str) -> None:
+    if not COMMAND_ID.match(command_id):
+        raise InvalidArgument("COMMAND_ID_MALFORMED", "command_id must be 1-128 of letters, digits and . _ : -")
+
+
+def window_open(window: tuple[str, Any] | None, now: Any) -> bool:
+    return window is not None and window[0] == Phase.BETTING and now < window[1]
+
+
+class Bets:
+    def __init__(self, ctx: TableContext, machine_for: Callable[[Variant], RoundMachine]) -> None:
+        self._ctx = ctx
+        self._store = ctx.store
+        self._machine_for = machine_for
+
+    async def place(
+        self, who: Principal, command_id: str, table_id: str, area: str, amount_minor: int, round_id: str = ""
+    ) -> BetReceipt:
+        require(who, Role.PLAYER)
+        check_command_id(command_id)
+        if not 0 < amount_minor <= MAX_STAKE_MINOR:
+            raise InvalidArgument("AMOUNT_INVALID", "amount_minor must be positive (and at most 10^13)")
+        player = player_account(who)
+        async with self._store.read() as conn:
+            existing = await self._store.bet(conn, command_id)
+            if existing is not None:
+                return replay(existing, player, table_id, area, amount_minor)
+            table = await self._store.table(conn, table_id)
+            variant = variant_of(table["variant"])
+            if area not in variant.areas:
+                raise InvalidArgument("AREA_UNKNOWN", f"area must be one of {', '.join(variant.areas)}")
+            current = await self._store.current_round(conn, table)
+            self._check_open(current, round_id)
+            assert current is not None
+            config = variant.parse_config(current["config"])
+            fixed = variant.fixed_stake_minor(area, config)
+            if fixed is not None and amount_minor != fixed:
+                BETS_REFUSED.labels("FIXED_STAKE_REQUIRED").inc()
+                raise InvalidArgument("FIXED_STAKE_REQUIRED", f"a bet on {area} costs exactly {fixed}")
+            await self.check_stake(conn, current, player, amount_minor, fixed=fixed is not None)
+            machine = self._machine_for(variant)
+            await machine.check_bet(conn, config, current["round_id"], player, amount_minor)
+            hold = variant.hold_minor(amount_minor, config)
+        bet = {
+            "bet_id": command_id,
+            "round_id": current["round_id"],
+            "table_id": table_id,
+            "player": player,
+            "area": area,
+            "stake_minor": amount_minor,
+            "hold_minor": hold,
+            "hold_id": f"bet.{command_id}",
+        }
+        expires = unix_ms(current["betting_closes_at"]) + HOLD_GRACE_S * 1000
+        try:
+            await self._ctx.wallet.place_hold(bet["hold_id"], player, hold, f"bet on {area}", bet["round_id"], expires)
+        except Unavailable:
+            # The wallet may have placed the hold before the call timed out: release it now
+            # rather than leave it to its expiry (VoidHold is idempotent and a no-op if absent).
+            with contextlib.suppress(DomainError):
+                await self._ctx.wallet.void_hold(bet["hold_id"])
+            raise
+        try:
+            receipt = await self._record(bet, machine)
+        except (WindowClosed, OneBetPerRound):
+            # The window closed while the wallet held, or the player's other bet of the round won
+            # a race: release the hold. (A bet that lost a race with the same command id keeps
+            # the hold: it belongs to the recorded bet.)
+            await self._ctx.wallet.void_hold(bet["hold_id"])
+            raise
+        BETS.labels(variant.variant_id, area).inc()
+        BET_STAKES.labels(variant.variant_id).inc(amount_minor)
+        self._ctx.wake(table_id)
+        return receipt
+
+    def _check_open(self, current: Row | None, round_id: str) -> None:
+        if current is None or current["phase"] != Phase.BETTING or self._ctx.now() >= current["betting_closes_at"]:
+            BETS_REFUSED.labels("BETTING_CLOSED").inc()
+            raise FailedPrecondition("BETTING_CLOSED", "no round is taking bets at this table right now")
+        if round_id and round_id != current["round_id"]:
+            BETS_REFUSED.labels("ROUND_MISMATCH").inc()
+            raise FailedPrecondition("ROUND_MISMATCH", f"round {round_id} is not the round taking bets")
+
+    async def check_stake(
+        self, conn: Conn, current: Row, player: str, amount: int, *, fixed: bool = False, replacing: str = ""
+    ) -> None:
+        """Table minimum and chips (not for a fixed-price side bet), and the per-player maximum (for all).
+
+        ``replacing``: the bet this amount replaces (a changed bet), not counted as staked.
+        """
+        limits = limits_of(current)
+        if not fixed and amount < limits.min_bet_minor:
+            BETS_REFUSED.labels("BELOW_TABLE_MINIMUM").inc()
+            raise FailedPrecondition("BELOW_TABLE_MINIMUM", f"the table minimum is {limits.min_bet_minor}")
+        smallest_chip = min(limits.chips_minor)
+        if not fixed and amount % smallest_chip:
+            BETS_REFUSED.labels("NOT_A_CHIP_AMOUNT").inc()
+            raise InvalidArgument("NOT_A_CHIP_AMOUNT", f"a bet is made of chips: a multiple of {smallest_chip}")
+        staked = await self._store.staked_minor(conn, current["round_id"], player, replacing)
+        if staked + amount > limits.max_bet_minor:
+            BETS_REFUSED.labels("ABOVE_TABLE_MAXIMUM").inc()
+            raise FailedPrecondition(
+                "ABOVE_TABLE_MAXIMUM",
+                f"the table maximum is {limits.max_bet_minor} per player and round; {staked} already staked",
+            )
+
+    async def _record(self, bet: dict[str, Any], machine: RoundMachine) -> BetReceipt:
+        async with self._store.transaction() as conn:
+            if not window_open(await self._store.window(conn, bet["round_id"]), self._ctx.now()):
+                BETS_REFUSED.labels("BETTING_CLOSED").inc()
+                raise WindowClosed("BETTING_CLOSED", "betting closed before the bet could be recorded")
+            if not await self._store.insert_bet(conn, bet, self._ctx.now()):  # the same command raced itself
+                existing = await self._store.bet(conn, bet["bet_id"])
+                if existing is None:  # no: a red-envelope player's other bet (one per round) won
+                    raise OneBetPerRound("ALREADY_BET", "you have bet this round: change that bet with ChangeBet")
+                return replay(existing, bet["player"], bet["table_id"], bet["area"], bet["stake_minor"])
+            await machine.reserve(conn, bet["round_id"], bet["player"], bet["stake_minor"], bet["hold_id"])
+            placed = ev.BetPlaced(**bet)
+            stream = bet_stream(bet["table_id"], bet["bet_id"])
+            await self._store.append(
+                conn,
+                stream,
+                "table.bet_placed",
+                placed,
+                correlation_id=bet["round_id"],
+                causation_id=bet["bet_id"],
+                new_stream=True,
+            )
+        return BetReceipt.of({**bet, "status": "placed"}, replayed=False)
+
+    async def cancel(self, who: Principal, table_id: str, bet_id: str, *, cause: str = "player") -> BetReceipt:
+        require(who, Role.PLAYER)
+        async with self._store.transaction() as conn:
+            bet = await self._store.bet(conn, bet_id)
+            if bet is None or bet["table_id"] != table_id or bet["player"] != player_account(who):
+                raise NotFound("BET_NOT_FOUND", f"you have no bet {bet_id} at table {table_id}")
+            if bet["status"] == "cancelled":
+                return BetReceipt.of(bet, replayed=True)
+            if not window_open(await self._store.window(conn, bet["round_id"]), self._ctx.now()):
+                raise FailedPrecondition("BETTING_CLOSED", "a bet can be cancelled only during the betting window")
+            await self._store.cancel_bet(conn, bet_id)
+            table = await self._store.table(conn, table_id)
+            await self._machine_for(variant_of(table["variant"])).release(conn, bet["round_id"], bet["stake_minor"])
+            cancelled = ev.BetCancelled(
+                table_id=table_id, round_id=bet["round_id"], bet_id=bet_id, player=bet["player"], cause=cause
+            )
+            await self._store.append(
+                conn, bet_stream(table_id, bet_id), "table.bet_cancelled", cancelled, correlation_id=bet["round_id"]
+            )
+        # The settlement lists this hold again, so the wallet releases it even if this call is lost.
+        await self._ctx.wallet.void_hold(bet["hold_id"])
+        self._ctx.wake(table_id)
+        return BetReceipt.of({**bet, "status": "cancelled"}, replayed=False)
+
+    async def cancel_open(self, who: Principal, table_id: str) -> list[str]:
+        """Cancel the player's bets of a round still in its betting window (leaving the table)."""
+        async with self._store.read() as conn:
+            table = await self._store.table(conn, table_id)
+            await self._store.unseat(conn, table_id, who.subject)
+            round_id = table["current_round_id"]
+            bet_ids = await self._store.open_bet_ids(conn, round_id, player_account(who)) if round_id else []
+        refunded = []
+        for bet_id in bet_ids:
+            try:
+                await self.cancel(who, table_id, bet_id, cause="left")
+                refunded.append(bet_id)
+            except FailedPrecondition:
+                pass  # the cards are being opened: the bet settles normally
+        return refunded
+
+
+def replay(existing: Mapping[str, Any], player: str, table_id: str, area: str, amount: int) -> BetReceipt:
+    same = (existing["player"], existing["table_id"], existing["area"], existing["stake_minor"]) == (
+        player,
+        table_id,
+        area,
+        amount,
+    )
+    if not same:
+        raise AlreadyExists("COMMAND_ID_REUSED", "this command id was used for a different bet")
+    return BetReceipt.of(existing, replayed=True)

@@ -1,0 +1,261 @@
+"""The red-envelope table's own commands: bidding for the dealer seat, and changing a bet.
+
+A bid is at least ``bidding.min_minor`` and at least ``bidding.increment_minor``
+above the highest bid. The wallet holds each bid plus the dealer's three fees
+(hold ``bid.<command id>``) before the bid is recorded; the bid it beats has its
+hold released at once. The bid is recorded under the ``envelope_rounds`` row's
+lock, so of two racing bids only one can lead; a bid that lost the race has its
+hold released and is refused.
+
+``ChangeBet`` changes a bet's stake in the betting window (the wallet resizes the
+hold first when it grows, after the commit when it shrinks) or, with 0, cancels it.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+from collections.abc import Mapping
+from dataclasses import dataclass
+from datetime import timedelta
+from typing import Any
+
+from niuniu.table.v1 import events_pb2 as ev
+
+from backbone.auth import Principal, Role, require
+from backbone.errors import AlreadyExists, DomainError, FailedPrecondition, InvalidArgument, NotFound, Unavailable
+from bull.variants import RoundShape
+from bull.variants.red_envelope_bull import MAX_BID_MINOR, EnvelopeTableConfig
+from services.table.bets import Bets, check_command_id, window_open
+from services.table.common import (
+    BIDS,
+    MAX_STAKE_MINOR,
+    BetReceipt,
+    Phase,
+    bet_stream,
+    player_account,
+    table_stream,
+    unix_ms,
+    variant_of,
+)
+from services.table.context import TableContext
+from services.table.round_base import limits_of
+from services.table.store import Row
+
+log = logging.getLogger(__name__)
+
+HOLD_GRACE = timedelta(hours=1)
+
+
+@dataclass(frozen=True, slots=True)
+class BidReceipt:
+    bid_id: str
+    round_id: str
+    amount_minor: int
+    hold_minor: int
+    status: str
+    replayed: bool
+
+
+class EnvelopeCommands:
+    def __init__(self, ctx: TableContext, bets: Bets) -> None:
+        self._ctx = ctx
+        self._store = ctx.store
+        self._envelopes = ctx.envelopes
+        self._bets = bets
+
+    # ------------------------------------------------------------------ bidding
+
+    async def place_bid(
+        self, who: Principal, command_id: str, table_id: str, amount_minor: int, round_id: str = ""
+    ) -> BidReceipt:
+        try:
+            receipt = await self._place_bid(who, command_id, table_id, amount_minor, round_id)
+        except FailedPrecondition as refused:
+            BIDS.labels(refused.reason).inc()
+            raise
+        if not receipt.replayed:
+            BIDS.labels("placed").inc()
+        return receipt
+
+    async def _place_bid(
+        self, who: Principal, command_id: str, table_id: str, amount_minor: int, round_id: str
+    ) -> BidReceipt:
+        require(who, Role.PLAYER)
+        check_command_id(command_id)
+        if not 0 < amount_minor <= MAX_BID_MINOR:
+            raise InvalidArgument("AMOUNT_INVALID", f"amount_minor must be positive (and at most {MAX_BID_MINOR})")
+        player = player_account(who)
+        async with self._store.read() as conn:
+            existing = await self._envelopes.bid(conn, command_id)
+            if existing is not None:
+                return replay_bid(existing, player, table_id, amount_minor)
+            table = await self._store.table(conn, table_id)
+            if variant_of(table["variant"]).shape is not RoundShape.BIDDING_DEALER:
+                raise FailedPrecondition("NO_BIDDING", f"table {table_id} ({table['variant']}) has no dealer bidding")
+            current = await self._store.current_round(conn, table)
+            if current is None or current["phase"] != Phase.BIDDING:
+                raise FailedPrecondition("BIDDING_CLOSED", "no round at this table is bidding for the dealer right now")
+            if round_id and round_id != current["round_id"]:
+                raise FailedPrecondition("ROUND_MISMATCH", f"round {round_id} is not the round bidding now")
+            row = await self._envelopes.row(conn, current["round_id"])
+            if self._ctx.now() >= row["bidding_closes_at"]:
+                raise FailedPrecondition("BIDDING_CLOSED", "the bidding window has closed")
+            config = EnvelopeTableConfig.from_settings(current["config"])
+            needed = config.next_bid_minor(int(row["highest_bid_minor"]))
+            if amount_minor < needed:
+                raise bid_too_low(needed, int(row["highest_bid_minor"]))
+        bid = {
+            "bid_id": command_id,
+            "round_id": current["round_id"],
+            "player": player,
+            "amount_minor": amount_minor,
+            "hold_id": f"bid.{command_id}",
+            "hold_minor": config.bid_hold_minor(amount_minor),
+        }
+        expires = row["bidding_closes_at"] + timedelta(seconds=limits_of(current).betting_seconds) + HOLD_GRACE
+        try:
+            await self._ctx.wallet.place_hold(
+                bid["hold_id"], player, bid["hold_minor"], "dealer bid", bid["round_id"], unix_ms(expires)
+            )
+        except Unavailable:
+            with contextlib.suppress(DomainError):
+                await self._ctx.wallet.void_hold(bid["hold_id"])
+            raise
+        try:
+            receipt, outbid_hold = await self._record_bid(bid, table_id, config)
+        except FailedPrecondition:
+            await self._ctx.wallet.void_hold(bid["hold_id"])
+            raise
+        if outbid_hold:
+            # Also listed in the round's settlement or void, so a lost call here is made good there.
+            with contextlib.suppress(DomainError):
+                await self._ctx.wallet.void_hold(outbid_hold)
+        self._ctx.wake(table_id)
+        return receipt
+
+    async def _record_bid(
+        self, bid: Mapping[str, Any], table_id: str, config: EnvelopeTableConfig
+    ) -> tuple[BidReceipt, str]:
+        """Record the bid under the round's envelope row lock; (receipt, hold of the bid it beat)."""
+        round_id = bid["round_id"]
+        async with self._store.transaction() as conn:
+            window = await self._store.window(conn, round_id)
+            row = await self._envelopes.row(conn, round_id, lock=True)
+            if window is None or window[0] != Phase.BIDDING or self._ctx.now() >= row["bidding_closes_at"]:
+                raise FailedPrecondition("BIDDING_CLOSED", "bidding closed before the bid could be recorded")
+            existing = await self._envelopes.bid(conn, bid["bid_id"])
+            if existing is not None:  # the same command raced itself: the first one won
+                return replay_bid(existing, bid["player"], table_id, bid["amount_minor"]), ""
+            highest = int(row["highest_bid_minor"])
+            needed = config.next_bid_minor(highest)
+            if bid["amount_minor"] < needed:
+                raise bid_too_low(needed, highest)
+            outbid_id = row["leading_bid_id"] or ""
+            outbid_hold = await self._envelopes.outbid(conn, outbid_id) if outbid_id else ""
+            await self._envelopes.lead(conn, bid, self._ctx.now())
+            placed = ev.BidPlaced(table_id=table_id, outbid_bid_id=outbid_id, **bid)
+            await self._store.append(conn, table_stream(table_id), "table.bid_placed", placed, correlation_id=round_id)
+        receipt = BidReceipt(bid["bid_id"], round_id, bid["amount_minor"], bid["hold_minor"], "leading", False)
+        return receipt, outbid_hold
+
+    # ------------------------------------------------------------------ changing a bet
+
+    async def change_bet(
+        self, who: Principal, command_id: str, table_id: str, bet_id: str, amount_minor: int
+    ) -> BetReceipt:
+        """Change a bet's stake in the betting window (0 cancels it)."""
+        require(who, Role.PLAYER)
+        check_command_id(command_id)
+        if not 0 <= amount_minor <= MAX_STAKE_MINOR:
+            raise InvalidArgument("AMOUNT_INVALID", "amount_minor must be 0 (cancel) or positive, at most 10^13")
+        player = player_account(who)
+        async with self._store.read() as conn:
+            done = await self._store.change(conn, command_id)
+            bet = await self._store.bet(conn, bet_id)
+            if bet is None or bet["table_id"] != table_id or bet["player"] != player:
+                raise NotFound("BET_NOT_FOUND", f"you have no bet {bet_id} at table {table_id}")
+            if done is not None:
+                if (done["bet_id"], int(done["stake_minor"])) != (bet_id, amount_minor):
+                    raise AlreadyExists("COMMAND_ID_REUSED", "this command id was used for a different change")
+                return BetReceipt.of(bet, replayed=True)
+            table = await self._store.table(conn, table_id)
+        variant = variant_of(table["variant"])
+        if variant.shape is not RoundShape.BIDDING_DEALER:
+            raise FailedPrecondition(
+                "CHANGE_NOT_SUPPORTED", f"bets at {table['variant']} tables are cancelled and placed again"
+            )
+        if amount_minor == 0:
+            return await self._bets.cancel(who, table_id, bet_id)
+        async with self._store.read() as conn:
+            round_row = await self._store.round(conn, bet["round_id"])
+            await self._bets.check_stake(conn, round_row, player, amount_minor, replacing=bet_id)
+        new_hold = variant.hold_minor(amount_minor, variant.parse_config(round_row["config"]))
+        old_hold = await self._restake(bet, command_id, amount_minor, new_hold)
+        if new_hold < old_hold:
+            # Releasing the difference after the commit; if this call is lost the settlement releases it.
+            try:
+                await self._ctx.wallet.resize_hold(f"change.{command_id}", bet["hold_id"], new_hold)
+            except DomainError as error:
+                log.warning("bet hold not reduced yet", extra={"bet_id": bet_id, "error": str(error)})
+        self._ctx.wake(table_id)
+        return BetReceipt(bet_id, bet["round_id"], bet["area"], amount_minor, new_hold, "placed", False)
+
+    async def _restake(self, bet: Row, command_id: str, amount_minor: int, new_hold: int) -> int:
+        """One transaction, the round row shared then the bet row locked (the settlement's order):
+        changes and cancels of one bet take turns, and betting cannot close half-way. Returns the old hold."""
+        bet_id, table_id = bet["bet_id"], bet["table_id"]
+        async with self._store.transaction() as conn:
+            if not window_open(await self._store.window(conn, bet["round_id"]), self._ctx.now()):
+                raise FailedPrecondition("BETTING_CLOSED", "a bet can be changed only during the betting window")
+            locked = await self._store.bet(conn, bet_id, lock=True)
+            assert locked is not None
+            if locked["status"] != "placed":
+                raise FailedPrecondition("BET_NOT_OPEN", f"bet {bet_id} is {locked['status']}")
+            if await self._store.change(conn, command_id) is not None:
+                raise FailedPrecondition("CHANGE_IN_PROGRESS", "this change is being applied; repeat it to see it")
+            old_stake, old_hold = int(locked["stake_minor"]), int(locked["hold_minor"])
+            if new_hold > old_hold:  # the wallet first: a refusal changes nothing
+                await self._ctx.wallet.resize_hold(f"change.{command_id}", locked["hold_id"], new_hold)
+            await self._store.restake(conn, bet_id, amount_minor, new_hold)
+            await self._store.insert_change(conn, command_id, bet_id, amount_minor, self._ctx.now())
+            changed = ev.BetChanged(
+                table_id=table_id,
+                round_id=bet["round_id"],
+                bet_id=bet_id,
+                player=bet["player"],
+                area=bet["area"],
+                previous_stake_minor=old_stake,
+                stake_minor=amount_minor,
+                hold_minor=new_hold,
+                hold_id=locked["hold_id"],
+                change_id=command_id,
+            )
+            await self._store.append(
+                conn,
+                bet_stream(table_id, bet_id),
+                "table.bet_changed",
+                changed,
+                correlation_id=bet["round_id"],
+                causation_id=command_id,
+            )
+        return old_hold
+
+
+def replay_bid(existing: Mapping[str, Any], player: str, table_id: str, amount: int) -> BidReceipt:
+    if (existing["player"], existing["table_id"], int(existing["amount_minor"])) != (player, table_id, amount):
+        raise AlreadyExists("COMMAND_ID_REUSED", "this command id was used for a different bid")
+    return BidReceipt(
+        existing["bid_id"],
+        existing["round_id"],
+        int(existing["amount_minor"]),
+        int(existing["hold_minor"]),
+        existing["status"],
+        True,
+    )
+
+
+def bid_too_low(needed: int, highest: int) -> FailedPrecondition:
+    if highest:
+        return FailedPrecondition("BID_TOO_LOW", f"the highest bid is {highest}: a new bid must be at least {needed}")
+    return FailedPrecondition("BID_TOO_LOW", f"the first bid must be at least {needed}")

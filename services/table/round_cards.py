@@ -1,0 +1,134 @@
+"""The card rounds: the house dealer (golden_bull, bai_buu) and the banker seat (baibian_bull).
+
+    betting --close_betting--> dealing --deal--> revealing --reveal_next x N--> settling --settle--> settled
+       any phase --void_round--> voided (the rng cannot deal)
+
+The deck is drawn from the rng when betting has closed and stored with the round;
+each reveal is one step of the variant's reveal plan (``HandRevealed``), so no
+card leaves the server before its reveal. A banker-seat round additionally seats
+and holds its banker before it opens, refuses bets past the banker's cap, and is
+settled against the banker (``BankerSeats.funding``).
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+from niuniu.table.v1 import events_pb2 as ev
+
+from backbone.errors import DomainError
+from bull.cards import parse_cards
+from bull.variants import Funding, SeatHand, Variant
+from bull.variants import baibian_bull as bbv
+from bull.variants.base import decimal_text
+from services.table.banker import BankerSeats, stamp_opened
+from services.table.common import Phase, variant_of
+from services.table.context import TableContext
+from services.table.round_base import Opening, RoundMachine, Step, reveal_interval
+from services.table.store import Conn, Row
+
+log = logging.getLogger(__name__)
+
+RNG_DRAW_ATTEMPTS = 20
+RNG_RETRY_S = 0.5
+
+
+class HouseDealerRound(RoundMachine):
+    def steps(self) -> dict[str, Step]:
+        return super().steps() | {Phase.DEALING: self.deal, Phase.REVEALING: self.reveal_next}
+
+    async def hands(self, conn: Conn, current: Row, variant: Variant, config: Any) -> dict[str, SeatHand]:
+        return variant.deal(parse_cards(current["deck"]), config)
+
+    async def deal(self, table: Row, current: Row) -> None:
+        round_id, table_id = current["round_id"], current["table_id"]
+        variant = variant_of(table["variant"])
+        deck: list[str] | None = None
+        for attempt in range(RNG_DRAW_ATTEMPTS):
+            try:
+                deck = await self.ctx.rng.draw(round_id, variant.deck_size, current["client_seed"])
+                break
+            except DomainError as error:
+                log.warning("rng draw failed", extra={"round_id": round_id, "attempt": attempt, "error": str(error)})
+                await self.ctx.sleep(RNG_RETRY_S)
+        if deck is None:
+            await self.void_round(table_id, round_id, "the rng service could not deal the round")
+            return
+        async with self.ctx.store.transaction() as conn:
+            locked = await self.ctx.store.round(conn, round_id, lock=True)
+            if locked["phase"] != Phase.DEALING:
+                return
+            next_at = self.ctx.now() + reveal_interval(current)
+            await self.ctx.store.dealt(conn, round_id, Phase.REVEALING, deck, next_at)
+            dealt = ev.Dealt(
+                table_id=table_id,
+                round_id=round_id,
+                deck_size=variant.deck_size,
+                cards_dealt=variant.cards_dealt,
+                client_seed=current["client_seed"],
+            )
+            if variant.variant_id == bbv.BAIBIAN_BULL.variant_id:  # the drawn card is shown and burned
+                dealt.drawn_card, dealt.first_seat = bbv.deal_facts(parse_cards(deck))
+            await self.append(conn, table_id, "table.dealt", dealt, round_id)
+        self.ctx.wake(table_id)
+
+    async def reveal_next(self, table: Row, current: Row) -> None:
+        round_id, table_id = current["round_id"], current["table_id"]
+        variant = variant_of(table["variant"])
+        config = variant.parse_config(current["config"])
+        async with self.ctx.store.transaction() as conn:
+            locked = await self.ctx.store.round(conn, round_id, lock=True)
+            hands = await self.hands(conn, locked, variant, config)
+            plan = variant.reveal_plan(hands)
+            done = locked["reveals_done"]
+            if locked["phase"] != Phase.REVEALING or done >= len(plan):
+                return
+            seat, group = plan[done]
+            hand = variant.reveal_part(hands[seat], group, config)
+            last = done + 1 == len(plan)
+            # A hand revealed in parts is complete once its last part is shown.
+            completes = bool(group) and group == variant.reveal_groups[-1]
+            next_at = self.ctx.now() + reveal_interval(current)
+            await self.ctx.store.revealed(
+                conn, round_id, done + 1, Phase.SETTLING if last else Phase.REVEALING, next_at
+            )
+            revealed = ev.HandRevealed(
+                table_id=table_id,
+                round_id=round_id,
+                seat=seat,
+                cards=[card.code for card in hand.cards],
+                category=hand.category,
+                points=hand.points,
+                multiplier=decimal_text(hand.multiplier),
+                group=group,
+                hand_category=hands[seat].category if completes else "",
+            )
+            await self.append(conn, table_id, "table.hand_revealed", revealed, round_id)
+        self.ctx.wake(table_id)
+
+
+class BankerSeatRound(HouseDealerRound):
+    """A player banks: seated and held before the round opens, settled against, capped (``banker.py``)."""
+
+    def __init__(self, ctx: TableContext, seats: BankerSeats) -> None:
+        super().__init__(ctx)
+        self.seats = seats
+
+    async def prepare(self, table: Row, round_id: str) -> Opening:
+        plan = await self.seats.prepare_round(table, round_id)
+        opening = await super().prepare(table, round_id)
+        opening.stamp = lambda opened: stamp_opened(opened, plan)
+        return opening
+
+    async def funding(self, conn: Conn, current: Row) -> tuple[Funding, list[str]]:
+        return await self.seats.funding(conn, current["round_id"])
+
+    async def check_bet(self, conn: Conn, config: Any, round_id: str, player: str, amount: int) -> None:
+        await self.seats.check_bet(conn, config, round_id, player, amount)
+
+    async def reserve(self, conn: Conn, round_id: str, player: str, amount: int, hold_id: str) -> None:
+        await self.seats.reserve(conn, round_id, player, amount, hold_id)
+
+    async def release(self, conn: Conn, round_id: str, amount: int) -> None:
+        await self.seats.release(conn, round_id, amount)

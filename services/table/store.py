@@ -1,0 +1,302 @@
+"""The table service's SQL for tables, rounds, bets and their events (the one place it is written).
+
+Rows are the current state; every row change commits with the events that
+announce it (``append``), in the caller's transaction. Red-envelope and banker
+rows have stores of their own beside this one (``envelope_store.py``,
+``banker_store.py``); the jackpot pool's claims live in ``jackpot.py``.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import AsyncIterator, Mapping, Sequence
+from contextlib import asynccontextmanager
+from datetime import datetime
+from typing import Any
+
+import psycopg
+from google.protobuf.message import Message
+from psycopg.rows import dict_row
+from psycopg_pool import AsyncConnectionPool
+
+from backbone.errors import NotFound
+from backbone.eventstore import EventStore, NewEvent
+from bull.money import BetResult
+
+Conn = psycopg.AsyncConnection
+Row = dict[str, Any]
+
+
+class TableStore:
+    def __init__(self, pool: AsyncConnectionPool, events: EventStore) -> None:
+        self.pool = pool
+        self.events = events
+
+    @asynccontextmanager
+    async def read(self) -> AsyncIterator[Conn]:
+        async with self.pool.connection() as conn:
+            yield conn
+
+    @asynccontextmanager
+    async def transaction(self) -> AsyncIterator[Conn]:
+        async with self.pool.connection() as conn, conn.transaction():
+            yield conn
+
+    async def append(
+        self,
+        conn: Conn,
+        stream: str,
+        event_type: str,
+        payload: Message,
+        *,
+        correlation_id: str,
+        causation_id: str = "",
+        new_stream: bool = False,
+    ) -> None:
+        """Append one event; callers hold the lock that orders the stream's appends."""
+        version = 0 if new_stream else await self.events.stream_version(conn, stream)
+        event = NewEvent(event_type, payload, correlation_id=correlation_id, causation_id=causation_id)
+        await self.events.append(conn, stream, version, [event])
+
+    async def read_correlated(self, conn: Conn, correlation_id: str) -> list[Any]:
+        return list(await self.events.read_correlated(conn, correlation_id))
+
+    # ------------------------------------------------------------------ tables
+
+    async def _one(self, conn: Conn, query: str, params: Sequence[Any]) -> Row | None:
+        async with conn.cursor(row_factory=dict_row) as cur:
+            await cur.execute(query, params)
+            return await cur.fetchone()
+
+    async def _all(self, conn: Conn, query: str, params: Sequence[Any]) -> list[Row]:
+        async with conn.cursor(row_factory=dict_row) as cur:
+            await cur.execute(query, params)
+            return list(await cur.fetchall())
+
+    async def table(self, conn: Conn, table_id: str, *, lock: bool = False) -> Row:
+        row = await self._one(
+            conn, "SELECT * FROM tables WHERE table_id = %s" + (" FOR UPDATE" if lock else ""), (table_id,)
+        )
+        if row is None:
+            raise NotFound("TABLE_NOT_FOUND", f"no table {table_id}")
+        return row
+
+    async def insert_table(
+        self, conn: Conn, table_id: str, variant: str, settings: Mapping[str, str], limits: bytes
+    ) -> bool:
+        cur = await conn.execute(
+            "INSERT INTO tables (table_id, variant, config, limits, config_version) VALUES (%s, %s, %s, %s, 1)"
+            " ON CONFLICT (table_id) DO NOTHING",
+            (table_id, variant, json.dumps(dict(settings)), limits),
+        )
+        return cur.rowcount == 1
+
+    async def update_config(
+        self, conn: Conn, table_id: str, settings: Mapping[str, str], limits: bytes, version: int
+    ) -> None:
+        await conn.execute(
+            "UPDATE tables SET config = %s, limits = %s, config_version = %s WHERE table_id = %s",
+            (json.dumps(dict(settings)), limits, version, table_id),
+        )
+
+    async def table_ids(self) -> list[str]:
+        async with self.read() as conn:
+            cur = await conn.execute("SELECT table_id FROM tables ORDER BY table_id")
+            return [row[0] for row in await cur.fetchall()]
+
+    async def variant_of_table(self, conn: Conn, table_id: str) -> str | None:
+        cur = await conn.execute("SELECT variant FROM tables WHERE table_id = %s", (table_id,))
+        row = await cur.fetchone()
+        return str(row[0]) if row else None
+
+    async def seat(self, conn: Conn, table_id: str, player: str, at: datetime) -> None:
+        await conn.execute(
+            "INSERT INTO seats (table_id, player, joined_at) VALUES (%s, %s, %s) ON CONFLICT DO NOTHING",
+            (table_id, player, at),
+        )
+
+    async def unseat(self, conn: Conn, table_id: str, player: str) -> None:
+        await conn.execute("DELETE FROM seats WHERE table_id = %s AND player = %s", (table_id, player))
+
+    # ------------------------------------------------------------------ rounds
+
+    async def round(self, conn: Conn, round_id: str, *, lock: bool = False) -> Row:
+        row = await self._one(
+            conn, "SELECT * FROM rounds WHERE round_id = %s" + (" FOR UPDATE" if lock else ""), (round_id,)
+        )
+        if row is None:
+            raise NotFound("ROUND_NOT_FOUND", f"no round {round_id}")
+        return row
+
+    async def current_round(self, conn: Conn, table: Mapping[str, Any]) -> Row | None:
+        return await self.round(conn, table["current_round_id"]) if table["current_round_id"] else None
+
+    async def window(self, conn: Conn, round_id: str) -> tuple[str, datetime] | None:
+        """(phase, betting deadline) under a share lock: the window cannot close while the caller writes."""
+        cur = await conn.execute(
+            "SELECT phase, betting_closes_at FROM rounds WHERE round_id = %s FOR SHARE", (round_id,)
+        )
+        row = await cur.fetchone()
+        return (str(row[0]), row[1]) if row else None
+
+    async def insert_round(self, conn: Conn, table: Mapping[str, Any], round_id: str, round_no: int, phase: str,
+                           commitment: str, closes: datetime, fencing_token: int, now: datetime) -> None:  # fmt: skip
+        await conn.execute(
+            "INSERT INTO rounds (round_id, table_id, round_no, phase, commitment, config, limits, config_version,"
+            " betting_closes_at, fencing_token, opened_at) VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s)",
+            (
+                round_id,
+                table["table_id"],
+                round_no,
+                phase,
+                commitment,
+                json.dumps(table["config"]),
+                table["limits"],
+                table["config_version"],
+                closes,
+                fencing_token,
+                now,
+            ),
+        )
+        await conn.execute(
+            "UPDATE tables SET round_no = %s, current_round_id = %s WHERE table_id = %s",
+            (round_no, round_id, table["table_id"]),
+        )
+
+    async def set_phase(self, conn: Conn, round_id: str, phase: str) -> None:
+        await conn.execute("UPDATE rounds SET phase = %s WHERE round_id = %s", (phase, round_id))
+
+    async def open_betting(self, conn: Conn, round_id: str, closes: datetime) -> None:
+        await conn.execute(
+            "UPDATE rounds SET phase = 'betting', betting_closes_at = %s WHERE round_id = %s", (closes, round_id)
+        )
+
+    async def dealt(self, conn: Conn, round_id: str, phase: str, deck: Sequence[str] | None, next_at: datetime) -> None:
+        await conn.execute(
+            "UPDATE rounds SET phase = %s, deck = coalesce(%s, deck), next_step_at = %s WHERE round_id = %s",
+            (phase, list(deck) if deck is not None else None, next_at, round_id),
+        )
+
+    async def revealed(self, conn: Conn, round_id: str, done: int, phase: str, next_at: datetime) -> None:
+        await conn.execute(
+            "UPDATE rounds SET reveals_done = %s, phase = %s, next_step_at = %s WHERE round_id = %s",
+            (done, phase, next_at, round_id),
+        )
+
+    async def end_round(self, conn: Conn, round_id: str, phase: str, at: datetime, reason: str | None = None) -> None:
+        await conn.execute(
+            "UPDATE rounds SET phase = %s, void_reason = %s, ended_at = %s WHERE round_id = %s",
+            (phase, reason, at, round_id),
+        )
+
+    async def unrevealed_seeds(self, table_id: str, phases: Sequence[str], skip: str, limit: int) -> list[Row]:
+        async with self.read() as conn:
+            return await self._all(
+                conn,
+                "SELECT * FROM rounds WHERE table_id = %s AND phase = ANY(%s) AND server_seed IS NULL"
+                " AND round_id <> %s ORDER BY round_no LIMIT %s",
+                (table_id, list(phases), skip, limit),
+            )
+
+    async def set_seed(self, conn: Conn, round_id: str, server_seed: str) -> None:
+        await conn.execute("UPDATE rounds SET server_seed = %s WHERE round_id = %s", (server_seed, round_id))
+
+    async def recent_rounds(self, table_id: str, limit: int) -> list[Row]:
+        async with self.read() as conn:
+            return await self._all(
+                conn, "SELECT * FROM rounds WHERE table_id = %s ORDER BY round_no DESC LIMIT %s", (table_id, limit)
+            )
+
+    # ------------------------------------------------------------------ bets
+
+    async def bet(self, conn: Conn, bet_id: str, *, lock: bool = False) -> Row | None:
+        return await self._one(
+            conn, "SELECT * FROM bets WHERE bet_id = %s" + (" FOR UPDATE" if lock else ""), (bet_id,)
+        )
+
+    async def round_bets(self, conn: Conn, round_id: str) -> list[Row]:
+        return await self._all(conn, "SELECT * FROM bets WHERE round_id = %s ORDER BY placed_at, bet_id", (round_id,))
+
+    async def open_bet_ids(self, conn: Conn, round_id: str, player: str) -> list[str]:
+        cur = await conn.execute(
+            "SELECT bet_id FROM bets WHERE round_id = %s AND player = %s AND status = 'placed' ORDER BY placed_at",
+            (round_id, player),
+        )
+        return [str(row[0]) for row in await cur.fetchall()]
+
+    async def staked_minor(self, conn: Conn, round_id: str, player: str, excluding: str = "") -> int:
+        cur = await conn.execute(
+            "SELECT coalesce(sum(stake_minor), 0) FROM bets WHERE round_id = %s AND player = %s AND status = 'placed'"
+            " AND bet_id <> %s",
+            (round_id, player, excluding),
+        )
+        row = await cur.fetchone()
+        return int(row[0]) if row else 0
+
+    async def player_totals(self, conn: Conn, round_id: str, player: str) -> tuple[int, int]:
+        """(stakes, holds) of the player's open bets of the round."""
+        cur = await conn.execute(
+            "SELECT coalesce(sum(stake_minor), 0), coalesce(sum(hold_minor), 0) FROM bets"
+            " WHERE round_id = %s AND player = %s AND status = 'placed'",
+            (round_id, player),
+        )
+        row = await cur.fetchone()
+        return (int(row[0]), int(row[1])) if row else (0, 0)
+
+    async def betting_totals(self, conn: Conn, round_id: str) -> tuple[int, int]:
+        """(open bets, their total stake) of the round."""
+        cur = await conn.execute(
+            "SELECT count(*), coalesce(sum(stake_minor), 0) FROM bets WHERE round_id = %s AND status = 'placed'",
+            (round_id,),
+        )
+        row = await cur.fetchone()
+        return (int(row[0]), int(row[1])) if row else (0, 0)
+
+    async def insert_bet(self, conn: Conn, bet: Mapping[str, Any], at: datetime) -> bool:
+        cur = await conn.execute(
+            "INSERT INTO bets (bet_id, round_id, table_id, player, area, stake_minor, hold_minor, hold_id, status,"
+            " placed_at) VALUES (%s, %s, %s, %s, %s, %s, %s, %s, 'placed', %s) ON CONFLICT DO NOTHING",
+            (
+                bet["bet_id"],
+                bet["round_id"],
+                bet["table_id"],
+                bet["player"],
+                bet["area"],
+                bet["stake_minor"],
+                bet["hold_minor"],
+                bet["hold_id"],
+                at,
+            ),
+        )
+        return cur.rowcount == 1
+
+    async def cancel_bet(self, conn: Conn, bet_id: str) -> None:
+        await conn.execute("UPDATE bets SET status = 'cancelled' WHERE bet_id = %s", (bet_id,))
+
+    async def restake(self, conn: Conn, bet_id: str, stake_minor: int, hold_minor: int) -> None:
+        await conn.execute(
+            "UPDATE bets SET stake_minor = %s, hold_minor = %s WHERE bet_id = %s", (stake_minor, hold_minor, bet_id)
+        )
+
+    async def change(self, conn: Conn, change_id: str) -> Row | None:
+        return await self._one(conn, "SELECT * FROM bet_changes WHERE change_id = %s", (change_id,))
+
+    async def insert_change(self, conn: Conn, change_id: str, bet_id: str, stake_minor: int, at: datetime) -> None:
+        await conn.execute(
+            "INSERT INTO bet_changes (change_id, bet_id, stake_minor, changed_at) VALUES (%s, %s, %s, %s)",
+            (change_id, bet_id, stake_minor, at),
+        )
+
+    async def refund_bets(self, conn: Conn, round_id: str) -> None:
+        await conn.execute(
+            "UPDATE bets SET status = 'refunded', outcome = 'refund', net_minor = 0"
+            " WHERE round_id = %s AND status = 'placed'",
+            (round_id,),
+        )
+
+    async def save_outcomes(self, conn: Conn, results: Sequence[BetResult]) -> None:
+        async with conn.cursor() as cur:
+            await cur.executemany(
+                "UPDATE bets SET status = 'settled', outcome = %s, net_minor = %s WHERE bet_id = %s",
+                [(str(r.outcome), r.net_minor, r.bet_id) for r in results],
+            )
