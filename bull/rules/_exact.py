@@ -39,6 +39,7 @@ from bull.rules.golden_bull import (
     CATEGORIES,
     DEFAULT_CONFIG,
     LEVEL,
+    BombOrder,
     Category,
     ExactTie,
     GoldenBullConfig,
@@ -104,9 +105,9 @@ def _multisets(config: GoldenBullConfig) -> _Multisets:
     return _Multisets({code: i for i, (_, code) in enumerate(rows)}, cls, cls >> 14, counts, ranks, mult, high)
 
 
-@lru_cache(maxsize=16)
-def _counts(enabled: frozenset[Category]) -> _Counts:
-    sets = _multisets(GoldenBullConfig(enabled=enabled))
+@lru_cache(maxsize=32)
+def _counts(enabled: frozenset[Category], bomb_order: BombOrder = BombOrder.RANK_OF_FOUR) -> _Counts:
+    sets = _multisets(GoldenBullConfig(enabled=enabled, bomb_order=bomb_order))
     size = len(sets.cls)
     lo = np.searchsorted(sets.cls, sets.cls, side="left")
     hi = np.searchsorted(sets.cls, sets.cls, side="right")
@@ -188,7 +189,7 @@ class PairTable:
 
 
 def pair_table(config: GoldenBullConfig = DEFAULT_CONFIG) -> PairTable:
-    data = _counts(config.enabled)
+    data = _counts(config.enabled, config.bomb_order)
     levels = data.sets.level
     area_all = data.area_hands.sum(axis=1)
     weighted = area_all[:, None] * data.by_level  # area hands x dealer hands, per dealer level
@@ -266,7 +267,7 @@ def exact_rtp(config: GoldenBullConfig = DEFAULT_CONFIG) -> ExactRtp:
 def hand_counts(cards: Sequence[Card], config: GoldenBullConfig = DEFAULT_CONFIG) -> tuple[int, int, int]:
     """(wins, exact ties, losses) of one area hand against every dealer hand from the other 47 cards."""
     hand = evaluate(cards, config)
-    data = _counts(config.enabled)
+    data = _counts(config.enabled, config.bomb_order)
     alpha = data.sets.codes[multiset_code(card.rank for card in hand.cards)]
     below, same = int(data.below[alpha]), int(data.same[alpha])
     if not config.suit_tiebreak:

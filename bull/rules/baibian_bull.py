@@ -66,13 +66,31 @@ LEVEL: dict[Category, int] = {c: len(CATEGORIES) - i for i, c in enumerate(CATEG
 _BY_LEVEL: dict[int, Category] = {level: c for c, level in LEVEL.items()}
 MAX_MULTIPLIER = Fraction(1000)
 _KEY_BITS = 6  # high card key: rank << 2 | suit strength, rank up to 15 (big joker)
+_FOUR_BITS = 4  # above the key: the rank of a Bomb's four (only with bomb_order=rank_of_four), else 0
+_LEVEL_SHIFT = _KEY_BITS + _FOUR_BITS
+
+
+class BombOrder(StrEnum):
+    """How two Bombs compare."""
+
+    GENERAL = "general"  # the seed's general rule: highest card (jokers highest), then suit (default)
+    RANK_OF_FOUR = "rank_of_four"  # the rank of the four first (QQQQ3 beats 2222K), as Golden Bull does
+
+
+class DealValue(StrEnum):
+    """The value of the drawn card that picks the first seat to be dealt."""
+
+    POINTS = "points"  # the seed's 點數: A=1 .. 9, 10/J/Q/K = 10, jokers 10 (interpretation; default)
+    RANK = "rank"  # A=1 .. K=13, small joker 14, big joker 15 (the engine's reading before issue 21)
 
 
 @dataclass(frozen=True, slots=True)
 class BaibianBullConfig:
-    """Table settings: only the multipliers (``multipliers.<category>``) are configurable."""
+    """Table settings: ``multipliers.<category>``, ``bomb_order`` and ``deal.card_value``."""
 
     multipliers: tuple[Fraction, ...] = DEFAULT_MULTIPLIERS
+    bomb_order: BombOrder = BombOrder.GENERAL
+    deal_value: DealValue = DealValue.POINTS
 
     def __post_init__(self) -> None:
         if len(self.multipliers) != len(CATEGORIES):
@@ -98,13 +116,18 @@ class BaibianBullConfig:
                 values[i] = cfg.as_fraction(key, flat[key], low=Fraction(0), high=MAX_MULTIPLIER)
                 if values[i] <= 0:
                     raise cfg.ConfigError(key, "must be positive")
-        return cls(tuple(values))
+        bomb_order = BombOrder(cfg.as_choice("bomb_order", flat.get("bomb_order", BombOrder.GENERAL), BombOrder))
+        deal_value = DealValue(
+            cfg.as_choice("deal.card_value", flat.get("deal.card_value", DealValue.POINTS), DealValue)
+        )
+        return cls(tuple(values), bomb_order, deal_value)
 
     def to_settings(self) -> dict[str, str]:
-        return {f"multipliers.{c}": str(self.multiplier(c)) for c in CATEGORIES}
+        settings = {f"multipliers.{c}": str(self.multiplier(c)) for c in CATEGORIES}
+        return settings | {"bomb_order": str(self.bomb_order), "deal.card_value": str(self.deal_value)}
 
 
-CONFIG_KEYS: tuple[str, ...] = tuple(f"multipliers.{c}" for c in CATEGORIES)
+CONFIG_KEYS: tuple[str, ...] = (*(f"multipliers.{c}" for c in CATEGORIES), "bomb_order", "deal.card_value")
 DEFAULT_CONFIG = BaibianBullConfig()
 
 
@@ -162,7 +185,7 @@ class BaibianHand:
 
     @property
     def category(self) -> Category:
-        return _BY_LEVEL[self.strength >> _KEY_BITS]
+        return _BY_LEVEL[self.strength >> _LEVEL_SHIFT]
 
     @property
     def high_card(self) -> Card:
@@ -181,6 +204,27 @@ _PACK_SHIFT = 9
 _RANK_PACK = tuple(5 ** (rank - 1) << _PACK_SHIFT | rank << 2 if rank else 0 for rank in range(BIG_JOKER_RANK + 1))
 
 
+def four_rank(ranks: Sequence[int], jokers: int) -> int:
+    """The highest rank (A=1 .. K=13) a Bomb can make four of with its jokers; 0 if none."""
+    return max((rank for rank in set(ranks) if ranks.count(rank) + jokers >= 4), default=0)
+
+
+@lru_cache(maxsize=1)
+def _four_by_code() -> dict[int, int]:
+    """Base-5 rank code -> the rank of a Bomb's four (0 for every other category)."""
+    joker_sets: dict[int, list[tuple[int, ...]]] = {
+        0: [()],
+        1: [(SMALL_JOKER_RANK,), (BIG_JOKER_RANK,)],
+        2: [(SMALL_JOKER_RANK, BIG_JOKER_RANK)],
+    }
+    table = {}
+    for (ranks, jokers), category in category_table().items():
+        four = four_rank(ranks, jokers) if category is Category.BOMB else 0
+        for extra in joker_sets[jokers]:
+            table[sum(_RANK_PACK[rank] for rank in (*ranks, *extra)) >> _PACK_SHIFT] = four
+    return table
+
+
 @lru_cache(maxsize=1)
 def _level_by_code() -> dict[int, int]:
     """Base-5 rank code (jokers as ranks 14 and 15) -> category level, for every hand."""
@@ -197,16 +241,17 @@ def _level_by_code() -> dict[int, int]:
 
 
 def evaluate(cards: Iterable[Card], config: BaibianBullConfig | None = None) -> BaibianHand:
-    """Evaluate five distinct cards of the 54-card deck (config kept for a uniform signature)."""
-    del config  # categories and order do not depend on the multipliers
+    """Evaluate five distinct cards of the 54-card deck (only ``bomb_order`` of the config matters)."""
     hand = tuple(cards)
     packed = [_RANK_PACK[card.rank] | (0 if card.suit is None else 3 - card.suit) for card in hand]
     if len(hand) != HAND_SIZE or len(set(packed)) != HAND_SIZE:
         check_distinct(hand)
         raise CardError(f"a hand is {HAND_SIZE} cards, not {len(hand)}")
     high = max(packed)
-    level = _level_by_code()[sum(packed) >> _PACK_SHIFT]
-    return BaibianHand(hand, level << _KEY_BITS | high & 0b111111, packed.index(high))
+    code = sum(packed) >> _PACK_SHIFT
+    level = _level_by_code()[code]
+    four = _four_by_code()[code] if config is not None and config.bomb_order is BombOrder.RANK_OF_FOUR else 0
+    return BaibianHand(hand, level << _LEVEL_SHIFT | four << _KEY_BITS | high & 0b111111, packed.index(high))
 
 
 def compare(a: BaibianHand, b: BaibianHand) -> int:
@@ -217,6 +262,8 @@ def compare(a: BaibianHand, b: BaibianHand) -> int:
 def explain(a: BaibianHand, b: BaibianHand) -> str:
     if a.category != b.category:
         return f"category {a.category} vs {b.category}"
+    if a.strength >> _KEY_BITS != b.strength >> _KEY_BITS:
+        return "rank of the four (bomb_order=rank_of_four)"
     if a.high_card.rank != b.high_card.rank:
         return f"highest card {a.high_card} vs {b.high_card} (big joker > small joker > K > ... > A)"
     if a.high_card != b.high_card:
@@ -227,14 +274,24 @@ def explain(a: BaibianHand, b: BaibianHand) -> str:
 # --------------------------------------------------------------------------- dealing
 
 
-def card_value(card: Card) -> int:
-    """The drawn card's value for choosing the first seat: A=1 .. K=13, small joker 14, big joker 15."""
-    return card.rank
+JOKER_DEAL_POINTS = 10  # interpretation: a joker "can be any 點數"; as the drawn card it counts the most, 10
 
 
-def first_seat(drawn: Card) -> int:
+def card_value(card: Card, config: BaibianBullConfig | None = None) -> int:
+    """The drawn card's value for choosing the first seat.
+
+    ``deal.card_value=points`` (default): the seed's 點數, A=1, 2..9 face value,
+    10/J/Q/K = 10, either joker 10 (interpretation: the seed gives jokers no fixed
+    點數). ``rank``: A=1 .. K=13, small joker 14, big joker 15.
+    """
+    if (config or DEFAULT_CONFIG).deal_value is DealValue.RANK:
+        return card.rank
+    return JOKER_DEAL_POINTS if card.is_joker else min(card.rank, 10)
+
+
+def first_seat(drawn: Card, config: BaibianBullConfig | None = None) -> int:
     """Seat that receives the first card: (value - 1) mod 5, 0 = banker, 1..4 = Heaven..Yellow."""
-    return (card_value(drawn) - 1) % len(SEATS)
+    return (card_value(drawn, config) - 1) % len(SEATS)
 
 
 @dataclass(frozen=True, slots=True)
@@ -251,7 +308,7 @@ class BaibianDeal:
         return tuple(hand[-1] for hand in self.hands)
 
 
-def deal(deck_order: Sequence[Card]) -> BaibianDeal:
+def deal(deck_order: Sequence[Card], config: BaibianBullConfig | None = None) -> BaibianDeal:
     """The round's hands from the shuffled 54-card deck, a pure function of its order.
 
     Convention: ``deck_order[0]`` is the drawn card; it is shown and burned.
@@ -263,7 +320,7 @@ def deal(deck_order: Sequence[Card]) -> BaibianDeal:
     """
     if len(deck_order) != len(DECK_54) or set(deck_order) != set(DECK_54):
         raise CardError("deck order must be a permutation of the 54-card deck")
-    first = first_seat(deck_order[0])
+    first = first_seat(deck_order[0], config)
     seats: list[list[Card]] = [[] for _ in SEATS]
     for i, card in enumerate(deck_order[1 : 1 + HAND_SIZE * len(SEATS)]):
         seats[(first + i) % len(SEATS)].append(card)
@@ -313,8 +370,8 @@ def settle(
     if len(area_cards) != len(AREAS):
         raise ValueError(f"expected {len(AREAS)} area hands, got {len(area_cards)}")
     check_distinct([*banker_cards, *(card for hand in area_cards for card in hand)])
-    banker = evaluate(banker_cards)
-    hands = {area: evaluate(cards) for area, cards in zip(AREAS, area_cards, strict=True)}
+    banker = evaluate(banker_cards, config)
+    hands = {area: evaluate(cards, config) for area, cards in zip(AREAS, area_cards, strict=True)}
     results, transfers, remainders = [], [], []
     seen: set[str] = set()
     for bet in bets:

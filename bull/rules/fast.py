@@ -15,7 +15,7 @@ card. Everything is whole-array numpy work, no Python per hand.
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from fractions import Fraction
 from functools import lru_cache
@@ -31,6 +31,7 @@ from bull.rules.golden_bull import (
     CATEGORIES,
     DEFAULT_CONFIG,
     LEVEL,
+    BombOrder,
     Category,
     ExactTie,
     GoldenBullConfig,
@@ -39,8 +40,9 @@ from bull.rules.golden_bull import (
     classify,
     rank_multisets,
 )
-from tools.rules._adapter import ProgressFn
 
+# Called as progress(done, total); the CLI draws a bar (same shape as tools.rules._adapter.ProgressFn).
+ProgressFn = Callable[[int, int], None]
 IntArray = npt.NDArray[np.int64]
 I32Array = npt.NDArray[np.int32]
 I16Array = npt.NDArray[np.int16]
@@ -66,7 +68,8 @@ class BatchTables:
 
 def tables(config: GoldenBullConfig = DEFAULT_CONFIG) -> BatchTables:
     high_mask = 0b111111 if config.suit_tiebreak else 0b111100
-    return BatchTables(_card_keys(config.suit_order), _colex_tables(), _base_table(config.enabled), high_mask)
+    base = _base_table(config.enabled, config.bomb_order)
+    return BatchTables(_card_keys(config.suit_order), _colex_tables(), base, high_mask)
 
 
 @lru_cache(maxsize=24)
@@ -75,11 +78,12 @@ def _card_keys(suit_order: str) -> U8Array:
     return np.array([(i % 13 + 1) << 2 | suit_strength[i // 13] for i in range(52)], dtype=np.uint8)
 
 
-@lru_cache(maxsize=16)
-def _base_table(enabled: frozenset[Category]) -> I32Array:
+@lru_cache(maxsize=32)
+def _base_table(enabled: frozenset[Category], bomb_order: BombOrder = BombOrder.RANK_OF_FOUR) -> I32Array:
     base = np.full(MULTISET_SLOTS, _NO_HAND, dtype=np.int32)
     for ranks in rank_multisets():
         category, points, four = classify(ranks, enabled)
+        four = four if bomb_order is BombOrder.RANK_OF_FOUR else 0
         base[colex_index(ranks)] = base_strength(category, points, four)
     return base
 
@@ -164,6 +168,7 @@ class MonteCarloResult:
     rounds: int
     mean_net: float
     std_error: float
+    bet_variance: float = 0.0  # variance of one bet's net result per unit staked (all bets pooled)
 
     @property
     def rtp(self) -> float:
@@ -183,18 +188,24 @@ def simulate(
     progress: ProgressFn | None = None,
 ) -> MonteCarloResult:
     """Monte Carlo of Dealer vs three Areas with randomness passed in as ``rng``."""
-    total = total_sq = 0.0
+    total = total_sq = bet_sq = 0.0
     done = 0
     for size in _chunks(rounds, chunk):
-        per_round = _simulate_chunk(config, size, rng)
+        net = _simulate_chunk(config, size, rng)
+        per_round = net.mean(axis=0)
         total += float(per_round.sum())
         total_sq += float(np.square(per_round).sum())
+        bet_sq += float(np.square(net).sum())
         done += size
         if progress is not None:
             progress(done, rounds)
+    return _result(rounds, total, total_sq, bet_sq / (rounds * 3))
+
+
+def _result(rounds: int, total: float, total_sq: float, bet_second_moment: float) -> MonteCarloResult:
     mean = total / rounds
     variance = max(total_sq / rounds - mean * mean, 0.0) * rounds / max(rounds - 1, 1)
-    return MonteCarloResult(rounds, mean, sqrt(variance / rounds))
+    return MonteCarloResult(rounds, mean, sqrt(variance / rounds), bet_second_moment - mean * mean)
 
 
 def _chunks(total: int, size: int) -> Iterator[int]:
@@ -205,6 +216,7 @@ def _chunks(total: int, size: int) -> Iterator[int]:
 
 
 def _simulate_chunk(config: GoldenBullConfig, rounds: int, rng: np.random.Generator) -> npt.NDArray[np.float64]:
+    """(3, rounds): each area bet's net result per unit staked."""
     table = tables(config)
     keys = np.take(table.card_key, deal_batch(rng, rounds, 4 * HAND))
     strength = strengths_from_keys([keys[j::HAND].reshape(-1) for j in range(HAND)], table).reshape(4, rounds)
@@ -213,7 +225,7 @@ def _simulate_chunk(config: GoldenBullConfig, rounds: int, rng: np.random.Genera
     net = np.where(areas > dealer, win_value[areas >> 14], 0.0)
     lost = (areas < dealer) | ((areas == dealer) & (config.exact_tie is ExactTie.DEALER))
     net -= np.where(lost, loss_value[dealer >> 14], 0.0)
-    result: npt.NDArray[np.float64] = net.mean(axis=0)
+    result: npt.NDArray[np.float64] = net
     return result
 
 
@@ -231,26 +243,36 @@ def _unit_values(config: GoldenBullConfig) -> tuple[npt.NDArray[np.float64], npt
 # --------------------------------------------------------------------------- baibian_bull
 
 
-@lru_cache(maxsize=1)
-def baibian_tables() -> BatchTables:
-    """Tables for ``baibian_bull``: 54 cards, jokers as ranks 14 and 15, strength = level << 6 | key."""
+@lru_cache(maxsize=2)
+def baibian_tables(bomb_order: bb.BombOrder = bb.BombOrder.GENERAL) -> BatchTables:
+    """Tables for ``baibian_bull``: 54 cards, jokers as ranks 14 and 15.
+
+    strength = level << 10 | rank of a Bomb's four << 6 (``rank_of_four`` only) | high card key,
+    as ``BaibianHand.strength``.
+    """
     card_key = np.array([bb.card_key(card) for card in DECK_54], dtype=np.uint8)
     base = np.full(MULTISET_SLOTS, _NO_HAND, dtype=np.int32)
     joker_sets = ((), (bb.SMALL_JOKER_VALUE,), (bb.BIG_JOKER_VALUE,), (bb.SMALL_JOKER_VALUE, bb.BIG_JOKER_VALUE))
     for (ranks, jokers), category in bb.category_table().items():
+        four = bb.four_rank(ranks, jokers) if category is bb.Category.BOMB else 0
+        four = four if bomb_order is bb.BombOrder.RANK_OF_FOUR else 0
         for extra in joker_sets:
             if len(extra) == jokers:
-                base[colex_index((*ranks, *extra))] = bb.LEVEL[category] << 6
+                base[colex_index((*ranks, *extra))] = bb.LEVEL[category] << BAIBIAN_LEVEL_SHIFT | four << 6
     return BatchTables(card_key, _colex_tables(), base, 0b111111)
 
 
-def evaluate_baibian_batch(cards: npt.ArrayLike) -> I32Array:
+BAIBIAN_LEVEL_SHIFT = 10
+
+
+def evaluate_baibian_batch(cards: npt.ArrayLike, config: bb.BaibianBullConfig | None = None) -> I32Array:
     """Strengths (``BaibianHand.strength``) of (N, 5) card indices 0..53."""
     hands = np.asarray(cards)
     if hands.ndim != 2 or hands.shape[1] != HAND:
         raise ValueError(f"expected an (N, 5) array of card indices, got shape {hands.shape}")
-    keys = np.take(baibian_tables().card_key, hands.T)
-    return strengths_from_keys([keys[j] for j in range(HAND)], baibian_tables())
+    table = baibian_tables((config or bb.DEFAULT_CONFIG).bomb_order)
+    keys = np.take(table.card_key, hands.T)
+    return strengths_from_keys([keys[j] for j in range(HAND)], table)
 
 
 def simulate_baibian(
@@ -270,21 +292,20 @@ def simulate_baibian(
     multipliers = np.zeros(len(bb.CATEGORIES) + 1)
     for category, level in bb.LEVEL.items():
         multipliers[level] = float(config.multiplier(category))
-    total = total_sq = 0.0
+    total = total_sq = bet_sq = 0.0
     done = 0
-    table = baibian_tables()
+    table = baibian_tables(config.bomb_order)
     for size in _chunks(rounds, chunk):
         keys = np.take(table.card_key, deal_batch(rng, size, 5 * HAND, deck_size=54))
         strength = strengths_from_keys([keys[j::HAND].reshape(-1) for j in range(HAND)], table).reshape(5, size)
         banker, areas = strength[0], strength[1:]
-        net = np.where(areas > banker, multipliers[areas >> 6], 0.0)
-        net -= np.where(areas < banker, multipliers[banker >> 6], 0.0)
+        net = np.where(areas > banker, multipliers[areas >> BAIBIAN_LEVEL_SHIFT], 0.0)
+        net -= np.where(areas < banker, multipliers[banker >> BAIBIAN_LEVEL_SHIFT], 0.0)
         per_round = net.mean(axis=0)
         total += float(per_round.sum())
         total_sq += float(np.square(per_round).sum())
+        bet_sq += float(np.square(net).sum())
         done += size
         if progress is not None:
             progress(done, rounds)
-    mean = total / rounds
-    variance = max(total_sq / rounds - mean * mean, 0.0) * rounds / max(rounds - 1, 1)
-    return MonteCarloResult(rounds, mean, sqrt(variance / rounds))
+    return _result(rounds, total, total_sq, bet_sq / (rounds * len(bb.AREAS)))

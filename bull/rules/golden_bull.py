@@ -82,6 +82,13 @@ class ExactTie(StrEnum):
     PUSH = "push"
 
 
+class BombOrder(StrEnum):
+    """How two Bombs compare before the seed's general rule (bull points, highest card, suit)."""
+
+    RANK_OF_FOUR = "rank_of_four"  # 5555K loses to QQQQA (the usual convention; the default)
+    GENERAL = "general"  # the seed's general rule alone: 5555K (Bull Bull) beats QQQQA (bull 1)
+
+
 def points_category(points: int) -> Category:
     """The ordinary category for bull points (0 = no bull, 10 = bull bull)."""
     if points == NO_BULL:
@@ -126,11 +133,13 @@ class GoldenBullConfig:
     suit_tiebreak: bool = True
     exact_tie: ExactTie = ExactTie.DEALER
     commission_bps: int = 0
+    bomb_order: BombOrder = BombOrder.RANK_OF_FOUR
     _lookup: _Lookup = field(init=False, repr=False, compare=False, hash=False)
 
     def __post_init__(self) -> None:
         _validate(self)
-        object.__setattr__(self, "_lookup", _build_lookup(self.enabled, self.suit_order, self.suit_tiebreak))
+        lookup = _build_lookup(self.enabled, self.suit_order, self.suit_tiebreak, self.bomb_order)
+        object.__setattr__(self, "_lookup", lookup)
 
     def multiplier(self, category: Category) -> Fraction:
         return self.multipliers[CATEGORIES.index(category)]
@@ -172,6 +181,7 @@ class GoldenBullConfig:
             suit_tiebreak=cfg.as_bool("suit_tiebreak", flat.get("suit_tiebreak", True)),
             exact_tie=ExactTie(cfg.as_choice("exact_tie", flat.get("exact_tie", "dealer"), ExactTie)),
             commission_bps=cfg.as_int("commission_bps", flat.get("commission_bps", 0), low=0, high=BPS_DENOMINATOR),
+            bomb_order=BombOrder(cfg.as_choice("bomb_order", flat.get("bomb_order", "rank_of_four"), BombOrder)),
         )
 
     def to_settings(self) -> dict[str, str]:
@@ -182,6 +192,7 @@ class GoldenBullConfig:
             "suit_tiebreak": str(self.suit_tiebreak).lower(),
             "exact_tie": str(self.exact_tie),
             "commission_bps": str(self.commission_bps),
+            "bomb_order": str(self.bomb_order),
         }
         settings |= {f"multipliers.{c}": str(self.multiplier(c)) for c in CATEGORIES}
         settings |= {f"enabled.{c}": str(c in self.enabled).lower() for c in SPECIALS}
@@ -196,6 +207,7 @@ CONFIG_KEYS: tuple[str, ...] = (
     "suit_tiebreak",
     "exact_tie",
     "commission_bps",
+    "bomb_order",
 )
 
 
@@ -275,18 +287,21 @@ def multiset_code(ranks: Iterable[int]) -> int:
     return sum(5 ** (rank - 1) for rank in ranks)
 
 
-def _build_lookup(enabled: frozenset[Category], suit_order: str, suit_tiebreak: bool) -> _Lookup:
-    by_multiset, ranks_by_multiset = _rank_tables(enabled)
+def _build_lookup(
+    enabled: frozenset[Category], suit_order: str, suit_tiebreak: bool, bomb_order: BombOrder = BombOrder.RANK_OF_FOUR
+) -> _Lookup:
+    by_multiset, ranks_by_multiset = _rank_tables(enabled, bomb_order)
     return _Lookup(by_multiset, _packed_cards(suit_order), 0b111111 if suit_tiebreak else 0b111100, ranks_by_multiset)
 
 
-@lru_cache(maxsize=16)  # one per subset of the four specials
+@lru_cache(maxsize=32)  # one per subset of the four specials and bomb order
 def _rank_tables(
-    enabled: frozenset[Category],
+    enabled: frozenset[Category], bomb_order: BombOrder = BombOrder.RANK_OF_FOUR
 ) -> tuple[dict[int, tuple[Category, int, int]], dict[int, tuple[int, ...]]]:
     by_multiset, ranks_by_multiset = {}, {}
     for ranks in rank_multisets():
         category, points, four = classify(ranks, enabled)
+        four = four if bomb_order is BombOrder.RANK_OF_FOUR else 0
         code = multiset_code(ranks)
         by_multiset[code] = (category, points, base_strength(category, points, four))
         ranks_by_multiset[code] = ranks

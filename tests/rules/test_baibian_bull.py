@@ -117,6 +117,9 @@ def test_census_specials_by_formula() -> None:
 def test_scalar_and_batch_evaluation_agree(cards: list[Card]) -> None:
     batch = fast.evaluate_baibian_batch(np.array([[card.index for card in cards]]))
     assert int(batch[0]) == bb.evaluate(cards).strength
+    by_four = BaibianBullConfig(bomb_order=bb.BombOrder.RANK_OF_FOUR)
+    batch = fast.evaluate_baibian_batch(np.array([[card.index for card in cards]]), by_four)
+    assert int(batch[0]) == bb.evaluate(cards, by_four).strength
 
 
 # --------------------------------------------------------------------------- order properties
@@ -223,15 +226,49 @@ def test_settlement_errors() -> None:
 
 @pytest.mark.parametrize(
     ("drawn", "seat"),
-    [("AS", 0), ("2H", 1), ("3C", 2), ("4D", 3), ("5S", 4), ("6H", 0), ("TD", 4), ("JS", 0), ("KC", 2)],
+    [("AS", 0), ("2H", 1), ("3C", 2), ("4D", 3), ("5S", 4), ("6H", 0), ("9C", 3), ("TD", 4), ("JS", 4), ("KC", 4)],
 )
 def test_first_seat_from_the_rule_text(drawn: str, seat: int) -> None:
-    """A -> banker, 2 -> 閑家1, ..., 5 -> 閑家4, 6 -> banker again."""
+    """A -> banker, 2 -> 閑家1, ..., 5 -> 閑家4, 6 -> banker again; J/Q/K count 10 點 like the 10 (issue 21 (4))."""
     assert bb.first_seat(parse_card(drawn)) == seat
 
 
-def test_first_seat_for_jokers() -> None:
-    assert bb.first_seat(SMALL_JOKER) == 3 and bb.first_seat(BIG_JOKER) == 4
+RANK_VALUES = BaibianBullConfig.from_settings({"deal.card_value": "rank"})
+
+
+def test_first_seat_for_jokers_and_by_rank() -> None:
+    # Interpretation: a joker "can be any 點數"; as the drawn card it counts 10, like the faces.
+    assert bb.card_value(SMALL_JOKER) == bb.card_value(BIG_JOKER) == 10
+    assert bb.first_seat(SMALL_JOKER) == bb.first_seat(BIG_JOKER) == 4
+    # deal.card_value=rank: A=1 .. K=13, small joker 14, big joker 15 (the reading before issue 21).
+    assert [bb.first_seat(parse_card(c), RANK_VALUES) for c in ("JS", "QS", "KC")] == [0, 1, 2]
+    assert bb.first_seat(SMALL_JOKER, RANK_VALUES) == 3 and bb.first_seat(BIG_JOKER, RANK_VALUES) == 4
+    deck = [parse_card("KC"), *(c for c in DECK_54 if c.code != "KC")]
+    assert bb.deal(deck).first_seat == 4 and bb.deal(deck, RANK_VALUES).first_seat == 2
+    assert BaibianBullConfig.from_settings(RANK_VALUES.to_settings()) == RANK_VALUES
+
+
+def cards(text: str) -> list[Card]:
+    return list(parse_cards(text))
+
+
+def test_bombs_compare_by_highest_card_or_by_the_rank_of_the_four() -> None:
+    """Issue 21 (5): 2222K beats QQQQ3 by the highest card (default); QQQQ3 wins by the rank of the four."""
+    low, high = cards("2S 2H 2C 2D KS"), cards("QS QH QC QD 3S")
+    assert bb.compare(bb.evaluate(low), bb.evaluate(high)) == 1
+    by_four = BaibianBullConfig.from_settings({"bomb_order": "rank_of_four"})
+    a, b = bb.evaluate(low, by_four), bb.evaluate(high, by_four)
+    assert bb.compare(a, b) == -1 and a.category == b.category == Category.BOMB
+    assert "rank of the four" in bb.explain(a, b)
+    # A joker completes the highest four it can: 99 + both jokers + K is four 9s (K + 2 jokers is three).
+    jokers = bb.evaluate([*cards("9S 9H KD"), SMALL_JOKER, BIG_JOKER], by_four)
+    assert bb.four_rank([9, 9, 13], 2) == 9 and jokers.category == Category.BOMB
+    assert bb.compare(jokers, bb.evaluate(cards("TS TH TC TD AS"), by_four)) == -1
+    assert bb.compare(jokers, bb.evaluate(cards("8S 8H 8C 8D AS"), by_four)) == 1
+    # Other categories do not change; settlement follows the config.
+    assert bb.evaluate(cards("KS QS JS TS 9S"), by_four).strength == bb.evaluate(cards("KS QS JS TS 9S")).strength
+    with pytest.raises(ConfigError):
+        BaibianBullConfig.from_settings({"bomb_order": "suit"})
 
 
 @given(st.permutations(DECK_54))

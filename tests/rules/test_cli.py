@@ -90,6 +90,38 @@ def test_compare(capsys: pytest.CaptureFixture[str]) -> None:
     assert code == 0 and out.startswith("A wins") and "big joker" in out
 
 
+def test_compare_takes_options_after_the_second_hand(capsys: pytest.CaptureFixture[str]) -> None:
+    """Issue 21 (7): ``--set key=value`` (and ``--config FILE``) may follow the second hand."""
+    hands = ("5S 5H 5C 5D KS", "--", "QS QH QC QD AS")
+    code, out, _ = run(capsys, "compare", "--variant", "golden_bull", *hands, "--json")
+    assert code == 0 and json.loads(out)["winner"] == "b"  # rank of the four
+    code, out, _ = run(capsys, "compare", "--variant", "golden_bull", *hands, "--set", "bomb_order=general", "--json")
+    assert code == 0 and json.loads(out)["winner"] == "a"  # bull points 10 vs 1
+    code, out, _ = run(capsys, "compare", "--variant", "baibian_bull", "2S 2H 2C 2D KS", "--", "QS QH QC QD 3S")
+    assert code == 0 and out.startswith("A wins")
+    code, out, _ = run(
+        capsys, "compare", "--variant", "baibian_bull", "2S 2H 2C 2D KS", "--", "QS QH QC QD 3S",
+        "--set", "bomb_order=rank_of_four",
+    )  # fmt: skip
+    assert code == 0 and out.startswith("B wins") and "rank of the four" in out
+
+
+@pytest.mark.parametrize(
+    ("variant", "hand_a", "hand_b"),
+    [
+        ("golden_bull", "5S 5H 5C 5D KS", "QS QH QC QD KS"),
+        ("baibian_bull", "2S 2H 2C 2D BJ", "QS QH QC QD BJ"),
+        ("bai_buu", "2S 2H 2C 2D", "2S QH QC QD"),
+    ],
+)
+def test_compare_refuses_a_card_in_both_hands(
+    capsys: pytest.CaptureFixture[str], variant: str, hand_a: str, hand_b: str
+) -> None:
+    """Issue 21 (7): two hands come from one deck."""
+    code, out, err = run(capsys, "compare", "--variant", variant, hand_a, "--", hand_b)
+    assert code == 2 and out == "" and "duplicate card" in err
+
+
 def test_census_json(capsys: pytest.CaptureFixture[str]) -> None:
     for variant, total in (("golden_bull", comb(52, 5)), ("baibian_bull", comb(54, 5))):
         code, out, _ = run(capsys, "census", "--variant", variant, "--json")

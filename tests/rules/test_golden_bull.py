@@ -392,3 +392,18 @@ def test_monte_carlo_agrees_with_exact() -> None:
     assert abs(result.rtp - exact) < 5 * result.std_error
     again = fast.simulate(config, 200_000, np.random.default_rng(7))
     assert again == result  # randomness comes in as an argument: same seed, same answer
+
+
+def test_bombs_compare_by_the_rank_of_the_four_or_by_the_general_rule() -> None:
+    """Issue 21 (5): 5555K loses to QQQQA by the rank of the four (default); the seed's general rule
+    alone (bull points, then highest card) makes 5555K (Bull Bull) the winner over QQQQA (bull 1)."""
+    low, high = parse_cards("5S 5H 5C 5D KS"), parse_cards("QS QH QC QD AS")
+    assert gb.compare(gb.evaluate(low), gb.evaluate(high)) == -1
+    assert gb.explain(gb.evaluate(low), gb.evaluate(high)) == "rank of the four"
+    general = GoldenBullConfig.from_settings({"bomb_order": "general"})
+    a, b = gb.evaluate(low, general), gb.evaluate(high, general)
+    assert a.category == b.category == Category.BOMB and gb.compare(a, b) == 1
+    assert GoldenBullConfig.from_settings(general.to_settings()) == general
+    batch = fast.evaluate_batch(np.array([[c.index for c in low], [c.index for c in high]]), general)
+    assert [int(x) for x in batch] == [a.strength, b.strength]
+    assert _exact.exact_rtp(general).rtp == 1  # both sides use the same order: still symmetric

@@ -6,7 +6,7 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from bull.cards import format_cards, parse_cards
+from bull.cards import check_distinct, format_cards, parse_cards
 from bull.rules import baibian_bull as bb
 from bull.rules import fast
 from bull.rules._config import Settings
@@ -23,15 +23,16 @@ class BaibianBullAdapter:
 
     def eval(self, cards: Sequence[str], settings: Settings) -> CommandResult:
         config = bb.BaibianBullConfig.from_settings(settings)
-        hand = bb.evaluate(parse_cards(" ".join(cards)))
+        hand = bb.evaluate(parse_cards(" ".join(cards)), config)
         data = self._hand_data(hand, config)
         text = f"{format_cards(hand.cards)}: {hand.category}, x{data['multiplier']}, high card {hand.high_card}"
         return CommandResult(data, text)
 
     def compare(self, hand_a: Sequence[str], hand_b: Sequence[str], settings: Settings) -> CommandResult:
         config = bb.BaibianBullConfig.from_settings(settings)
-        a = bb.evaluate(parse_cards(" ".join(hand_a)))
-        b = bb.evaluate(parse_cards(" ".join(hand_b)))
+        a = bb.evaluate(parse_cards(" ".join(hand_a)), config)
+        b = bb.evaluate(parse_cards(" ".join(hand_b)), config)
+        check_distinct([*a.cards, *b.cards])  # the two hands come from one deck
         order = bb.compare(a, b)
         winner = "a" if order > 0 else "b" if order < 0 else "tie"
         reason = bb.explain(a, b)

@@ -7,7 +7,7 @@ from fractions import Fraction
 
 import numpy as np
 
-from bull.cards import format_cards, parse_cards
+from bull.cards import check_distinct, format_cards, parse_cards
 from bull.rules import _exact, fast
 from bull.rules import golden_bull as gb
 from bull.rules._config import Settings
@@ -40,6 +40,7 @@ class GoldenBullAdapter:
         config = gb.GoldenBullConfig.from_settings(settings)
         a = gb.evaluate(parse_cards(" ".join(hand_a)), config)
         b = gb.evaluate(parse_cards(" ".join(hand_b)), config)
+        check_distinct([*a.cards, *b.cards])  # the two hands come from one deck
         order = gb.compare(a, b)
         winner = "a" if order > 0 else "b" if order < 0 else "tie"
         reason = gb.explain(a, b, config)

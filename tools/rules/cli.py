@@ -72,17 +72,31 @@ def main(argv: Sequence[str] | None = None) -> int:
         return EXIT_USAGE
 
 
+# Options that take a value: after the second hand their value must move with them.
+_VALUED_OPTIONS = frozenset({"--set", "--config", "--variant", "--rounds", "--seed", "--out"})
+
+
 def _split_hands(argv: list[str]) -> tuple[list[str] | None, list[str]]:
     """``compare ... A -- B``: argparse would merge both hands, so split at ``--`` first.
 
-    Options written after the second hand (``--json``) are moved back in front.
+    Options written after the second hand (``--json``, ``--set key=value``) are
+    moved back in front, each with its value.
     """
     if "--" not in argv:
         return None, argv
     cut = argv.index("--")
-    after = argv[cut + 1 :]
-    options = [item for item in after if item.startswith("-")]
-    return [item for item in after if not item.startswith("-")], argv[:cut] + options
+    cards: list[str] = []
+    options: list[str] = []
+    after = iter(argv[cut + 1 :])
+    for item in after:
+        if not item.startswith("-"):
+            cards.append(item)
+            continue
+        options.append(item)
+        value = next(after, None) if item in _VALUED_OPTIONS else None
+        if value is not None:
+            options.append(value)
+    return cards, argv[:cut] + options
 
 
 def _run(args: argparse.Namespace, hand_b: list[str] | None, out: TextIO, err: TextIO) -> int:
