@@ -1,6 +1,7 @@
 """Benchmark of the provably-fair derivation: ``python -m services.rng.bench``.
 
-Prints shuffles per second (52 and 54 cards) and envelope splits per second, each
+Prints shuffles per second (52 and 54 cards), envelope splits per second, sealed deck
+records sealed and opened per second, and client seed combinations per second, each
 measured over a fixed wall-clock budget on one core, fresh seed and round id every call.
 """
 
@@ -10,8 +11,8 @@ import argparse
 import time
 from collections.abc import Callable, Sequence
 
-from bull.fairness import shuffle, split_envelope
-from services.rng.seeds import new_server_seed
+from bull.fairness import combine_client_seeds, deck_record, open_sealed, seal, shuffle, split_envelope
+from services.rng.seeds import new_seal_nonce, new_server_seed
 
 MAX_CALLS_PER_CASE = 10_000_000
 
@@ -31,12 +32,21 @@ def rate_per_s(call: Callable[[bytes, str], object], seconds: float) -> tuple[fl
     return calls / (time.perf_counter() - started), calls
 
 
+def _seal_and_open(seed: bytes, round_id: str, record: bytes, nonce: bytes) -> bytes:
+    return open_sealed(seed, "deck", round_id, nonce, seal(seed, "deck", round_id, record, nonce))
+
+
 def cases() -> list[tuple[str, str, Callable[[bytes, str], object]]]:
+    record = deck_record("bench", "0" * 64, 52, "", [], [card.code for card in shuffle(bytes(32), "bench")])
+    nonce = new_seal_nonce()
+    contributions = [f"seed-{n}" for n in range(100)]
     return [
         ("shuffle 52", "shuffles/s", lambda seed, round_id: shuffle(seed, round_id, "", 52)),
         ("shuffle 54", "shuffles/s", lambda seed, round_id: shuffle(seed, round_id, "", 54)),
         ("split 10 shares", "splits/s", lambda seed, round_id: split_envelope(seed, round_id, "", 100_000, 10, 1)),
         ("split 100 shares", "splits/s", lambda seed, round_id: split_envelope(seed, round_id, "", 1_000_000, 100, 1)),
+        ("seal+open deck", "records/s", lambda seed, round_id: _seal_and_open(seed, round_id, record, nonce)),
+        ("combine 100 seeds", "rounds/s", lambda seed, round_id: combine_client_seeds(contributions)),
     ]
 
 
