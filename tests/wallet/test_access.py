@@ -3,16 +3,27 @@
 from __future__ import annotations
 
 import uuid
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Awaitable
+from typing import Any
 
 import grpc
 import pytest
 from niuniu.wallet.v1 import wallet_pb2 as pb
+from redis.asyncio import Redis
 from wallet_helpers import ADMIN, AUDITOR, LEDGER, TABLE, TOKENS, Wallet, expect_error, wallet_service
 
 from backbone.auth import Role, Tokens, bearer
 from services.wallet import events
+from services.wallet import throttle as throttle_module
 from services.wallet.domain import Role as AccountRole
+from services.wallet.throttle import (
+    RETRY_AFTER_METADATA_KEY,
+    Limit,
+    Throttle,
+    ThrottlePolicy,
+    TooManyAttempts,
+    client_address,
+)
 
 pytestmark = pytest.mark.integration
 
@@ -94,7 +105,7 @@ async def test_a_player_cannot_read_or_move_another_players_money(wallet: Wallet
     bob_hold = await wallet.hold(bob.account, 100)
     before = await wallet.balances()
     me = alice.metadata
-    reads = [
+    reads: list[Awaitable[object]] = [
         wallet.stub.GetBalance(pb.GetBalanceRequest(account=bob.account), metadata=me),
         wallet.stub.ListMovements(pb.ListMovementsRequest(account=bob.account), metadata=me),
         wallet.stub.ListHolds(pb.ListHoldsRequest(account=bob.account), metadata=me),
@@ -108,7 +119,7 @@ async def test_a_player_cannot_read_or_move_another_players_money(wallet: Wallet
     ]
     for call in reads:
         await expect_error(call, DENIED, "NOT_YOUR_ACCOUNT")
-    moves = [
+    moves: list[Awaitable[object]] = [
         wallet.stub.PlaceHold(pb.PlaceHoldRequest(hold_id="mine", account=bob.account, amount_minor=1), metadata=me),
         wallet.stub.PlaceHold(pb.PlaceHoldRequest(hold_id="mine", account=alice.account, amount_minor=1), metadata=me),
         wallet.stub.PostHold(
@@ -163,3 +174,86 @@ async def test_services_and_staff_reach_only_what_their_role_allows(wallet: Wall
     assert (
         await wallet.stub.GetBalance(pb.GetBalanceRequest(account="house"), metadata=staff_token)
     ).account == "house"
+
+
+# ------------------------------------------------------------------- throttling Login and Register
+
+
+async def expect_throttled(call: Awaitable[Any]) -> int:
+    """RESOURCE_EXHAUSTED TOO_MANY_ATTEMPTS; returns the retry-after seconds from the trailing metadata."""
+    error = await expect_error(call, grpc.StatusCode.RESOURCE_EXHAUSTED, "TOO_MANY_ATTEMPTS")
+    assert "retry in" in (error.details() or "")
+    trailers = dict(error.trailing_metadata() or ())
+    return int(trailers[RETRY_AFTER_METADATA_KEY])
+
+
+async def test_login_is_throttled_per_account_even_with_the_right_password(infra: dict[str, str], unique: str) -> None:
+    async with wallet_service(infra, unique, throttle=ThrottlePolicy()) as wallet:  # the production defaults
+        for name in ("alice", "bob"):
+            await wallet.stub.Register(
+                pb.RegisterRequest(request_id=f"r-{name}", username=name, email=f"{name}@x.org", password="right-pw-1")
+            )
+        limit = ThrottlePolicy().account_failures.attempts
+        for _ in range(limit):
+            wrong = pb.LoginRequest(username="alice", password="wrong-pw-1")
+            await expect_error(wallet.stub.Login(wrong), UNAUTHENTICATED, "INVALID_CREDENTIALS")
+        retry_s = await expect_throttled(wallet.stub.Login(pb.LoginRequest(username="alice", password="right-pw-1")))
+        assert 0 < retry_s <= ThrottlePolicy().account_failures.window_s
+        # Another account from the same address is not locked by alice's failures.
+        assert (await wallet.stub.Login(pb.LoginRequest(username="bob", password="right-pw-1"))).token
+
+
+async def test_login_and_register_are_throttled_per_address(infra: dict[str, str], unique: str) -> None:
+    policy = ThrottlePolicy(
+        account_failures=Limit(100, 60), address_failures=Limit(3, 60), address_attempts=Limit(1_000, 60)
+    )
+    async with wallet_service(infra, unique, throttle=policy) as wallet:
+        await wallet.stub.Register(
+            pb.RegisterRequest(request_id="r-carol", username="carol", email="carol@x.org", password="right-pw-1")
+        )
+        for name in ("u1", "u2", "u3"):  # guessing across accounts
+            await expect_error(
+                wallet.stub.Login(pb.LoginRequest(username=name, password="guess-pw-1")),
+                UNAUTHENTICATED,
+                "INVALID_CREDENTIALS",
+            )
+        await expect_throttled(wallet.stub.Login(pb.LoginRequest(username="carol", password="right-pw-1")))
+        register = pb.RegisterRequest(request_id="r-dave", username="dave", email="dave@x.org", password="right-pw-1")
+        await expect_throttled(wallet.stub.Register(register))
+        assert await wallet.count_events(events.ACCOUNT_OPENED) == 1  # dave was not registered
+
+    attempts = ThrottlePolicy(address_attempts=Limit(3, 60))
+    async with wallet_service(infra, f"{unique}b", throttle=attempts) as wallet:
+        for n in range(3):
+            await wallet.stub.Register(
+                pb.RegisterRequest(request_id=f"r{n}", username=f"user{n}", email=f"u{n}@x.org", password="right-pw-1")
+            )
+        await expect_throttled(
+            wallet.stub.Register(
+                pb.RegisterRequest(request_id="r9", username="user9", email="u9@x.org", password="right-pw-1")
+            )
+        )
+
+
+async def test_without_redis_the_throttle_counts_in_a_bounded_local_table(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Redis is a coordinator: unreachable, the limits still hold per instance, in bounded memory."""
+    monkeypatch.setattr(throttle_module, "LOCAL_CAPACITY", 50)
+    unreachable = Redis(host="127.0.0.1", port=1, socket_connect_timeout=0.2)
+    limiter = Throttle(unreachable, ThrottlePolicy(account_failures=Limit(2, 60)))
+    try:
+        for _ in range(2):
+            await limiter.admit("alice", "ipv4:10.0.0.1")
+            await limiter.failed("alice", "ipv4:10.0.0.1")
+        with pytest.raises(TooManyAttempts):
+            await limiter.admit("alice", "ipv4:10.0.0.2")
+        for n in range(200):  # many identities: the table stays bounded
+            await limiter.failed(f"user{n}" * 1000, f"ipv4:10.1.{n}.1")
+        assert len(limiter._local) <= 50
+    finally:
+        await unreachable.aclose()
+
+
+def test_client_address_drops_the_port() -> None:
+    assert client_address("ipv4:10.1.2.3:5555") == "ipv4:10.1.2.3"
+    assert client_address("ipv6:[::1]:5555") == "ipv6:[::1]"
+    assert client_address("unix:/tmp/s") == "unix:/tmp/s"

@@ -151,8 +151,8 @@ async def apply(wallet: Wallet, model: Model, op: tuple[Any, ...]) -> None:
         account, value = model.accounts[op[1]], op[2]
         ok = model.balances[account][AVAILABLE] >= value
         hold_id = f"h-{uuid.uuid4().hex}"
-        request = pb.PlaceHoldRequest(hold_id=hold_id, account=account, amount_minor=value, reason="bet")
-        await expect(s.PlaceHold(request, metadata=TABLE), ok)
+        place = pb.PlaceHoldRequest(hold_id=hold_id, account=account, amount_minor=value, reason="bet")
+        await expect(s.PlaceHold(place, metadata=TABLE), ok)
         if ok:
             model.move((account, AVAILABLE), (account, HELD), value)
             model.holds.append(Hold(hold_id, account, value))
@@ -160,8 +160,8 @@ async def apply(wallet: Wallet, model: Model, op: tuple[Any, ...]) -> None:
         hold, value = model.holds[op[1] % len(model.holds)], op[2]
         change = value - hold.amount
         ok = hold.open and change <= model.balances[hold.account][AVAILABLE]
-        request = pb.ResizeHoldRequest(resize_id=uuid.uuid4().hex, hold_id=hold.hold_id, amount_minor=value)
-        await expect(s.ResizeHold(request, metadata=TABLE), ok)
+        resize = pb.ResizeHoldRequest(resize_id=uuid.uuid4().hex, hold_id=hold.hold_id, amount_minor=value)
+        await expect(s.ResizeHold(resize, metadata=TABLE), ok)
         if ok:
             model.move((hold.account, AVAILABLE), (hold.account, HELD), change)
             hold.amount = value
@@ -238,8 +238,8 @@ async def settle(
         return
     assert status == [("settled", "")]
     model.last_settlement = applied
-    for payer, payee, amount in moves:
-        model.move(payer, payee, amount)
+    for source, target, amount in moves:
+        model.move(source, target, amount)
     for hold in model.holds:
         hold.open = hold.open and hold.hold_id not in hold_ids
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Awaitable
 from datetime import timedelta
 
 import grpc
@@ -126,7 +126,7 @@ async def test_concurrent_post_and_void_resolve_a_hold_exactly_once(wallet: Wall
 
     async def resolve(hold_id: str) -> None:
         post = pb.PostHoldRequest(hold_id=hold_id, postings=[pb.Posting(payee="house", amount_minor=100)])
-        calls = [
+        calls: list[Awaitable[object]] = [
             wallet.stub.PostHold(post, metadata=TABLE),
             wallet.stub.VoidHold(pb.VoidHoldRequest(hold_id=hold_id), metadata=TABLE),
         ]

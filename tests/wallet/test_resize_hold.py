@@ -88,7 +88,9 @@ async def test_a_hold_grows_shrinks_and_stays(wallet: Wallet) -> None:
     # Three HoldResized events; the one that changed nothing carries no movement.
     async with wallet.ctx.pool.connection() as conn:
         stored = [e for e in await wallet.ctx.store.read_correlated(conn, "r1") if e.event_type == events.HOLD_RESIZED]
-    payloads = [e.unpack(wallet_events.HoldResized()) for e in stored]
+    payloads = [wallet_events.HoldResized() for _ in stored]
+    for event, payload in zip(stored, payloads, strict=True):
+        event.unpack(payload)
     assert [(p.resize_id, p.previous_minor, p.amount_minor, p.HasField("movement")) for p in payloads] == [
         ("rs-up", 300, 500, True),
         ("rs-down", 500, 200, True),

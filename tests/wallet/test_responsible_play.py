@@ -24,7 +24,7 @@ async def wallet(infra: dict[str, str], unique: str) -> AsyncIterator[Wallet]:
         yield w
 
 
-async def set_limit(wallet: Wallet, player: Player, kind: int, value: int) -> pb.ResponsiblePlay:
+async def set_limit(wallet: Wallet, player: Player, kind: pb.LimitKind.ValueType, value: int) -> pb.ResponsiblePlay:
     request = pb.SetLimitRequest(account=player.account, kind=kind, value=value)
     reply: pb.ResponsiblePlay = await wallet.stub.SetLimit(request, metadata=player.metadata)
     return reply

@@ -161,11 +161,11 @@ async def test_settlements_through_kafka_apply_once_however_often_they_arrive(
             if e.event_type == events.ROUND_SETTLEMENT_APPLIED
         ]
     assert len(applied) == 1
-    payload = wallet_events.RoundSettlementApplied()
-    applied[0].unpack(payload)
-    assert payload.outcome == "settled" and sorted(payload.holds_posted) != []
-    assert len(payload.holds_voided) == 1  # b's hold: nothing taken from it
-    for movement in payload.movements:
+    outcome = wallet_events.RoundSettlementApplied()
+    applied[0].unpack(outcome)
+    assert outcome.outcome == "settled" and sorted(outcome.holds_posted) != []
+    assert len(outcome.holds_voided) == 1  # b's hold: nothing taken from it
+    for movement in outcome.movements:
         assert sum(leg.amount_minor for leg in movement.legs) == 0
 
 
