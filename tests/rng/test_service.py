@@ -11,7 +11,6 @@ from typing import Any
 
 import grpc
 import pytest
-from harness import running_service
 from kafka import TopicPartition
 from niuniu.rng.v1 import events_pb2 as rng_events
 from niuniu.rng.v1 import rng_pb2, rng_pb2_grpc
@@ -26,8 +25,9 @@ from backbone.relay import OutboxRelay
 from backbone.service import ServiceContext
 from backbone.topics import Topics
 from bull import fairness as fair
-from bull.cards import parse_cards
+from bull.cards import deck, parse_cards
 from services.rng.server import SPEC
+from tests.harness import running_service
 from tools import verify
 
 pytestmark = pytest.mark.integration
@@ -40,7 +40,9 @@ ADMIN = bearer(TOKENS.issue("admin-1", Role.ADMIN))
 
 
 @pytest.fixture
-async def rng(infra: dict[str, str], unique: str) -> AsyncIterator[tuple[rng_pb2_grpc.RngStub, ServiceContext, str]]:
+async def rng(
+    infra: dict[str, str], unique: str
+) -> AsyncIterator[tuple[rng_pb2_grpc.RngAsyncStub, ServiceContext, str]]:
     prefix = f"t{unique}."
     async with (
         running_service(SPEC, infra, prefix=prefix, schema=f"rng_{unique}") as (running, ctx),
@@ -68,7 +70,7 @@ async def settle_round(infra: dict[str, str], prefix: str, schema: str, round_id
         await pool.close()
 
 
-async def reveal_when_closed(stub: rng_pb2_grpc.RngStub, round_id: str) -> rng_pb2.RevealResponse:
+async def reveal_when_closed(stub: rng_pb2_grpc.RngAsyncStub, round_id: str) -> rng_pb2.RevealResponse:
     deadline = time.monotonic() + 60
     while True:
         try:
@@ -86,7 +88,7 @@ async def count_events(ctx: ServiceContext, round_id: str) -> int:
 
 @pytest.mark.parametrize("deck_size", [52, 54])
 async def test_commit_draw_reveal_verify_round_trip(
-    rng: tuple[rng_pb2_grpc.RngStub, ServiceContext, str], infra: dict[str, str], unique: str, deck_size: int
+    rng: tuple[rng_pb2_grpc.RngAsyncStub, ServiceContext, str], infra: dict[str, str], unique: str, deck_size: int
 ) -> None:
     stub, _, prefix = rng
     round_id = f"r-{unique}-{deck_size}"
@@ -130,7 +132,7 @@ async def test_commit_draw_reveal_verify_round_trip(
 
 
 async def test_repeating_calls_for_a_round_changes_nothing(
-    rng: tuple[rng_pb2_grpc.RngStub, ServiceContext, str], unique: str
+    rng: tuple[rng_pb2_grpc.RngAsyncStub, ServiceContext, str], unique: str
 ) -> None:
     stub, ctx, _ = rng
     round_id = f"r-{unique}"
@@ -150,7 +152,7 @@ async def test_repeating_calls_for_a_round_changes_nothing(
 
 
 async def test_only_the_table_service_may_draw(
-    rng: tuple[rng_pb2_grpc.RngStub, ServiceContext, str], unique: str
+    rng: tuple[rng_pb2_grpc.RngAsyncStub, ServiceContext, str], unique: str
 ) -> None:
     stub, ctx, _ = rng
     round_id = f"r-{unique}"
@@ -180,7 +182,7 @@ async def test_only_the_table_service_may_draw(
     ],
 )
 async def test_bad_input_is_invalid_argument_with_a_reason(
-    rng: tuple[rng_pb2_grpc.RngStub, ServiceContext, str], request_: rng_pb2.DrawRequest, reason: str
+    rng: tuple[rng_pb2_grpc.RngAsyncStub, ServiceContext, str], request_: rng_pb2.DrawRequest, reason: str
 ) -> None:
     stub, _, _ = rng
     with pytest.raises(grpc.aio.AioRpcError) as error:
@@ -190,7 +192,7 @@ async def test_bad_input_is_invalid_argument_with_a_reason(
 
 
 async def test_unknown_round_and_bad_envelope(
-    rng: tuple[rng_pb2_grpc.RngStub, ServiceContext, str], unique: str
+    rng: tuple[rng_pb2_grpc.RngAsyncStub, ServiceContext, str], unique: str
 ) -> None:
     stub, _, _ = rng
     with pytest.raises(grpc.aio.AioRpcError) as missing:
@@ -215,7 +217,7 @@ FORCED_GRAB_ORDER = [2, 0, 1]
 @pytest.fixture
 async def rng_test_decks(
     infra: dict[str, str], unique: str, monkeypatch: pytest.MonkeyPatch
-) -> AsyncIterator[tuple[rng_pb2_grpc.RngStub, ServiceContext, str]]:
+) -> AsyncIterator[tuple[rng_pb2_grpc.RngAsyncStub, ServiceContext, str]]:
     """An rng started for tests: NIUNIU_RNG_TEST_DECKS=1 in development mode."""
     monkeypatch.setenv(TEST_DECKS_ENV, "1")
     monkeypatch.setenv("NIUNIU_ENV", "development")
@@ -265,7 +267,7 @@ async def sealed_split(ctx: ServiceContext, round_id: str) -> tuple[dict[str, An
 
 
 async def test_test_envelopes_are_refused_by_default(
-    rng: tuple[rng_pb2_grpc.RngStub, ServiceContext, str], unique: str
+    rng: tuple[rng_pb2_grpc.RngAsyncStub, ServiceContext, str], unique: str
 ) -> None:
     stub, ctx, _ = rng
     round_id = f"r-{unique}"
@@ -285,7 +287,7 @@ async def test_test_envelopes_are_refused_by_default(
 
 
 async def test_only_admins_may_set_a_test_envelope(
-    rng_test_decks: tuple[rng_pb2_grpc.RngStub, ServiceContext, str], unique: str
+    rng_test_decks: tuple[rng_pb2_grpc.RngAsyncStub, ServiceContext, str], unique: str
 ) -> None:
     stub, _, _ = rng_test_decks
     request = envelope_request(f"r-{unique}", FORCED_AMOUNTS, FORCED_GRAB_ORDER)
@@ -314,7 +316,7 @@ async def test_only_admins_may_set_a_test_envelope(
     ],
 )
 async def test_a_malformed_test_envelope_is_invalid_argument(
-    rng_test_decks: tuple[rng_pb2_grpc.RngStub, ServiceContext, str],
+    rng_test_decks: tuple[rng_pb2_grpc.RngAsyncStub, ServiceContext, str],
     round_id: str,
     amounts: list[int],
     grab_order: list[int],
@@ -329,7 +331,7 @@ async def test_a_malformed_test_envelope_is_invalid_argument(
 
 
 async def test_a_test_envelope_is_the_split_and_fails_verification(
-    rng_test_decks: tuple[rng_pb2_grpc.RngStub, ServiceContext, str],
+    rng_test_decks: tuple[rng_pb2_grpc.RngAsyncStub, ServiceContext, str],
     infra: dict[str, str],
     unique: str,
     capsys: pytest.CaptureFixture[str],
@@ -379,7 +381,7 @@ async def test_a_test_envelope_is_the_split_and_fails_verification(
     ],
 )
 async def test_a_test_envelope_that_does_not_fit_the_split_is_refused(
-    rng_test_decks: tuple[rng_pb2_grpc.RngStub, ServiceContext, str],
+    rng_test_decks: tuple[rng_pb2_grpc.RngAsyncStub, ServiceContext, str],
     unique: str,
     total_minor: int,
     shares: int,
@@ -401,7 +403,7 @@ async def test_a_test_envelope_that_does_not_fit_the_split_is_refused(
 
 
 async def test_a_test_envelope_after_the_split_is_refused(
-    rng_test_decks: tuple[rng_pb2_grpc.RngStub, ServiceContext, str], unique: str
+    rng_test_decks: tuple[rng_pb2_grpc.RngAsyncStub, ServiceContext, str], unique: str
 ) -> None:
     stub, ctx, _ = rng_test_decks
     round_id = f"r-{unique}"
@@ -468,7 +470,7 @@ async def server_seed_of(ctx: ServiceContext, round_id: str) -> bytes:
 
 
 async def test_the_sealed_deal_on_the_audit_topic_opens_only_after_the_reveal(
-    rng: tuple[rng_pb2_grpc.RngStub, ServiceContext, str],
+    rng: tuple[rng_pb2_grpc.RngAsyncStub, ServiceContext, str],
     infra: dict[str, str],
     unique: str,
     capsys: pytest.CaptureFixture[str],
@@ -528,7 +530,7 @@ async def test_the_sealed_deal_on_the_audit_topic_opens_only_after_the_reveal(
         if envelope.correlation_id == round_id:
             assert not any(secret in raw for secret in secrets_), envelope.event_type
     # The ciphertext's length follows from public parameters only.
-    public_deck = fair.deck_record(round_id, commitment, 52, combined, CLIENT_SEEDS, [c.code for c in fair.deck(52)])
+    public_deck = fair.deck_record(round_id, commitment, 52, combined, CLIENT_SEEDS, [c.code for c in deck(52)])
     assert len(sealed_deck.ciphertext) == len(public_deck) + fair.SEAL_TAG_BYTES
     with pytest.raises(fair.SealError):
         fair.open_sealed(secrets.token_bytes(32), "deck", round_id, sealed_deck.nonce, sealed_deck.ciphertext)
@@ -595,7 +597,7 @@ async def test_the_sealed_deal_on_the_audit_topic_opens_only_after_the_reveal(
     ],
 )
 async def test_bad_client_seeds_are_invalid_argument_and_change_nothing(
-    rng: tuple[rng_pb2_grpc.RngStub, ServiceContext, str],
+    rng: tuple[rng_pb2_grpc.RngAsyncStub, ServiceContext, str],
     unique: str,
     client_seed: str,
     client_seeds: list[str],
