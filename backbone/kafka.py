@@ -1,14 +1,30 @@
-"""Kafka topics, producers and consumers, configured the one way this project uses them."""
+"""Kafka topics, producers and consumers, configured the one way this project uses them.
+
+Every client authenticates with SASL/SCRAM when credentials are configured (the local
+broker of ``scripts/infra`` and the Kubernetes manifests require them):
+
+- ``NIUNIU_<IDENTITY>_KAFKA_USER`` / ``NIUNIU_<IDENTITY>_KAFKA_PASSWORD``: the principal of
+  one identity (``rng``, ``table``, ``wallet``, ``ledger``, ``auditor``); a service process
+  names its identity with ``use_identity`` before it makes clients;
+- else ``KAFKA_SASL_USERNAME`` / ``KAFKA_SASL_PASSWORD``: the process's default principal;
+- ``KAFKA_SECURITY_PROTOCOL`` (``SASL_PLAINTEXT`` when credentials are set, else
+  ``PLAINTEXT``) and ``KAFKA_SASL_MECHANISM`` (``SCRAM-SHA-512``).
+"""
 
 from __future__ import annotations
 
-import contextlib
-from collections.abc import Iterable
+import logging
+import os
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
 from kafka import KafkaAdminClient, KafkaConsumer, KafkaProducer
-from kafka.errors import TopicAlreadyExistsError
+from kafka.errors import TopicAlreadyExistsError, TopicAuthorizationFailedError, for_code
+
+from backbone.config import ConfigError
+
+log = logging.getLogger(__name__)
 
 # Event topics keep everything forever and are never compacted: they are the record.
 EVENT_TOPIC_CONFIG = {"retention.ms": "-1", "cleanup.policy": "delete"}
@@ -22,11 +38,89 @@ class TopicSpec:
     config: dict[str, str] = field(default_factory=lambda: dict(EVENT_TOPIC_CONFIG))
 
 
-def ensure_topics(bootstrap_servers: str, specs: Iterable[TopicSpec], *, timeout_ms: int = 30_000) -> list[str]:
-    """Create the topics that do not exist yet; returns the names created."""
-    admin = KafkaAdminClient(
-        bootstrap_servers=bootstrap_servers, client_id="niuniu-admin", request_timeout_ms=timeout_ms
+SECURITY_KEYS = ("security_protocol", "sasl_mechanism", "sasl_plain_username", "sasl_plain_password")
+DEFAULT_SASL_MECHANISM = "SCRAM-SHA-512"
+
+
+@dataclass(frozen=True, slots=True)
+class KafkaCredentials:
+    """One SASL principal: who a client is to the broker's ACLs."""
+
+    username: str
+    password: str = field(repr=False)
+    mechanism: str = DEFAULT_SASL_MECHANISM
+    security_protocol: str = "SASL_PLAINTEXT"
+
+    def client_config(self) -> dict[str, str]:
+        return {
+            "security_protocol": self.security_protocol,
+            "sasl_mechanism": self.mechanism,
+            "sasl_plain_username": self.username,
+            "sasl_plain_password": self.password,
+        }
+
+
+def credentials_from_env(identity: str | None = None, env: Mapping[str, str] | None = None) -> KafkaCredentials | None:
+    """The principal of ``identity`` (else the process default) from the environment; None: no SASL."""
+    env = os.environ if env is None else env
+    pairs = [(f"NIUNIU_{identity.upper()}_KAFKA_USER", f"NIUNIU_{identity.upper()}_KAFKA_PASSWORD")] if identity else []
+    pairs.append(("KAFKA_SASL_USERNAME", "KAFKA_SASL_PASSWORD"))
+    protocol = env.get("KAFKA_SECURITY_PROTOCOL", "")
+    for user_key, password_key in pairs:
+        user, password = env.get(user_key, ""), env.get(password_key, "")
+        if user and not password:
+            raise ConfigError(f"{user_key} is set but {password_key} is not")
+        if user:
+            return KafkaCredentials(
+                user,
+                password,
+                mechanism=env.get("KAFKA_SASL_MECHANISM") or DEFAULT_SASL_MECHANISM,
+                security_protocol=protocol or "SASL_PLAINTEXT",
+            )
+    if protocol.startswith("SASL"):
+        raise ConfigError(f"KAFKA_SECURITY_PROTOCOL={protocol} but no Kafka user is set (KAFKA_SASL_USERNAME)")
+    return None
+
+
+_process_identity: str | None = None
+
+
+def use_identity(identity: str | None) -> None:
+    """Name the identity (``rng``, ``auditor``, ...) whose principal this process's clients use.
+
+    Set once by a process's entry point. Code that runs several services in one process
+    (tests) leaves it unset, so every client there uses the default principal.
+    """
+    global _process_identity
+    _process_identity = identity
+
+
+def security_config(identity: str | None = None) -> dict[str, str]:
+    """kafka-python settings that authenticate as ``identity`` (default: the process's identity)."""
+    credentials = credentials_from_env(identity or _process_identity)
+    return credentials.client_config() if credentials is not None else {}
+
+
+def _with_security(config: dict[str, Any], overrides: Mapping[str, Any]) -> dict[str, Any]:
+    if not any(key in overrides for key in SECURITY_KEYS):
+        config.update(security_config())
+    config.update(overrides)
+    return config
+
+
+def make_admin(bootstrap_servers: str, client_id: str, **overrides: Any) -> KafkaAdminClient:
+    return KafkaAdminClient(
+        **_with_security({"bootstrap_servers": bootstrap_servers, "client_id": client_id}, overrides)
     )
+
+
+def ensure_topics(bootstrap_servers: str, specs: Iterable[TopicSpec], *, timeout_ms: int = 30_000) -> list[str]:
+    """Create the topics that do not exist yet; returns the names created.
+
+    A topic this principal may not create (another service's, under ACLs) is left to its
+    owner: consumers of it pick it up at their next metadata refresh.
+    """
+    admin = make_admin(bootstrap_servers, "niuniu-admin", request_timeout_ms=timeout_ms)
     try:
         existing = set(admin.list_topics())
         missing = {s.name: s for s in specs if s.name not in existing}
@@ -36,10 +130,19 @@ def ensure_topics(bootstrap_servers: str, specs: Iterable[TopicSpec], *, timeout
             name: {"num_partitions": s.partitions, "replication_factor": 1, "configs": s.config}
             for name, s in missing.items()
         }
-        # Another process may create a topic between our list and create.
-        with contextlib.suppress(TopicAlreadyExistsError):
-            admin.create_topics(request, timeout_ms=timeout_ms, wait_for_metadata=True)
-        return sorted(missing)
+        response = admin.create_topics(request, timeout_ms=timeout_ms, raise_errors=False)
+        created: list[str] = []
+        for topic in response["topics"]:
+            error = for_code(topic["error_code"])
+            if topic["error_code"] == 0:
+                created.append(topic["name"])
+            elif error is TopicAuthorizationFailedError:
+                log.info("not creating topic %s: this principal may not (its owner creates it)", topic["name"])
+            elif error is not TopicAlreadyExistsError:  # another process may create it between list and create
+                raise error(f"creating topic {topic['name']}: {topic.get('error_message') or error.__name__}")
+        if created:
+            admin.wait_for_topics(created, timeout_ms=timeout_ms)
+        return sorted(created)
     finally:
         admin.close()
 
@@ -56,8 +159,7 @@ def make_producer(bootstrap_servers: str, client_id: str, **overrides: Any) -> K
         "retries": 2_147_483_647,
         "delivery_timeout_ms": 120_000,
     }
-    config.update(overrides)
-    return KafkaProducer(**config)
+    return KafkaProducer(**_with_security(config, overrides))
 
 
 def make_consumer(bootstrap_servers: str, group_id: str | None, client_id: str, **overrides: Any) -> KafkaConsumer:
@@ -74,5 +176,4 @@ def make_consumer(bootstrap_servers: str, group_id: str | None, client_id: str, 
         # next metadata refresh: keep that short (the default is five minutes).
         "metadata_max_age_ms": 5_000,
     }
-    config.update(overrides)
-    return KafkaConsumer(**config)
+    return KafkaConsumer(**_with_security(config, overrides))
