@@ -42,7 +42,7 @@ def _load_run_env() -> None:
 
 def _docker_reachable() -> bool:
     try:
-        import docker  # type: ignore[import-not-found]
+        import docker
 
         docker.from_env().ping()
         return True
@@ -62,9 +62,9 @@ def infra() -> Iterator[dict[str, str]]:
             "no infrastructure: run `scripts/infra up` (or set KAFKA_BOOTSTRAP_SERVERS, DATABASE_URL, REDIS_URL)",
             pytrace=False,
         )
-    from testcontainers.kafka import KafkaContainer  # type: ignore[import-not-found]
-    from testcontainers.postgres import PostgresContainer  # type: ignore[import-not-found]
-    from testcontainers.redis import RedisContainer  # type: ignore[import-not-found]
+    from testcontainers.kafka import KafkaContainer
+    from testcontainers.postgres import PostgresContainer
+    from testcontainers.redis import RedisContainer
 
     with KafkaContainer().with_kraft() as kafka, PostgresContainer("postgres:15") as pg, RedisContainer() as redis:
         values = {
