@@ -27,7 +27,7 @@ from backbone.consumer import ExactlyOnceConsumer, Handler
 from backbone.db import create_schema, open_pool
 from backbone.eventstore import EventStore
 from backbone.grpcserver import BackgroundTask, RunningServer, serve_forever, start_server
-from backbone.kafka import ensure_topics, make_consumer, make_producer
+from backbone.kafka import ensure_topics, make_consumer, make_producer, use_identity
 from backbone.lease import RedisLease
 from backbone.metrics import serve_metrics
 from backbone.relay import OutboxRelay
@@ -143,6 +143,7 @@ async def start(
 
 async def _run(spec: ServiceSpec) -> None:
     settings = Settings.from_env(spec.name, grpc_port=spec.grpc_port, metrics_port=spec.metrics_port)
+    use_identity(spec.name)  # Kafka clients authenticate as NIUNIU_<SERVICE>_KAFKA_USER (else KAFKA_SASL_USERNAME)
     # Key material first: a service without it must not open a port or touch a database.
     tokens = Tokens.from_env(spec.name, issuer=spec.issues_user_tokens)
     serve_metrics(settings.metrics_port, settings.bind_host)

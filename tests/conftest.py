@@ -17,10 +17,10 @@ from pathlib import Path
 
 import psycopg
 import pytest
-from kafka import KafkaAdminClient
 from psycopg import sql
 
 from backbone.auth import DEVELOPMENT, ENV_MODE, KEY_ENV_VARS
+from backbone.kafka import make_admin
 
 ROOT = Path(__file__).resolve().parent.parent
 # The harness runs services on the development keys (backbone/auth.py), never on key files.
@@ -30,7 +30,7 @@ os.environ[ENV_MODE] = DEVELOPMENT
 
 
 def _load_run_env() -> None:
-    env_file = ROOT / ".run" / "env"
+    env_file = Path(os.environ.get("NIUNIU_RUN_DIR") or ROOT / ".run") / "env"
     if not env_file.exists():
         return
     for line in env_file.read_text().splitlines():
@@ -38,6 +38,40 @@ def _load_run_env() -> None:
         if line.startswith("export ") and "=" in line:
             key, _, value = line[len("export ") :].partition("=")
             os.environ.setdefault(key, value.strip("'\""))
+
+
+KAFKA_IDENTITIES = ("rng", "table", "wallet", "ledger", "auditor")
+
+
+def _test_principal_everywhere() -> dict[str, tuple[str, str]]:
+    """Every Kafka client of the suite, the services' included, uses the default (test) principal.
+
+    Tests run whole systems under topic prefixes (``t<id>.``, ``e2e<id>.``) that the services'
+    own ACLs (on ``niuniu.<service>.*``) do not cover; the test principal may use any topic but
+    the system's own. Returns the real principals it replaced, for the security tests.
+    """
+    _load_run_env()
+    user, password = os.environ.get("KAFKA_SASL_USERNAME", ""), os.environ.get("KAFKA_SASL_PASSWORD", "")
+    replaced: dict[str, tuple[str, str]] = {}
+    for identity in KAFKA_IDENTITIES:
+        user_key, password_key = f"NIUNIU_{identity.upper()}_KAFKA_USER", f"NIUNIU_{identity.upper()}_KAFKA_PASSWORD"
+        if os.environ.get(user_key):
+            replaced[identity] = (os.environ[user_key], os.environ.get(password_key, ""))
+        if user:
+            os.environ[user_key], os.environ[password_key] = user, password
+        else:
+            os.environ.pop(user_key, None)
+            os.environ.pop(password_key, None)
+    return replaced
+
+
+KAFKA_PRINCIPALS = _test_principal_everywhere()
+
+
+@pytest.fixture(scope="session")
+def kafka_principals() -> dict[str, tuple[str, str]]:
+    """(user, password) of each service's and the auditor's own Kafka principal, from ``.run/env``."""
+    return dict(KAFKA_PRINCIPALS)
 
 
 def _docker_reachable() -> bool:
@@ -109,7 +143,7 @@ def _drop_the_session_topics() -> Iterator[None]:
         return
     created = [t for t in (_topics(servers) or set()) - before if not t.startswith(("niuniu.", "__"))]
     with contextlib.suppress(Exception):  # a best effort: the next session's start does not depend on it
-        admin = KafkaAdminClient(bootstrap_servers=servers, client_id="niuniu-tests-cleanup")
+        admin = make_admin(servers, "niuniu-tests-cleanup")
         try:
             for i in range(0, len(created), 100):
                 admin.delete_topics(created[i : i + 100], timeout_ms=30_000)
@@ -119,7 +153,7 @@ def _drop_the_session_topics() -> Iterator[None]:
 
 def _topics(servers: str) -> set[str] | None:
     try:
-        admin = KafkaAdminClient(bootstrap_servers=servers, client_id="niuniu-tests-cleanup")
+        admin = make_admin(servers, "niuniu-tests-cleanup")
     except Exception:
         return None
     try:

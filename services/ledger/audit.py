@@ -39,13 +39,13 @@ from datetime import UTC, datetime
 from typing import Any, TextIO, TypeVar
 
 import psycopg
-from kafka import KafkaAdminClient, TopicPartition
+from kafka import TopicPartition
 from psycopg import sql
 
 from backbone.auth import Role, operator_token
 from backbone.config import DEFAULT_KAFKA
 from backbone.eventstore import build_envelope
-from backbone.kafka import TopicSpec, ensure_topics, make_consumer, make_producer
+from backbone.kafka import TopicSpec, ensure_topics, make_admin, make_consumer, make_producer, use_identity
 from backbone.replay import ReplayReport, replay
 from backbone.topics import Topics
 from services.ledger import queries
@@ -399,7 +399,7 @@ async def bench_replay(events: int, dsn: str, kafka: str) -> tuple[ReplayReport,
     finally:
         async with await psycopg.AsyncConnection.connect(dsn, autocommit=True) as conn:
             await conn.execute(sql.SQL("DROP SCHEMA IF EXISTS {} CASCADE").format(sql.Identifier(schema)))
-        admin = KafkaAdminClient(bootstrap_servers=kafka, client_id="niuniu-audit-bench")
+        admin = make_admin(kafka, "niuniu-audit-bench")
         try:
             admin.delete_topics([s.name for s in specs])
         finally:
@@ -517,6 +517,8 @@ def main(argv: Sequence[str] | None = None, *, out: TextIO | None = None, err: T
         return exit_.code if isinstance(exit_.code, int) else EXIT_ERROR
     started = time.perf_counter()
     try:
+        if args.command in ("replay", "verify-round"):
+            use_identity("auditor")  # reads every system topic, writes none (NIUNIU_AUDITOR_KAFKA_USER)
         if args.command == "replay":
             code = _run_coroutine(_run_replay(args, out, err))
         elif args.command == "verify-round":
