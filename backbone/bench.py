@@ -1,8 +1,12 @@
 """Backbone benchmark: append, publish and consume rates on the real stack.
 
-``niuniu-bench [--events N]`` appends N events through the event store (with their
-outbox rows), publishes them with the relay, and applies them with an exactly-once
-consumer, printing events/s for each stage. It uses a scratch schema and topic.
+``niuniu-bench [--events N] [--writers W]`` appends N events through the event store
+(with their outbox rows; W connections side by side, each on its own streams, 100
+one-event appends per transaction), publishes them with the relay, and applies them
+with an exactly-once consumer (batches of 500, pipelined), printing events/s for each
+stage. It uses a scratch schema and topic. It also prints, measured in the same run,
+PostgreSQL's rate of one-row INSERT commits on 16 connections, so the figures read as
+ratios of what the database underneath takes.
 """
 
 from __future__ import annotations
@@ -17,6 +21,7 @@ import psycopg
 from google.protobuf import struct_pb2
 from niuniu.v1 import events_pb2
 from psycopg import sql
+from psycopg_pool import AsyncConnectionPool
 
 from backbone.consumer import ExactlyOnceConsumer
 from backbone.db import open_pool, run_ddl
@@ -25,6 +30,37 @@ from backbone.kafka import TopicSpec, ensure_topics, make_consumer, make_produce
 from backbone.relay import OutboxRelay
 
 EVENTS_PER_TRANSACTION = 100
+STREAMS_PER_WRITER = 50
+PROBE_CONNECTIONS = 16
+PROBE_SECONDS = 3.0
+
+
+async def pg_commit_rate(dsn: str, *, connections: int = PROBE_CONNECTIONS, seconds: float = PROBE_SECONDS) -> float:
+    """One-row INSERT commits per second on ``connections`` connections (autocommit) for ``seconds``."""
+    table = f"probe_{uuid.uuid4().hex[:8]}"
+    async with await psycopg.AsyncConnection.connect(dsn, autocommit=True) as conn:
+        await conn.execute(sql.SQL("CREATE TABLE {} (id BIGINT, at TIMESTAMPTZ)").format(sql.Identifier(table)))
+    insert = sql.SQL("INSERT INTO {} VALUES (%s, now())").format(sql.Identifier(table))
+    done = 0
+    deadline = 0.0
+
+    async def worker(n: int) -> None:
+        nonlocal done
+        async with await psycopg.AsyncConnection.connect(dsn, autocommit=True) as conn:
+            i = 0
+            while time.perf_counter() < deadline:
+                await conn.execute(insert, (n * 10_000_000 + i,))
+                i += 1
+            done += i
+
+    try:
+        started = time.perf_counter()
+        deadline = started + seconds
+        await asyncio.gather(*(worker(n) for n in range(connections)))
+        return done / (time.perf_counter() - started)
+    finally:
+        async with await psycopg.AsyncConnection.connect(dsn, autocommit=True) as conn:
+            await conn.execute(sql.SQL("DROP TABLE {}").format(sql.Identifier(table)))
 
 
 async def _apply(conn: psycopg.AsyncConnection, envelope: events_pb2.EventEnvelope) -> None:
@@ -35,31 +71,36 @@ async def _apply(conn: psycopg.AsyncConnection, envelope: events_pb2.EventEnvelo
     )
 
 
-async def run(events: int, dsn: str, kafka: str) -> dict[str, float]:
+async def _append(pool: AsyncConnectionPool, store: EventStore, writer: int, events: int) -> None:
+    payload = struct_pb2.Struct()
+    payload.update({"amount_minor": 100})
+    versions: dict[str, int] = {}
+    async with pool.connection() as conn:
+        for first in range(0, events, EVENTS_PER_TRANSACTION):
+            async with conn.transaction():
+                for i in range(first, min(events, first + EVENTS_PER_TRANSACTION)):
+                    stream = f"s-{writer}-{i % STREAMS_PER_WRITER}"
+                    v = versions.get(stream, 0)
+                    await store.append(conn, stream, v, [NewEvent("bench.happened", payload)])
+                    versions[stream] = v + 1
+
+
+async def run(events: int, dsn: str, kafka: str, writers: int = 8) -> dict[str, float]:
     tag = uuid.uuid4().hex[:8]
     schema, topic = f"bench_{tag}", f"bench.events.{tag}"
     ensure_topics(kafka, [TopicSpec(topic, partitions=3)])
     async with await psycopg.AsyncConnection.connect(dsn, autocommit=True) as conn:
         await conn.execute(sql.SQL("CREATE SCHEMA {}").format(sql.Identifier(schema)))
-    pool = await open_pool(dsn, schema=schema)
+    pool = await open_pool(dsn, schema=schema, max_size=max(4, writers + 2))
     store = EventStore("bench", topic)
     try:
         async with pool.connection() as conn:
             await store.setup(conn)
             await ExactlyOnceConsumer.setup(conn)
             await run_ddl(conn, ["CREATE TABLE IF NOT EXISTS bench_counts (stream_id TEXT PRIMARY KEY, n INT)"])
-        payload = struct_pb2.Struct()
-        payload.update({"amount_minor": 100})
+        shares = [events // writers + (1 if w < events % writers else 0) for w in range(writers)]
         started = time.perf_counter()
-        versions: dict[str, int] = {}
-        async with pool.connection() as conn:
-            for first in range(0, events, EVENTS_PER_TRANSACTION):
-                async with conn.transaction():
-                    for i in range(first, min(events, first + EVENTS_PER_TRANSACTION)):
-                        stream = f"s-{i % 50}"
-                        v = versions.get(stream, 0)
-                        await store.append(conn, stream, v, [NewEvent("bench.happened", payload)])
-                        versions[stream] = v + 1
+        await asyncio.gather(*(_append(pool, store, w, n) for w, n in enumerate(shares) if n))
         append_s = time.perf_counter() - started
 
         relay = OutboxRelay("bench", pool, make_producer(kafka, "bench-relay"), batch_size=1000)
@@ -69,7 +110,12 @@ async def run(events: int, dsn: str, kafka: str) -> dict[str, float]:
         publish_s = time.perf_counter() - started
 
         consumer = ExactlyOnceConsumer(
-            f"bench-{tag}", [topic], pool, _apply, make_consumer(kafka, f"bench-{tag}", "bench-consumer")
+            f"bench-{tag}",
+            [topic],
+            pool,
+            _apply,
+            make_consumer(kafka, f"bench-{tag}", "bench-consumer"),
+            pipeline=True,
         )
         started, applied = time.perf_counter(), 0
         while applied < events:
@@ -84,17 +130,21 @@ async def run(events: int, dsn: str, kafka: str) -> dict[str, float]:
         "append_events_per_s": events / append_s,
         "publish_events_per_s": events / publish_s,
         "consume_events_per_s": events / consume_s,
+        "pg_insert_commits_per_s": await pg_commit_rate(dsn),
     }
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--events", type=int, default=10_000)
+    parser.add_argument("--writers", type=int, default=8, help="connections appending side by side (default 8)")
     args = parser.parse_args()
+    if args.events <= 0 or not 1 <= args.writers <= 64:
+        parser.error("--events must be positive and --writers 1..64")
     dsn = os.environ.get("DATABASE_URL", "postgresql://niuniu@127.0.0.1:54329/niuniu_test")
     kafka = os.environ.get("KAFKA_BOOTSTRAP_SERVERS", "127.0.0.1:9092")
-    figures = asyncio.run(run(args.events, dsn, kafka))
-    print(f"backbone benchmark, {args.events} events")
+    figures = asyncio.run(run(args.events, dsn, kafka, args.writers))
+    print(f"backbone benchmark, {args.events} events, {args.writers} writers")
     for name, value in figures.items():
         print(f"  {name:24} {value:10.0f}")
 

@@ -15,6 +15,7 @@ import asyncio
 import contextlib
 import logging
 import time
+import uuid
 from collections.abc import Awaitable, Callable, Collection, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -47,6 +48,7 @@ class SelectiveHandler:
 
 def handling(event_types: Collection[str], handler: Handler) -> SelectiveHandler:
     return SelectiveHandler(frozenset(event_types), handler)
+
 
 TRACKING_SCHEMA = (
     """
@@ -261,9 +263,10 @@ class ExactlyOnceConsumer:
             pipeline = conn.pipeline() if self._pipeline else contextlib.nullcontext()
             async with pipeline:
                 for _, envelope in items:
-                    if envelope.event_id not in new:
+                    event_id = canonical_event_id(envelope.event_id)
+                    if event_id not in new:
                         continue
-                    new.discard(envelope.event_id)  # the same event twice in one batch: apply it once
+                    new.discard(event_id)  # the same event twice in one batch: apply it once
                     token = logs.correlation_id.set(envelope.correlation_id)
                     try:
                         await self._handler(conn, envelope)
@@ -308,6 +311,11 @@ class ExactlyOnceConsumer:
         if self._hints:
             await self._commit_hints()
         await asyncio.to_thread(self._kafka.close)
+
+
+def canonical_event_id(event_id: str) -> str:
+    """An event id as PostgreSQL prints the UUID (to match ids returned from ``processed_events``)."""
+    return str(uuid.UUID(event_id))
 
 
 def _envelope(record: Any) -> events_pb2.EventEnvelope:

@@ -20,7 +20,8 @@ import psycopg
 from niuniu.table.v1 import events_pb2 as table_pb2
 from niuniu.v1 import events_pb2
 
-from backbone.replay import Projection
+from backbone.consumer import canonical_event_id
+from backbone.replay import Projection, Tracked
 from services.ledger import metrics
 from services.ledger.accounts import account_type
 from services.ledger.journal import Entry, Reason, Rejected, journal_event
@@ -292,6 +293,113 @@ async def _write_entries(
     return {str(row[0]) for row in await cur.fetchall()}
 
 
+# The entries of several events in one round trip: the same effects as _WRITE_ENTRIES applied
+# event after event. Rows are inserted in batch order, so an entry id repeated across events is
+# kept from its first event (the others become rejects, as one by one); lines and balance changes
+# only for the entries inserted.
+_WRITE_BATCH = """
+WITH e AS (
+    SELECT * FROM unnest(%(entry_ids)s::text[], %(event_ids)s::uuid[], %(indexes)s::int[], %(event_types)s::text[],
+                         %(kinds)s::text[], %(rounds)s::text[], %(holds)s::text[], %(bets)s::text[],
+                         %(occurred)s::timestamptz[], %(topics)s::text[], %(partitions)s::int[], %(offsets)s::bigint[],
+                         %(positions)s::bigint[])
+        WITH ORDINALITY AS e (entry_id, event_id, movement_index, event_type, kind, round_id, hold_id, bet_id,
+                              occurred_at, topic, partition, "offset", wallet_position, n)
+), new_entries AS (
+    INSERT INTO journal_entries (entry_id, event_id, movement_index, event_type, kind, round_id, hold_id, bet_id,
+                                 occurred_at, topic, partition, "offset", wallet_position)
+    SELECT entry_id, event_id, movement_index, event_type, kind, round_id, hold_id, bet_id, occurred_at, topic,
+           partition, "offset", wallet_position
+    FROM e ORDER BY n
+    ON CONFLICT DO NOTHING
+    RETURNING entry_id, event_id, movement_index
+), lines AS (
+    SELECT l.* FROM unnest(%(l_entry)s::text[], %(l_event)s::uuid[], %(l_index)s::int[], %(l_no)s::int[],
+                           %(l_account)s::text[], %(l_bucket)s::text[], %(l_type)s::smallint[],
+                           %(l_debit)s::bigint[], %(l_credit)s::bigint[])
+        AS l (entry_id, event_id, movement_index, line_no, account, bucket, account_type, debit_minor, credit_minor)
+    JOIN new_entries USING (entry_id, event_id, movement_index)
+), new_lines AS (
+    INSERT INTO journal_lines (entry_id, line_no, account, bucket, debit_minor, credit_minor)
+    SELECT entry_id, line_no, account, bucket, debit_minor, credit_minor FROM lines
+), moved AS (
+    INSERT INTO balances (account, bucket, account_type, debit_minor, credit_minor, balance_minor, lines)
+    SELECT account, bucket, min(account_type), sum(debit_minor), sum(credit_minor), sum(credit_minor - debit_minor),
+           count(*)
+    FROM lines GROUP BY account, bucket ORDER BY account, bucket
+    ON CONFLICT (account, bucket) DO UPDATE SET
+        debit_minor = balances.debit_minor + EXCLUDED.debit_minor,
+        credit_minor = balances.credit_minor + EXCLUDED.credit_minor,
+        balance_minor = balances.balance_minor + EXCLUDED.balance_minor,
+        lines = balances.lines + EXCLUDED.lines
+)
+SELECT event_id::text, movement_index FROM new_entries
+"""
+
+
+async def apply_batch(conn: psycopg.AsyncConnection, batch: Sequence[Tracked]) -> None:
+    """The handler for several events read from Kafka, in order: the effects of ``apply`` on each.
+
+    Round events are indexed one by one (one per round); the wallet events' entries, lines
+    and balance changes go in one statement.
+    """
+    planned: list[tuple[Tracked, list[Entry], list[Rejected]]] = []
+    for tracked in batch:
+        envelope = tracked.envelope
+        if envelope.payload.Is(ROUND_SETTLED) or envelope.payload.Is(ROUND_VOIDED):
+            await _index_round(conn, envelope)
+            continue
+        journaled = journal_event(envelope)
+        rejected = list(journaled.rejected)
+        rejected.extend(_duplicates_within(journaled.entries))
+        planned.append((tracked, _first_of_each_id(journaled.entries), rejected))
+    entries = [(t, e) for t, es, _ in planned for e in es]
+    written: set[tuple[str, int]] = set()
+    if entries:
+        for _, entry in entries:
+            assert entry.debit_minor == entry.credit_minor, f"refusing unbalanced entry {entry.entry_id}"
+        lines = [(t, e, n, line) for t, e in entries for n, line in enumerate(e.lines)]
+        cur = await conn.execute(
+            _WRITE_BATCH,
+            {
+                "entry_ids": [e.entry_id for _, e in entries],
+                "event_ids": [t.envelope.event_id for t, _ in entries],
+                "indexes": [e.movement_index for _, e in entries],
+                "event_types": [t.envelope.event_type for t, _ in entries],
+                "kinds": [e.kind for _, e in entries],
+                "rounds": [e.round_id for _, e in entries],
+                "holds": [e.hold_id for _, e in entries],
+                "bets": [e.bet_id for _, e in entries],
+                "occurred": [t.envelope.occurred_at.ToDatetime(tzinfo=UTC) for t, _ in entries],
+                "topics": [t.topic for t, _ in entries],
+                "partitions": [t.partition for t, _ in entries],
+                "offsets": [t.offset for t, _ in entries],
+                "positions": [t.envelope.store_position for t, _ in entries],
+                "l_entry": [e.entry_id for _, e, _, _ in lines],
+                "l_event": [t.envelope.event_id for t, _, _, _ in lines],
+                "l_index": [e.movement_index for _, e, _, _ in lines],
+                "l_no": [n for _, _, n, _ in lines],
+                "l_account": [line.account for _, _, _, line in lines],
+                "l_bucket": [line.bucket for _, _, _, line in lines],
+                "l_type": [account_type(line.account) for _, _, _, line in lines],
+                "l_debit": [line.debit_minor for _, _, _, line in lines],
+                "l_credit": [line.credit_minor for _, _, _, line in lines],
+            },
+        )
+        written = {(str(row[0]), int(row[1])) for row in await cur.fetchall()}
+        metrics.ENTRIES_JOURNALED.inc(len(written))
+    for tracked, kept, rejected in planned:
+        rejected.extend(
+            Rejected(e.movement_index, e.entry_id, Reason.DUPLICATE_ENTRY_ID, "already journaled from another event")
+            for e in kept
+            if (canonical_event_id(tracked.envelope.event_id), e.movement_index) not in written
+        )
+        if rejected:
+            position = Position(tracked.topic, tracked.partition, tracked.offset, tracked.envelope.store_position)
+            for reject in sorted(rejected, key=lambda r: r.movement_index):
+                await _reject(conn, tracked.envelope, position, reject)
+
+
 async def _reject(
     conn: psycopg.AsyncConnection, envelope: events_pb2.EventEnvelope, position: Position, rejected: Rejected
 ) -> None:
@@ -378,4 +486,4 @@ async def _index_round(conn: psycopg.AsyncConnection, envelope: events_pb2.Event
             )
 
 
-JOURNAL = Projection(name=CONSUMER, ddl=DDL, handler=apply, tables=TABLES)
+JOURNAL = Projection(name=CONSUMER, ddl=DDL, handler=apply, tables=TABLES, batch_handler=apply_batch)

@@ -1,0 +1,541 @@
+"""``niuniu-load``: bets against the running system, with the database's own rate beside the figures.
+
+    niuniu-load [--tables 12] [--variants golden_bull] [--players 400] [--in-flight 64]
+                [--rate 0] [--duration 40] [--runs 1] [--profile DIR]
+                [--table HOST:PORT --wallet HOST:PORT --metrics URL,...]
+
+Without ``--table`` it starts the four services itself (``niuniu-rng``, ``-wallet``,
+``-ledger``, ``-table`` as separate processes on the development keys, each with a
+schema and topic prefix of its own run, on loopback ports), like the end-to-end tests.
+It creates ``--tables`` tables of the ``--variants`` (cycled), registers and funds
+``--players`` players, then for ``--duration`` seconds keeps ``--in-flight`` PlaceBet
+calls outstanding (``--rate`` > 0: at most that many calls a second) on tables that
+are taking bets. Each run prints accepted bets/s, PlaceBet latency percentiles, the
+refusals by status and reason, the outbox backlog and consumer lag read from the
+services' /metrics, the seconds from each round's settlement to the wallet's last
+movement for it, the services' CPU, and PostgreSQL's one-row INSERT commit rate on 16
+connections measured right after the run, so every figure reads as a ratio.
+
+``--profile DIR`` records every service with py-spy during each run (raw folded stacks,
+DIR/<service>-run<N>.txt). Only loopback addresses are accepted.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import os
+import random
+import signal
+import socket
+import statistics
+import subprocess
+import sys
+import time
+import urllib.request
+import uuid
+from collections import Counter
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import grpc
+import psycopg
+from niuniu.table.v1 import events_pb2 as table_events
+from niuniu.table.v1 import table_pb2, table_pb2_grpc
+from niuniu.wallet.v1 import wallet_pb2, wallet_pb2_grpc
+from psycopg import sql
+
+from backbone.auth import Role, Tokens, bearer, development_env
+from backbone.bench import pg_commit_rate
+from backbone.healthcheck import check
+
+SERVICES = ("rng", "wallet", "ledger", "table")
+HEALTH_TIMEOUT_S = 90.0
+DEPOSIT_MINOR = 10_000_000_000
+STAKE_MINOR = 100
+LIMITS = table_events.TableLimits(
+    min_bet_minor=100,
+    max_bet_minor=1_000_000_000,
+    chips_minor=[100],
+    betting_seconds=10,
+    reveal_interval_ms=100,
+    pause_between_rounds_ms=300,
+)
+TABLE_POLL_S = 0.2
+CLOSING_MARGIN_MS = 150  # no bet in a window's last moments: it would race the close
+DRAIN_TIMEOUT_S = 60.0
+SETUP_CONCURRENCY = 8
+MAX_DURATION_S = 3_600
+MAX_IN_FLIGHT = 1_024
+MAX_PLAYERS = 10_000
+MAX_TABLES = 500
+LOOPBACK = ("127.", "localhost", "[::1]")
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def _loopback(addr: str) -> str:
+    host = addr.split("://", 1)[-1]
+    if not host.startswith(LOOPBACK):
+        raise SystemExit(f"niuniu-load: only loopback targets are allowed, not {addr!r}")
+    return addr
+
+
+@dataclass
+class LocalStack:
+    """The four services as processes of this run (killed on exit)."""
+
+    run_id: str
+    log_dir: Path
+    ports: dict[str, int] = field(default_factory=dict)
+    metrics_ports: dict[str, int] = field(default_factory=dict)
+    procs: dict[str, subprocess.Popen[bytes]] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        self.ports = {s: _free_port() for s in SERVICES}
+        self.metrics_ports = {s: _free_port() for s in SERVICES}
+        self.log_dir.mkdir(parents=True, exist_ok=True)
+
+    def schema(self, service: str) -> str:
+        return f"load_{self.run_id}_{service}"
+
+    def addr(self, service: str) -> str:
+        return f"127.0.0.1:{self.ports[service]}"
+
+    def env(self, service: str) -> dict[str, str]:
+        env = development_env(os.environ)
+        env.update(
+            {
+                "NIUNIU_WALLET_THROTTLE": "address_attempts=1000000/60,address_failures=1000000/60",
+                "NIUNIU_TOPIC_PREFIX": f"load{self.run_id}.",
+                "NIUNIU_DB_SCHEMA": self.schema(service),
+                f"NIUNIU_{service.upper()}_DSN": os.environ["DATABASE_URL"],
+                f"NIUNIU_{service.upper()}_GRPC_PORT": str(self.ports[service]),
+                f"NIUNIU_{service.upper()}_METRICS_PORT": str(self.metrics_ports[service]),
+                "NIUNIU_LOG_LEVEL": "WARNING",
+                **{f"NIUNIU_{s.upper()}_ADDR": self.addr(s) for s in SERVICES},
+            }
+        )
+        return env
+
+    def start(self) -> None:
+        bin_dir = Path(sys.executable).parent
+        for service in SERVICES:
+            log = (self.log_dir / f"{service}.log").open("ab")
+            self.procs[service] = subprocess.Popen(
+                [str(bin_dir / f"niuniu-{service}")], env=self.env(service), stdout=log, stderr=subprocess.STDOUT
+            )
+            deadline = time.monotonic() + HEALTH_TIMEOUT_S
+            while check(self.addr(service)) != "SERVING":
+                if self.procs[service].poll() is not None or time.monotonic() > deadline:
+                    raise SystemExit(f"niuniu-load: {service} did not start; see {self.log_dir / service}.log")
+                time.sleep(0.2)
+
+    def stop(self) -> None:
+        for proc in self.procs.values():
+            proc.send_signal(signal.SIGTERM)
+        for proc in self.procs.values():
+            try:
+                proc.wait(timeout=15)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.wait(timeout=5)
+
+    def cpu_seconds(self) -> dict[str, float]:
+        ticks = os.sysconf("SC_CLK_TCK")
+        out = {}
+        for service, proc in self.procs.items():
+            try:
+                fields = Path(f"/proc/{proc.pid}/stat").read_text().rsplit(")", 1)[1].split()
+                out[service] = (int(fields[11]) + int(fields[12])) / ticks
+            except (OSError, IndexError, ValueError):
+                continue
+        return out
+
+    async def drop(self) -> None:
+        async with await psycopg.AsyncConnection.connect(os.environ["DATABASE_URL"], autocommit=True) as conn:
+            for service in SERVICES:
+                await conn.execute(
+                    sql.SQL("DROP SCHEMA IF EXISTS {} CASCADE").format(sql.Identifier(self.schema(service)))
+                )
+
+
+@dataclass
+class Player:
+    account: str
+    auth: tuple[tuple[str, str]]
+
+
+@dataclass
+class TableState:
+    table_id: str
+    areas: list[str]
+    round_id: str = ""
+    closes_at_ms: int = 0
+    betting: bool = False
+
+
+@dataclass
+class RunResult:
+    seconds: float
+    accepted: int
+    latencies_ms: list[float]
+    refusals: Counter[str]
+    pg_commits_per_s: float
+    settle_lags_s: list[float]
+    rounds_unsettled: int
+    cpu: dict[str, float]
+    metrics: dict[str, float]
+
+    @property
+    def bets_per_s(self) -> float:
+        return self.accepted / self.seconds if self.seconds else 0.0
+
+
+def percentile(values: list[float], p: float) -> float:
+    if not values:
+        return float("nan")
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, int(p / 100 * len(ordered)))]
+
+
+def _reason(error: grpc.aio.AioRpcError) -> str:
+    details = error.details() or ""
+    return f"{error.code().name}:{details.split(':', 1)[0][:40]}"
+
+
+async def register_players(wallet: Any, admin: tuple[tuple[str, str]], count: int, tag: str) -> list[Player]:
+    gate = asyncio.Semaphore(SETUP_CONCURRENCY)
+
+    async def one(i: int) -> Player:
+        name = f"load{tag}p{i}"
+        password = f"{name}-password-1"
+        async with gate:
+            await wallet.Register(
+                wallet_pb2.RegisterRequest(
+                    request_id=f"reg-{name}", username=name, email=f"{name}@example.org", password=password
+                )
+            )
+            login = await wallet.Login(wallet_pb2.LoginRequest(username=name, password=password))
+            await wallet.Deposit(
+                wallet_pb2.DepositRequest(request_id=f"dep-{name}", account=login.account, amount_minor=DEPOSIT_MINOR),
+                metadata=admin,
+            )
+        return Player(login.account, bearer(login.token))
+
+    return list(await asyncio.gather(*(one(i) for i in range(count))))
+
+
+async def create_tables(
+    table: Any, admin: tuple[tuple[str, str]], count: int, variants: list[str], tag: str
+) -> list[TableState]:
+    states = []
+    for i in range(count):
+        variant = variants[i % len(variants)]
+        info = await table.CreateTable(
+            table_pb2.CreateTableRequest(table_id=f"load-{tag}-{i}", variant=variant, limits=LIMITS), metadata=admin
+        )
+        states.append(TableState(info.table_id, list(info.areas)))
+    return states
+
+
+async def follow_tables(
+    table: Any, admin: tuple[tuple[str, str]], states: list[TableState], stop: asyncio.Event
+) -> None:
+    """Keep each table's phase and window close time fresh (a GetTable per table every 0.2 s)."""
+    while not stop.is_set():
+        for state in states:
+            try:
+                info = await table.GetTable(table_pb2.GetTableRequest(table_id=state.table_id), metadata=admin)
+            except grpc.aio.AioRpcError:
+                continue
+            state.round_id = info.current_round_id
+            state.closes_at_ms = info.betting_closes_at_unix_ms
+            state.betting = info.phase == "betting"
+        await asyncio.sleep(TABLE_POLL_S)
+
+
+def scrape(urls: list[str]) -> dict[str, float]:
+    """Sums of the samples of the backlog/lag/settlement-lag series over ``urls``."""
+    wanted = (
+        "niuniu_outbox_pending_events",
+        "niuniu_consumer_lag_messages",
+        "niuniu_wallet_settlement_lag_seconds_sum",
+        "niuniu_wallet_settlement_lag_seconds_count",
+    )
+    totals: dict[str, float] = {}
+    for url in urls:
+        try:
+            with urllib.request.urlopen(url, timeout=5) as response:
+                text = response.read().decode()
+        except OSError:
+            continue
+        for line in text.splitlines():
+            name = line.split("{", 1)[0].split(" ", 1)[0]
+            if name in wanted:
+                totals[name] = totals.get(name, 0.0) + float(line.rsplit(" ", 1)[1])
+    return totals
+
+
+async def settlement_lags(stack: LocalStack, since: float) -> tuple[list[float], int]:
+    """Per round settled since ``since``: seconds from RoundSettled to the wallet's last movement for it.
+
+    Waits (bounded) for the wallet to apply every such round; returns (lags, rounds not applied).
+    """
+    table_schema, wallet_schema = stack.schema("table"), stack.schema("wallet")
+    query = sql.SQL(
+        "SELECT s.correlation_id, extract(epoch FROM coalesce("
+        " (SELECT max(w.occurred_at) FROM {w}.wallet_entries w"
+        "  WHERE w.round_id = s.correlation_id AND w.source = 'settlement'),"
+        " (SELECT r.updated_at FROM {w}.wallet_rounds r WHERE r.round_id = s.correlation_id)) - s.occurred_at)"
+        " FROM {t}.events s WHERE s.event_type = 'table.round_settled' AND s.occurred_at >= to_timestamp(%s)"
+    ).format(w=sql.Identifier(wallet_schema), t=sql.Identifier(table_schema))
+    deadline = time.monotonic() + DRAIN_TIMEOUT_S
+    async with await psycopg.AsyncConnection.connect(os.environ["DATABASE_URL"], autocommit=True) as conn:
+        while True:
+            cur = await conn.execute(query, (since,))
+            rows = await cur.fetchall()
+            missing = sum(1 for r in rows if r[1] is None)
+            if not missing or time.monotonic() > deadline:
+                return [float(r[1]) for r in rows if r[1] is not None], missing
+            await asyncio.sleep(0.5)
+
+
+async def bet_phase(
+    table: Any,
+    players: list[Player],
+    states: list[TableState],
+    in_flight: int,
+    rate: float,
+    duration: float,
+) -> tuple[float, int, list[float], Counter[str]]:
+    rng = random.Random()
+    latencies: list[float] = []
+    refusals: Counter[str] = Counter()
+    accepted = 0
+    started = time.monotonic()
+    deadline = started + duration
+    interval = in_flight / rate if rate > 0 else 0.0
+
+    async def worker(n: int) -> None:
+        nonlocal accepted
+        next_at = started + (interval * n / in_flight if interval else 0.0)
+        while True:
+            now = time.monotonic()
+            if now >= deadline:
+                return
+            if interval:
+                if next_at > now:
+                    await asyncio.sleep(min(next_at, deadline) - now)
+                    continue
+                next_at += interval
+            open_now = [s for s in states if s.betting and s.closes_at_ms - CLOSING_MARGIN_MS > time.time() * 1000]
+            if not open_now:
+                await asyncio.sleep(0.02)
+                continue
+            state, player = rng.choice(open_now), rng.choice(players)
+            request = table_pb2.PlaceBetRequest(
+                command_id=uuid.uuid4().hex,
+                table_id=state.table_id,
+                area=rng.choice(state.areas),
+                amount_minor=STAKE_MINOR,
+                round_id=state.round_id,
+            )
+            sent = time.perf_counter()
+            try:
+                await table.PlaceBet(request, metadata=player.auth, timeout=30)
+            except grpc.aio.AioRpcError as error:
+                refusals[_reason(error)] += 1
+                if error.code() == grpc.StatusCode.FAILED_PRECONDITION:
+                    state.betting = False  # wait for the follower's next look at this table
+                continue
+            latencies.append((time.perf_counter() - sent) * 1000)
+            accepted += 1
+
+    await asyncio.gather(*(worker(n) for n in range(in_flight)))
+    return time.monotonic() - started, accepted, latencies, refusals
+
+
+def _profile(stack: LocalStack, out_dir: Path, run: int, seconds: float) -> list[subprocess.Popen[bytes]]:
+    spy = Path(sys.executable).parent / "py-spy"
+    out_dir.mkdir(parents=True, exist_ok=True)
+    return [
+        subprocess.Popen(
+            [
+                str(spy),
+                "record",
+                "-f",
+                "raw",
+                "-r",
+                "50",
+                "-d",
+                str(int(seconds)),
+                "-p",
+                str(proc.pid),
+                "-o",
+                str(out_dir / f"{service}-run{run}.txt"),
+            ],
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+        )
+        for service, proc in stack.procs.items()
+    ]
+
+
+def print_run(n: int, r: RunResult, in_flight: int, out: Any) -> None:
+    lat = r.latencies_ms
+    refused = sum(r.refusals.values())
+    print(
+        f"run {n}: {r.accepted} bets accepted in {r.seconds:.1f} s = {r.bets_per_s:.0f}/s"
+        f" ({in_flight} in flight); refused {refused}",
+        file=out,
+    )
+    print(
+        f"  PlaceBet latency ms  p50 {percentile(lat, 50):.1f}  p90 {percentile(lat, 90):.1f}"
+        f"  p99 {percentile(lat, 99):.1f}  max {max(lat, default=float('nan')):.1f}",
+        file=out,
+    )
+    if r.refusals:
+        print("  refusals  " + ", ".join(f"{k} {v}" for k, v in r.refusals.most_common(8)), file=out)
+    if r.settle_lags_s:
+        s = r.settle_lags_s
+        print(
+            f"  settlement -> wallet's last movement, {len(s)} rounds: min {min(s):.3f} s  median"
+            f" {statistics.median(s):.3f} s  p99 {percentile(s, 99):.3f} s  max {max(s):.3f} s"
+            + (
+                f"; {r.rounds_unsettled} rounds not applied within {DRAIN_TIMEOUT_S:.0f} s"
+                if r.rounds_unsettled
+                else ""
+            ),
+            file=out,
+        )
+    m = r.metrics
+    print(
+        f"  end of run: outbox backlog {m.get('niuniu_outbox_pending_events', float('nan')):.0f} events,"
+        f" consumer lag {m.get('niuniu_consumer_lag_messages', float('nan')):.0f} messages",
+        file=out,
+    )
+    if r.cpu:
+        print("  service CPU (cores): " + ", ".join(f"{k} {v / r.seconds:.2f}" for k, v in r.cpu.items()), file=out)
+    ratio = 100 * r.bets_per_s / r.pg_commits_per_s if r.pg_commits_per_s else float("nan")
+    print(
+        f"  PostgreSQL 1-row INSERT commits, 16 connections, right after: {r.pg_commits_per_s:.0f}/s"
+        f" -> bets/s are {ratio:.1f} % of it",
+        file=out,
+    )
+
+
+async def main_async(args: argparse.Namespace) -> int:
+    out = sys.stdout
+    tag = uuid.uuid4().hex[:6]
+    tokens = Tokens.development()
+    admin = bearer(tokens.issue("load-admin", Role.ADMIN))
+    stack: LocalStack | None = None
+    if args.table:
+        table_addr, wallet_addr = _loopback(args.table), _loopback(args.wallet)
+        metrics_urls = [_loopback(u) for u in args.metrics.split(",") if u]
+    else:
+        stack = LocalStack(tag, Path(args.log_dir) / tag)
+        print(f"starting the four services (logs in {stack.log_dir})", file=out, flush=True)
+        stack.start()
+        table_addr, wallet_addr = stack.addr("table"), stack.addr("wallet")
+        metrics_urls = [f"http://127.0.0.1:{p}/metrics" for p in stack.metrics_ports.values()]
+    results: list[RunResult] = []
+    try:
+        async with grpc.aio.insecure_channel(table_addr) as tch, grpc.aio.insecure_channel(wallet_addr) as wch:
+            table, wallet = table_pb2_grpc.TableStub(tch), wallet_pb2_grpc.WalletStub(wch)
+            started = time.monotonic()
+            players = await register_players(wallet, admin, args.players, tag)
+            states = await create_tables(table, admin, args.tables, args.variants.split(","), tag)
+            print(
+                f"{len(players)} players registered and funded, {len(states)} tables"
+                f" ({args.variants}) in {time.monotonic() - started:.1f} s",
+                file=out,
+                flush=True,
+            )
+            stop = asyncio.Event()
+            follower = asyncio.create_task(follow_tables(table, admin, states, stop))
+            try:
+                for run in range(1, args.runs + 1):
+                    since = time.time()
+                    cpu_before = stack.cpu_seconds() if stack else {}
+                    spies = _profile(stack, Path(args.profile), run, args.duration) if stack and args.profile else []
+                    seconds, accepted, latencies, refusals = await bet_phase(
+                        table, players, states, args.in_flight, args.rate, args.duration
+                    )
+                    cpu_after = stack.cpu_seconds() if stack else {}
+                    metrics = scrape(metrics_urls)
+                    for spy in spies:
+                        spy.wait(timeout=60)
+                    lags, missing = await settlement_lags(stack, since) if stack else ([], 0)
+                    pg = await pg_commit_rate(os.environ["DATABASE_URL"])
+                    cpu = {k: cpu_after[k] - cpu_before.get(k, 0.0) for k in cpu_after}
+                    result = RunResult(seconds, accepted, latencies, refusals, pg, lags, missing, cpu, metrics)
+                    results.append(result)
+                    print_run(run, result, args.in_flight, out)
+                    out.flush()
+            finally:
+                stop.set()
+                await follower
+    finally:
+        if stack is not None:
+            stack.stop()
+            if not args.keep:
+                await stack.drop()
+    if len(results) > 1:
+
+        def mmm(values: list[float], fmt: str = "{:.0f}") -> str:
+            return " / ".join(fmt.format(v) for v in (min(values), statistics.median(values), max(values)))
+
+        print(f"summary of {len(results)} runs (min / median / max):", file=out)
+        print(f"  accepted bets/s        {mmm([r.bets_per_s for r in results])}", file=out)
+        print(f"  PlaceBet p50 ms        {mmm([percentile(r.latencies_ms, 50) for r in results], '{:.1f}')}", file=out)
+        print(f"  PlaceBet p99 ms        {mmm([percentile(r.latencies_ms, 99) for r in results], '{:.1f}')}", file=out)
+        lag_max = [max(r.settle_lags_s) for r in results if r.settle_lags_s]
+        if lag_max:
+            print(f"  worst settlement lag s {mmm(lag_max, '{:.2f}')}", file=out)
+        print(f"  PostgreSQL commits/s   {mmm([r.pg_commits_per_s for r in results])}", file=out)
+    return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(
+        prog="niuniu-load", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument("--tables", type=int, default=12)
+    parser.add_argument("--variants", default="golden_bull", help="comma-separated, cycled over the tables")
+    parser.add_argument("--players", type=int, default=400)
+    parser.add_argument("--in-flight", type=int, default=64)
+    parser.add_argument("--rate", type=float, default=0.0, help="PlaceBet calls per second (0: flat out)")
+    parser.add_argument("--duration", type=float, default=40.0, help="seconds per run")
+    parser.add_argument("--runs", type=int, default=1)
+    parser.add_argument("--table", default="", help="table address (default: start the services here)")
+    parser.add_argument("--wallet", default="127.0.0.1:50053")
+    parser.add_argument("--metrics", default="", help="comma-separated /metrics URLs of the services")
+    parser.add_argument("--profile", default="", help="record each service with py-spy into this directory")
+    parser.add_argument("--log-dir", default=".run/load")
+    parser.add_argument("--keep", action="store_true", help="keep the started services' schemas")
+    args = parser.parse_args(argv)
+    bounds = (
+        (1 <= args.tables <= MAX_TABLES, f"--tables 1..{MAX_TABLES}"),
+        (1 <= args.players <= MAX_PLAYERS, f"--players 1..{MAX_PLAYERS}"),
+        (1 <= args.in_flight <= MAX_IN_FLIGHT, f"--in-flight 1..{MAX_IN_FLIGHT}"),
+        (0 < args.duration <= MAX_DURATION_S, f"--duration 0..{MAX_DURATION_S}"),
+        (1 <= args.runs <= 20, "--runs 1..20"),
+        (args.rate >= 0, "--rate >= 0"),
+    )
+    for ok, message in bounds:
+        if not ok:
+            parser.error(message)
+    if "DATABASE_URL" not in os.environ:
+        parser.error("DATABASE_URL must name the PostgreSQL to probe (source .run/env)")
+    return asyncio.run(main_async(args))
+
+
+if __name__ == "__main__":
+    sys.exit(main())
