@@ -18,9 +18,12 @@ import argparse
 import asyncio
 import os
 import random
+import secrets
+import subprocess
 import sys
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from pathlib import Path
 
 import grpc
 from niuniu.table.v1 import events_pb2 as ev
@@ -28,7 +31,6 @@ from niuniu.table.v1 import table_pb2, table_pb2_grpc
 from niuniu.wallet.v1 import wallet_pb2, wallet_pb2_grpc
 
 from backbone.auth import bearer
-from backbone.errors import DomainError
 from bull import fairness as fair
 from bull.cards import parse_cards
 from bull.variants.red_envelope_bull import envelope_record
@@ -37,6 +39,8 @@ TABLE_ID = "demo-golden-bull"
 ENVELOPE_TABLE_ID = "demo-red-envelope"
 FUNDING_MINOR = 1_000_000
 ADMIN_USER = "demo-admin"
+ADMIN_EMAIL = "demo-admin@example.org"
+ADMIN_PASSWORD_FILE = "demo-admin.password"
 LIMITS = ev.TableLimits(
     min_bet_minor=100,
     max_bet_minor=20_000,
@@ -68,20 +72,51 @@ def addr(service: str, port: int) -> str:
     return os.environ.get(f"NIUNIU_{service.upper()}_ADDR", f"127.0.0.1:{port}")
 
 
+def _admin_password_file() -> Path:
+    return Path(os.environ.get("NIUNIU_RUN_DIR") or ".run") / ADMIN_PASSWORD_FILE
+
+
+def _demo_admin_password() -> tuple[str, bool]:
+    """(password, fresh): NIUNIU_ADMIN_PASSWORD, else the stored one, else a new random one stored
+    under .run/ (mode 0600) and printed this once. There is no default password."""
+    if os.environ.get("NIUNIU_ADMIN_PASSWORD"):
+        return os.environ["NIUNIU_ADMIN_PASSWORD"], False
+    path = _admin_password_file()
+    if path.exists():
+        return path.read_text().strip(), False
+    password = secrets.token_urlsafe(18)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+    with os.fdopen(fd, "w") as out:
+        out.write(password + "\n")
+    print(f"demo admin {ADMIN_USER!r}: password {password} (stored in {path}, mode 0600; shown only this once)")
+    return password, True
+
+
+def _admin_tool(*args: str, password: str) -> subprocess.CompletedProcess[str]:
+    """The wallet's own operator tool (python -m services.wallet.admin), next to the wallet's database."""
+    env = dict(os.environ, NIUNIU_ADMIN_PASSWORD=password)
+    command = [sys.executable, "-m", "services.wallet.admin", *args]
+    return subprocess.run(command, env=env, capture_output=True, text=True, timeout=120, check=False)
+
+
 async def admin_token(wallet: wallet_pb2_grpc.WalletAsyncStub) -> str:
-    password = os.environ.get("NIUNIU_ADMIN_PASSWORD", "demo-admin-password")
+    password, fresh = _demo_admin_password()
     try:
         reply = await wallet.Login(wallet_pb2.LoginRequest(username=ADMIN_USER, password=password))
         return reply.token
-    except grpc.aio.AioRpcError:
-        pass
-    from services.wallet.admin import create  # the operator's own tool, next to the wallet's database
-    from services.wallet.domain import Role
-
-    try:
-        await create(Role.ADMIN, ADMIN_USER, "demo-admin@example.org", password)
-    except DomainError as error:
-        raise SystemExit(f"cannot create the demo admin: {error}") from None
+    except grpc.aio.AioRpcError as error:
+        if error.code() != grpc.StatusCode.UNAUTHENTICATED:
+            raise
+    made = _admin_tool("create", "--role", "admin", "--username", ADMIN_USER, "--email", ADMIN_EMAIL, password=password)
+    if made.returncode != 0 and "USERNAME_TAKEN" in made.stderr and fresh:
+        # An earlier demo admin (e.g. from before passwords were random): it gets the new password.
+        made = _admin_tool("set-password", "--username", ADMIN_USER, password=password)
+    if made.returncode != 0:
+        raise SystemExit(
+            f"cannot create the demo admin: {made.stderr.strip()[:300]}; if it exists with another password, "
+            f"set one with: python -m services.wallet.admin set-password --username {ADMIN_USER}"
+        )
     return (await wallet.Login(wallet_pb2.LoginRequest(username=ADMIN_USER, password=password))).token
 
 

@@ -14,7 +14,8 @@ A refusal is RESOURCE_EXHAUSTED ``TOO_MANY_ATTEMPTS`` with ``retry in N s`` in t
 message and ``retry-after-s`` in the trailing metadata (``niuniu-retry-after-s``).
 
 If Redis cannot be reached the counters fall back to a bounded in-process table
-(``LOCAL_CAPACITY`` keys, oldest evicted first): throttling stays on per instance
+(``LOCAL_CAPACITY`` keys, oldest evicted first; Redis is tried again after
+``REDIS_RETRY_AFTER_S``): throttling stays on per instance
 instead of failing open (no limit) or failing closed (nobody can log in while Redis,
 a coordinator that holds nothing durable, is down). Behind a proxy the address is
 the proxy's; such a deployment should throttle at the proxy as well.
@@ -39,6 +40,7 @@ from backbone.errors import ResourceExhausted
 log = logging.getLogger(__name__)
 
 LOCAL_CAPACITY = 10_000
+REDIS_RETRY_AFTER_S = 5.0  # after a Redis failure, count locally this long before trying Redis again
 RETRY_AFTER_METADATA_KEY = "niuniu-retry-after-s"
 THROTTLE_ENV = "NIUNIU_WALLET_THROTTLE"
 
@@ -92,6 +94,7 @@ class Throttle:
         self._prefix = prefix
         self._clock = clock
         self._local: OrderedDict[str, int] = OrderedDict()
+        self._redis_down_until = 0.0  # time.monotonic(): a call never waits on a Redis known to be down
 
     def _key(self, kind: str, identity: str, limit: Limit) -> tuple[str, int]:
         now = self._clock()
@@ -100,7 +103,7 @@ class Throttle:
         return f"{self._prefix}throttle:{kind}:{_digest(identity)}:{window}", retry_after_s
 
     async def _count(self, key: str, window_s: int, *, increment: bool) -> int:
-        if self._redis is not None:
+        if self._redis is not None and time.monotonic() >= self._redis_down_until:
             try:
                 if not increment:
                     value = await self._redis.get(key)
@@ -111,6 +114,7 @@ class Throttle:
                     count, _ = await pipe.execute()
                 return int(count)
             except (RedisError, OSError) as error:
+                self._redis_down_until = time.monotonic() + REDIS_RETRY_AFTER_S
                 log.warning("throttle: Redis unavailable, counting in this process", extra={"error": str(error)[:200]})
         count = self._local.pop(key, 0) + (1 if increment else 0)
         self._local[key] = count  # most recent last

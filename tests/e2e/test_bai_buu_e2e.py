@@ -46,6 +46,7 @@ from play import (
 from players import Clients, Player, all_balances, register
 from stack import BIN, HEALTH_TIMEOUT_S, ROOT, Stack, free_port
 
+from backbone import keys
 from backbone.healthcheck import check
 from bull.cards import DECK_52, parse_cards
 from bull.rules import bai_buu
@@ -253,7 +254,10 @@ async def test_test_decks_are_refused_by_default(stack: Stack) -> None:
 
 
 async def test_test_decks_with_a_real_secret_refuse_to_start(stack: Stack) -> None:
-    real = {TEST_DECKS_ENV: "1", "NIUNIU_JWT_SECRET": "a-real-deployment-secret-of-32-bytes-or-more"}
+    directory = stack.log_dir / "real-keys"
+    keys.generate(directory)  # a deployment: real keys, not in development mode
+    real = dict(line.removeprefix("export ").split("=", 1) for line in (directory / "env").read_text().splitlines())
+    real |= {TEST_DECKS_ENV: "1", "NIUNIU_ENV": "production"}
     async with extra_rng(stack, "realsecret", real) as (proc, addr):
         assert not await serving(proc, addr)
         assert proc.returncode != 0
