@@ -272,7 +272,10 @@ def _reflection_pool(service_names: Sequence[str], hidden_methods: Sequence[str]
         added.add(file.name)
 
     for name in service_names:
-        add(source.FindServiceByName(name).file)
+        try:
+            add(source.FindServiceByName(name).file)
+        except KeyError:  # a generic handler without a descriptor: listed, not described (as before)
+            continue
     return pool
 
 
