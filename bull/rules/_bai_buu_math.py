@@ -47,8 +47,29 @@ def hand_census() -> dict[str, int]:
     """Every four-card hand as a set of cards (270 725) by ``bai_buu.HAND_CATEGORIES``.
 
     The categories are properties of the set, so each of a set's six head/last
-    splits has the same category: multiply by 6 for ordered splits.
+    splits has the same category: multiply by 6 for ordered splits. Counted over
+    the rank multisets with their suit choices (prod C(4, n_r)); four distinct
+    ranks are a flush in 4 of their 4^4 suit choices. The tests check it against
+    every hand.
     """
+    counts: Counter[str] = Counter()
+    for ranks in itertools.combinations_with_replacement(range(1, 14), 4):
+        ways = math.prod(math.comb(4, ranks.count(rank)) for rank in set(ranks))
+        special = bai_buu.special_of(ranks)
+        if special is bai_buu.Special.FOUR_OF_A_KIND:
+            counts["four_of_a_kind"] += ways
+        elif special is bai_buu.Special.THREE_OF_A_KIND:
+            counts["three_of_a_kind"] += ways
+        elif len(set(ranks)) == 4:
+            counts["flush"] += 4
+            counts["plain"] += ways - 4
+        else:
+            counts["plain"] += ways
+    return {category: counts.get(category, 0) for category in bai_buu.HAND_CATEGORIES}
+
+
+def hand_census_by_enumeration() -> dict[str, int]:
+    """:func:`hand_census` the slow way, over all 270 725 sets (for the tests)."""
     counts: Counter[str] = Counter()
     for cards in itertools.combinations(DECK_52, 4):
         counts[_set_category(cards)] += 1
@@ -87,6 +108,15 @@ class DuelCounts:
         full, half = (self.banker_full, self.banker_half) if side == "banker" else (self.player_full, self.player_half)
         half_return = 1 + (odds - 1) / 2
         return (odds * full + half_return * half + self.tie) / self.total
+
+    def variance(self, side: str, odds: Fraction) -> Fraction:
+        """Exact variance of the net result per unit staked on ``side`` (loss -1, tie 0, win odds - 1 or half)."""
+        full, half = (self.banker_full, self.banker_half) if side == "banker" else (self.player_full, self.player_half)
+        lost = self.total - full - half - self.tie
+        profit = odds - 1
+        second = (full * profit**2 + half * (profit / 2) ** 2 + lost) / self.total
+        mean = self.rtp(side, odds) - 1
+        return second - mean * mean
 
 
 def _ratio_table() -> npt.NDArray[np.int64]:
@@ -195,6 +225,110 @@ def main_bet_rtp(config: bai_buu.BaiBuuConfig, counts_by_points: Mapping[int, Du
             counts.banker_full + counts.banker_half, 0, counts.tie, counts.player_full + counts.player_half, 0
         )
     return {"banker": counts.rtp("banker", config.odds), "player": counts.rtp("player", config.odds)}
+
+
+def main_bet_variance(config: bai_buu.BaiBuuConfig, counts_by_points: Mapping[int, DuelCounts]) -> dict[str, Fraction]:
+    """Exact variance of the net result per unit staked of ``banker_0k`` and ``player_0k``."""
+    counts = counts_by_points[config.half_prize_points]
+    if not config.half_prize:
+        counts = DuelCounts(
+            counts.banker_full + counts.banker_half, 0, counts.tie, counts.player_full + counts.player_half, 0
+        )
+    return {side: counts.variance(side, config.odds) for side in ("banker", "player")}
+
+
+def four_of_a_kind_hands(hands_dealt: int = len(bai_buu.SEATS)) -> dict[int, Fraction]:
+    """P(exactly j of the round's four hands hold four of a kind), j = 0..4, exact.
+
+    Inclusion-exclusion over P_m, the chance that m given hands all hold four of a
+    kind: 13 x 12 x ... ranks over C(52,4) x C(48,4) x ... deals.
+    """
+    p_all = [Fraction(1)]
+    for m in range(1, hands_dealt + 1):
+        p_all.append(p_all[-1] * Fraction(13 - (m - 1), math.comb(52 - 4 * (m - 1), 4)))
+    n = hands_dealt
+    return {
+        j: sum(((-1) ** (m - j) * math.comb(m, j) * math.comb(n, m) * p_all[m] for m in range(j, n + 1)), Fraction(0))
+        for j in range(n + 1)
+    }
+
+
+@dataclass(frozen=True, slots=True)
+class JackpotModel:
+    """Long-run return of one jackpot bet under a betting pattern, per unit staked.
+
+    ``bets_per_round`` = 4: a jackpot bet on every hand every round; 1: one bet on
+    one hand every round and no other jackpot bets. The pool at a round is the
+    reset amount plus the contributions of the rounds since the last payout; with
+    a payout chance ``hit_rate`` per round, independent between rounds, the number
+    of those rounds (this one included) is geometric, which makes every figure a
+    finite sum (evaluated in double precision; integer rounding of minor units is
+    ignored). ``rtp`` = ``pay_table`` + ``pool`` (contributions, all paid back in
+    the long run) + ``seed`` (the house's seed/reset funding) + ``floor`` (the
+    house's top-ups of four-of-a-kind prizes to the three-of-a-kind prize).
+    """
+
+    bets_per_round: int
+    rtp: float
+    variance: float
+    pay_table: float
+    pool: float
+    seed: float
+    floor: float
+    hit_rate: float  # rounds that pay the pool
+    mean_prize: float  # mean four-of-a-kind prize per winning bet, per unit staked
+
+
+def jackpot_model(config: bai_buu.BaiBuuConfig, hands: Mapping[str, int], bets_per_round: int) -> JackpotModel:
+    """See :class:`JackpotModel`. ``jackpot.split`` does not matter with one bet per hand."""
+    if bets_per_round not in (1, 4):
+        raise ValueError("modelled patterns: 4 (a bet on every hand) or 1 (one bet on one hand)")
+    total = sum(hands.values())
+    stake = config.jackpot_stake_minor
+    three, flush = Fraction(hands["three_of_a_kind"], total), Fraction(hands["flush"], total)
+    pay_table = three * config.jackpot_pay_three_of_a_kind + flush * config.jackpot_pay_flush
+    pay_second = three * config.jackpot_pay_three_of_a_kind**2 + flush * config.jackpot_pay_flush**2
+    share = Fraction(config.jackpot_pool_share_bps, money.BPS_DENOMINATOR)
+    start = Fraction(max(config.jackpot_seed_minor, config.jackpot_reset_minor), stake)
+    low = Fraction(bai_buu.four_of_a_kind_floor_minor(stake, config), stake)
+    if bets_per_round == 4:
+        by_count = four_of_a_kind_hands()
+        weights = {j: Fraction(j, 4) * by_count[j] for j in range(1, 5)}  # this hand wins, j hands in all
+        hit = 1 - by_count[0]
+    else:
+        weights = {1: Fraction(hands["four_of_a_kind"], total)}
+        hit = weights[1]
+    p, c, r0, floor_ = float(hit), float(bets_per_round * share), float(start), float(low)
+    mean_a, mean_a2 = 1 / p, (2 - p) / p**2  # of the geometric number of rounds
+    first = second = top_up = 0.0
+    for j, weight in weights.items():
+        mean_y = (r0 + c * mean_a) / j
+        mean_y2 = (r0 * r0 + 2 * r0 * c * mean_a + c * c * mean_a2) / j**2
+        under = under2 = 0.0  # the floor's corrections, over the a with y_a < floor
+        if c == 0:  # no contributions: the prize is the reset amount's share every time
+            y = r0 / j
+            under, under2 = max(0.0, floor_ - y), max(0.0, floor_ * floor_ - y * y)
+        a = 1
+        while c > 0 and (y := (r0 + c * a) / j) < floor_:  # finitely many: y grows with a
+            chance = p * (1 - p) ** (a - 1)
+            under += chance * (floor_ - y)
+            under2 += chance * (floor_ * floor_ - y * y)
+            a += 1
+        first += float(weight) * (mean_y + under)
+        second += float(weight) * (mean_y2 + under2)
+        top_up += float(weight) * under
+    rtp = float(pay_table) + first
+    return JackpotModel(
+        bets_per_round=bets_per_round,
+        rtp=rtp,
+        variance=float(pay_second) + second - rtp * rtp,
+        pay_table=float(pay_table),
+        pool=float(share),
+        seed=r0 * p / bets_per_round,
+        floor=top_up,
+        hit_rate=p,
+        mean_prize=first / float(sum(weights.values())),
+    )
 
 
 def jackpot_rtp(config: bai_buu.BaiBuuConfig, hands: Mapping[str, int]) -> dict[str, Fraction]:

@@ -238,6 +238,13 @@ class ExactRtp:
     expected_win: Fraction  # expected amount won (after commission)
     expected_loss: Fraction  # expected amount lost, ties included when the dealer takes them
     expected_commission: Fraction
+    second_moment: Fraction = Fraction(0)  # E[net^2] per unit staked
+
+    @property
+    def variance(self) -> Fraction:
+        """Variance of one bet's net result per unit staked."""
+        mean = self.rtp - 1
+        return self.second_moment - mean * mean
 
 
 def exact_rtp(config: GoldenBullConfig = DEFAULT_CONFIG) -> ExactRtp:
@@ -250,8 +257,11 @@ def exact_rtp(config: GoldenBullConfig = DEFAULT_CONFIG) -> ExactRtp:
 
     gross = sum((n * config.multiplier(a) for (a, _d), n in table.win.items()), Fraction(0)) / PAIRS
     lost = sum((n * cost(d) for (_a, d), n in table.loss.items()), Fraction(0))
+    squares = sum((n * (config.multiplier(a) * keep) ** 2 for (a, _d), n in table.win.items()), Fraction(0))
+    squares += sum((n * cost(d) ** 2 for (_a, d), n in table.loss.items()), Fraction(0))
     if config.exact_tie is ExactTie.DEALER:
         lost += sum((n * cost(d) for (_a, d), n in table.tie.items()), Fraction(0))
+        squares += sum((n * cost(d) ** 2 for (_a, d), n in table.tie.items()), Fraction(0))
     won = gross * keep
     return ExactRtp(
         rtp=1 + won - lost / PAIRS,
@@ -261,6 +271,7 @@ def exact_rtp(config: GoldenBullConfig = DEFAULT_CONFIG) -> ExactRtp:
         expected_win=won,
         expected_loss=lost / PAIRS,
         expected_commission=gross - won,
+        second_moment=squares / PAIRS,
     )
 
 

@@ -13,8 +13,8 @@ import numpy as np
 from bull.rules import _red_envelope_math as rm
 from bull.rules import red_envelope as re_
 
-MAIN_ROUNDS = 500_000
-VARIATION_ROUNDS = 200_000
+MAIN_ROUNDS = 100_000
+VARIATION_ROUNDS = 40_000
 STAKE_MINOR = 1000
 PARTICIPANT_COUNTS = (2, 3, 5, 10)
 VARIATION_PARTICIPANTS = 5
@@ -53,30 +53,106 @@ def _census(config: re_.RedEnvelopeConfig) -> list[str]:
 def _row(label: str, est: rm.Estimate) -> str:
     low, high = est.ci95
     return (
-        f"| {label} | {_pct(est.rtp)} | [{_pct(low)}, {_pct(high)}] | {_pct(est.void_rate, 3)} "
+        f"| {label} | {_pct(est.rtp)} | [{_pct(low)}, {_pct(high)}] | {est.variance:.3f} | {_pct(est.void_rate, 3)} "
         f"| {_pct(est.immune_rate, 3)} | {_pct(est.drink_water_rate, 3)} | {_pct(est.dealer_return)} "
         f"| {_pct(est.house_take)} |"
     )
 
 
 _TABLE_HEAD = [
-    "| case | player RTP | 95% CI | void rounds | 免死 bets | 喝水 bets | dealer return | house take |",
-    "|---|---:|---:|---:|---:|---:|---:|---:|",
+    "| case | player RTP | 95% CI | variance | void rounds | 免死 bets | 喝水 bets | dealer return | house take |",
+    "|---|---:|---:|---:|---:|---:|---:|---:|---:|",
 ]
+
+
+def _exact_two(config: re_.RedEnvelopeConfig) -> tuple[Fraction, Fraction, Fraction]:
+    """(player RTP, variance of the player's net, dealer's return), per unit staked, two participants."""
+    rtp, variance = rm.exact_two_player_moments(config, STAKE_MINOR)
+    total = config.envelope_total_minor
+    amounts = np.array([[d, total - d] for d in range(2, total)], dtype=np.int64)
+    dealer = rm.settle_vectorised(amounts, STAKE_MINOR, None, config).dealer_net
+    return rtp, variance, Fraction(int(dealer.sum()), STAKE_MINOR * len(amounts))
+
+
+DRINK_WATER_POOLS = ((None, "unlimited"), (30_000, "300.00"), (10_000, "100.00"), (5_000, "50.00"))
+
+
+def _drink_water_section(seed: int) -> list[str]:
+    lines = [
+        f"## 5. 喝水: what the dealer-pool cap costs ({VARIATION_PARTICIPANTS} participants, "
+        f"{VARIATION_ROUNDS:,} envelopes each)",
+        "",
+        "Every row uses the same envelopes (one seed), so the differences between rows are the",
+        "rules' effect, not sampling noise. *Cost to players* is the drop of the player's RTP",
+        "from the unlimited-pool row; every player stakes 10.00 against a pool of the size shown.",
+        "",
+        "| `drink_water` | dealer pool | player RTP | variance | 喝水 bets | dealer return | cost to players |",
+        "|---|---:|---:|---:|---:|---:|---:|",
+    ]
+    unlimited: float | None = None
+    for rule in re_.DRINK_WATER_RULES:
+        config = re_.load_config({"drink_water": rule})
+        for pool, label in DRINK_WATER_POOLS:
+            if pool is None and unlimited is not None:
+                continue  # with an unlimited pool nobody drinks water: the same row for every rule
+            est = rm.simulate(
+                np.random.default_rng(seed + 99),
+                config,
+                VARIATION_PARTICIPANTS,
+                VARIATION_ROUNDS,
+                stake_minor=STAKE_MINOR,
+                dealer_pool_minor=pool,
+            )
+            if pool is None:
+                unlimited = est.rtp
+            cost = (est.rtp if unlimited is None else unlimited) - est.rtp
+            name = "any" if pool is None else f"`{rule}`"
+            lines.append(
+                f"| {name} | {label} | {_pct(est.rtp)} | {est.variance:.3f} | {_pct(est.drink_water_rate, 3)} "
+                f"| {_pct(est.dealer_return)} | {_pct(cost)} |"
+            )
+    lines += [
+        "",
+        "- `stop` (default, the seed's words): winners are paid strongest first while the rest",
+        "  of the pool (plus what the losers paid, net of commission) covers a full payment;",
+        "  from the first winner it cannot cover on, every winner drinks water (stake back),",
+        "  even a weaker winner the rest would cover. A winner owed 180.00 against 179.99 gets",
+        "  nothing.",
+        "- `skip`: the winner the rest cannot cover drinks water, but weaker winners it still",
+        "  covers are paid.",
+        "- `partial`: the first winner the rest cannot cover is paid what is left (commission on",
+        "  what it gets, and the rebate, as for a win); every weaker winner drinks water.",
+        "- A player who drinks water gives up a win worth stake x (1 .. 18) while every loss",
+        "  still costs stake x the dealer's multiplier, so the cost grows fast as the pool",
+        "  shrinks against the stakes: with four 10.00 bets against a 100.00 pool the players",
+        "  lose about twice their stakes on average. `partial` pays out the whole budget and",
+        "  costs players least, `skip` next; operators should size the minimum dealer pool",
+        "  (the bid) against the table's stake limits with this table in mind.",
+        "",
+    ]
+    return lines
 
 
 def render(seed: int) -> str:
     default = re_.DEFAULT_CONFIG
-    exact = rm.exact_two_player_rtp(default, STAKE_MINOR)
+    exact, exact_var, exact_dealer = _exact_two(default)
+    win_base = re_.load_config({"commission.dealer_base": "win"})
+    exact_win, exact_win_var, exact_win_dealer = _exact_two(win_base)
     gross_config = re_.load_config({"commission.dealer_bps": 0, "commission.player_bps": 0, "rebate_bps": 0})
     exact_gross = rm.exact_two_player_rtp(gross_config, STAKE_MINOR)
     lines = [
         "# 68 NiuNiu (red-envelope bull): math report",
         "",
-        "Variant id `red_envelope_bull` (GAME_RULES.md section 4, seed `003_134c08a6400ee6a2.txt`).",
-        "Generated by the `niuniu-rules` CLI `report` command through",
-        "`tools/rules/_red_envelope_adapter.py`; exact figures by enumeration, every",
-        f"Monte Carlo row from `numpy.random.default_rng({seed} + row)`. Do not edit by hand.",
+        "Variant id `red_envelope_bull` (seed `003_134c08a6400ee6a2.txt`). Rules as the project",
+        "implements them: [docs/rules/red_envelope_bull.md](../rules/red_envelope_bull.md); code:",
+        "`bull/rules/red_envelope.py`. Generated by `python -m tools.rules.reports --write` (all",
+        "four reports) or `niuniu-rules report --variant red_envelope_bull`;",
+        "`tests/rules/test_reports.py` fails when this file differs from what the code generates.",
+        "Exact figures by enumeration, Monte Carlo rows from",
+        f"`numpy.random.default_rng({seed} + k)` (k as stated per table). Do not edit by hand.",
+        "",
+        "Variance is that of one player bet's net result per unit staked (a bet of b has variance",
+        "b^2 times it); the bets of one envelope are correlated through the dealer's share.",
         "",
         "## Rules as implemented",
         "",
@@ -94,11 +170,14 @@ def render(seed: int) -> str:
         "  the dealer's multiplier (hold: stake x 18). The dealer pays winners, strongest",
         "  first, from the pool plus what the losers pay *net of the platform's commission*",
         "  *(interpretation: so the dealer never loses more than the pool)* while the rest",
-        "  covers a full payment; the remaining winners drink water (喝水, stake back). Dealer",
-        "  grabs 0.01: the round is void and re-dealt. Player grabs 0.01: 免死, a loss",
-        "  becomes a tie (0.01 is the weakest amount, so it can never win).",
-        "- Fees (defaults from the seed): 5% of what the dealer wins from a loser and 5% of",
-        "  a player's winnings to `commission_revenue`; 0.7% of the stake back to every bet",
+        "  covers a full payment; the remaining winners drink water (喝水, stake back;",
+        "  `drink_water`, section 5). Dealer grabs 0.01: the round is void and re-dealt.",
+        "  Player grabs 0.01: 免死, a loss becomes a tie (0.01 is the weakest amount, so it",
+        "  can never win).",
+        "- Fees (defaults from the seed): 5% of the loser's stake when the dealer wins it",
+        "  (`commission.dealer_base=stake`, the seed's words; `win` takes 5% of stake x the",
+        "  dealer's multiplier instead, section 4) and 5% of a player's winnings to",
+        "  `commission_revenue`; 0.7% of the stake back to every bet",
         "  settled as a plain win or loss from `rebate_expense`; the dealer fee, service fee",
         "  and envelope fee are configured amounts (the seed gives none: default 0) paid by",
         "  the dealer to `fees`. Rounding is toward the house (what a participant keeps is",
@@ -131,8 +210,17 @@ def render(seed: int) -> str:
         "## 3. Return to player, default configuration",
         "",
         "Exact, two participants (dealer and one player; the dealer's share is uniform on",
-        f"0.01 .. {(default.envelope_total_minor - 1) / 100:.2f}): **{_pct(exact, 4)}**",
-        f"(`{exact.numerator}/{exact.denominator}`); with commission and rebate set to 0 it is",
+        f"0.01 .. {(default.envelope_total_minor - 1) / 100:.2f}):",
+        "",
+        "| `commission.dealer_base` | player RTP | variance | dealer return |",
+        "|---|---:|---:|---:|",
+        f"| `stake` (default) | **{_pct(exact, 4)}** (`{exact.numerator}/{exact.denominator}`) "
+        f"| **{float(exact_var):.4f}** | {_pct(exact_dealer, 4)} |",
+        f"| `win` | {_pct(exact_win, 4)} | {float(exact_win_var):.4f} | {_pct(exact_win_dealer, 4)} |",
+        "",
+        "The dealer-side commission is paid by the dealer, so its base moves the dealer's return",
+        "(per unit of the stakes against the dealer), not the player's. With commission and",
+        "rebate set to 0 the player's return is",
         f"{_pct(exact_gross, 4)}. That is no accident: with an unlimited pool and no commission",
         "or rebate the return is exactly 100% for any number of participants. The grab",
         "order is uniformly random, so of any two shares each is equally likely to be the",
@@ -143,11 +231,9 @@ def render(seed: int) -> str:
         "",
         *_TABLE_HEAD,
     ]
-    row = 0
-    for n in PARTICIPANT_COUNTS:
+    for row, n in enumerate(PARTICIPANT_COUNTS):
         est = rm.simulate(np.random.default_rng(seed + row), default, n, MAIN_ROUNDS, stake_minor=STAKE_MINOR)
         lines.append(_row(f"{n} participants ({n - 1} player{'s' if n > 2 else ''})", est))
-        row += 1
     lines += [
         "",
         f"Monte Carlo, {MAIN_ROUNDS:,} envelopes per row. Each envelope is settled once with",
@@ -161,7 +247,8 @@ def render(seed: int) -> str:
         *_TABLE_HEAD,
     ]
     variations: list[tuple[str, re_.RedEnvelopeConfig, int | None]] = [
-        ("default", default, None),
+        ("default (`commission.dealer_base=stake`)", default, None),
+        ("`commission.dealer_base=win`", win_base, None),
         ("no commission, no rebate", gross_config, None),
         ("`commission.player_bps=0` (dealer commission only)", re_.load_config({"commission.player_bps": 0}), None),
         ("`envelope.total_minor=500` (5.00)", re_.load_config({"envelope.total_minor": 500}), None),
@@ -176,7 +263,7 @@ def render(seed: int) -> str:
     ]
     for label, config, pool in variations:
         est = rm.simulate(
-            np.random.default_rng(seed + row),
+            np.random.default_rng(seed + len(PARTICIPANT_COUNTS)),  # the same envelopes for every variation
             config,
             VARIATION_PARTICIPANTS,
             VARIATION_ROUNDS,
@@ -184,20 +271,20 @@ def render(seed: int) -> str:
             dealer_pool_minor=pool,
         )
         lines.append(_row(label, est))
-        row += 1
     lines += [
         "",
-        "The no-fee row's interval has zero width because every envelope's settlements",
-        "cancel exactly (section 3); dealer commission alone leaves the player exactly the",
-        "0.7% rebate above 100%.",
+        f"All variations share their envelopes (seed {seed} + {len(PARTICIPANT_COUNTS)}), so their",
+        "differences are the configuration's effect. The no-fee row's interval has zero width",
+        "because every envelope's settlements cancel exactly (section 3); dealer commission",
+        "alone leaves the player exactly the 0.7% rebate above 100%. The dealer-side",
+        "commission base moves only the dealer's return.",
         "",
         "Fees are paid by the dealer, so they move the dealer's return and the house take,",
         "never the player's. A small dealer pool makes winners drink water, which lowers the",
         "player's return and raises the dealer's; it can go below zero because a loss costs",
         "stake x the dealer's multiplier while a winner who drinks water gets only the stake",
-        "back. Payment stops at the first winner the rest cannot cover (strongest first, as",
-        "the seed orders it), so one large winner can make every weaker winner drink water",
-        "even when the rest could have paid some of them.",
+        f"back. Section 5 compares the three `drink_water` rules (seed {seed} + 99).",
         "",
     ]
+    lines += _drink_water_section(seed)
     return "\n".join(lines)

@@ -1,4 +1,4 @@
-"""Bai Buu (variant id ``bai_buu``): the pure rules, GAME_RULES.md section 3.
+"""Bai Buu (variant id ``bai_buu``): the pure rules, docs/rules/bai_buu.md.
 
 A banker hand and three player hands (``player_01`` .. ``player_03``) of four
 cards each, from one 52-card deck. Cards 1-2 of a hand are its *head*, cards 3-4

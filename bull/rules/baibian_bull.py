@@ -1,4 +1,4 @@
-"""Hundred-player Bull with jokers 百變牛牛 (variant id ``baibian_bull``), GAME_RULES section 2.
+"""Hundred-player Bull with jokers 百變牛牛 (variant id ``baibian_bull``), docs/rules/baibian_bull.md.
 
 One banker against four areas (Heaven, Earth, Mystic, Yellow) from a 54-card
 deck whose two jokers are wild. Pure functions of cards, bets and a frozen

@@ -1,4 +1,4 @@
-"""Golden Bull (variant id ``golden_bull``): Dealer vs three Areas, GAME_RULES section 1.
+"""Golden Bull (variant id ``golden_bull``): Dealer vs three Areas, docs/rules/golden_bull.md.
 
 Everything here is a pure function of cards, bets and a frozen config:
 

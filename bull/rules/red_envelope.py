@@ -1,4 +1,4 @@
-"""68 NiuNiu, red-envelope bull (variant id ``red_envelope_bull``): GAME_RULES.md section 4.
+"""68 NiuNiu, red-envelope bull (variant id ``red_envelope_bull``): docs/rules/red_envelope_bull.md.
 
 A hand is the amount a participant grabbed from the round's red envelope, in
 minor units (cents). Its digits are those of the amount written with two

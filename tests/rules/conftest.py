@@ -1,6 +1,6 @@
 """Independent reference implementations for the rules tests.
 
-The evaluators here are written straight from GAME_RULES, as differently from
+The evaluators here are written straight from the rules pages (docs/rules), as differently from
 the production code as is practical: they try every triple of cards (instead
 of the pair shortcut), count ranks card by card, try every rank for every joker
 (instead of closed forms), and run over *all* hands with numpy. They are slow

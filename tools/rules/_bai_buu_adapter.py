@@ -19,7 +19,7 @@ from tools.rules._adapter import CommandResult, ProgressFn
 
 DEFAULT_MC_ROUNDS = 50_000
 REPORT_SEED = 20_240_602
-REPORT_MC_ROUNDS = 50_000
+REPORT_MC_ROUNDS = 4_000
 
 
 def _hand(cards: Sequence[str]) -> bai_buu.Hand:
