@@ -7,7 +7,7 @@ started, and applies the same handler with the same exactly-once rules. The
 two results can then be compared table by table.
 
 A replay works a poll (up to 2 000 records) at a time: the envelopes are decoded
-together, their tracking rows written in one statement, and the events applied in
+together, their tracking rows staged with COPY and written in one statement, and the events applied in
 one transaction — by the projection's ``batch_handler`` when it has one (the same
 effects as the handler applied event by event, in order, in a few statements), else
 by the handler with the statements pipelined.
@@ -137,17 +137,19 @@ def _decode(value: bytes) -> events_pb2.EventEnvelope:
 
 async def _apply(conn: psycopg.AsyncConnection, projection: Projection, polled: list[Tracked]) -> int:
     """Record ``polled`` as processed (one statement) and apply the new ones; returns how many were new."""
-    cur = await conn.execute(
+    await conn.execute(
+        "CREATE TEMP TABLE IF NOT EXISTS replay_polled"
+        ' (n INT, event_id UUID, topic TEXT, partition INT, "offset" BIGINT) ON COMMIT DELETE ROWS'
+    )
+    cur = conn.cursor()
+    async with cur.copy('COPY replay_polled (n, event_id, topic, partition, "offset") FROM STDIN') as copy:
+        for n, tracked in enumerate(polled):
+            await copy.write_row((n, tracked.envelope.event_id, tracked.topic, tracked.partition, tracked.offset))
+    await cur.execute(
         'INSERT INTO processed_events (consumer, event_id, topic, partition, "offset")'
-        " SELECT %s, e.id, e.t, e.p, e.o FROM unnest(%s::uuid[], %s::text[], %s::int[], %s::bigint[])"
-        " WITH ORDINALITY AS e (id, t, p, o, n) ORDER BY e.n ON CONFLICT DO NOTHING RETURNING event_id",
-        (
-            projection.name,
-            [t.envelope.event_id for t in polled],
-            [t.topic for t in polled],
-            [t.partition for t in polled],
-            [t.offset for t in polled],
-        ),
+        ' SELECT %s, event_id, topic, partition, "offset" FROM replay_polled ORDER BY n'
+        " ON CONFLICT DO NOTHING RETURNING event_id",
+        (projection.name,),
     )
     new = {str(row[0]) for row in await cur.fetchall()}
     fresh: list[Tracked] = []

@@ -15,6 +15,7 @@ import logging
 from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import UTC
+from typing import Any
 
 import psycopg
 from niuniu.table.v1 import events_pb2 as table_pb2
@@ -293,32 +294,35 @@ async def _write_entries(
     return {str(row[0]) for row in await cur.fetchall()}
 
 
-# The entries of several events in one round trip: the same effects as _WRITE_ENTRIES applied
-# event after event. Rows are inserted in batch order, so an entry id repeated across events is
-# kept from its first event (the others become rejects, as one by one); lines and balance changes
-# only for the entries inserted.
-_WRITE_BATCH = """
-WITH e AS (
-    SELECT * FROM unnest(%(entry_ids)s::text[], %(event_ids)s::uuid[], %(indexes)s::int[], %(event_types)s::text[],
-                         %(kinds)s::text[], %(rounds)s::text[], %(holds)s::text[], %(bets)s::text[],
-                         %(occurred)s::timestamptz[], %(topics)s::text[], %(partitions)s::int[], %(offsets)s::bigint[],
-                         %(positions)s::bigint[])
-        WITH ORDINALITY AS e (entry_id, event_id, movement_index, event_type, kind, round_id, hold_id, bet_id,
-                              occurred_at, topic, partition, "offset", wallet_position, n)
-), new_entries AS (
+# The batch path stages a poll's rows with COPY (temporary tables, emptied at commit) and
+# writes them with one statement each: the same effects as the one-event statements applied
+# event after event. Rows are inserted in batch order, so an entry id repeated across events
+# is kept from its first event (the others become rejects, as one by one), and a round
+# indexed twice keeps its first outcome; lines, balance changes and round bets only follow
+# the rows inserted.
+_STAGE = (
+    "CREATE TEMP TABLE IF NOT EXISTS stage_entries (n INT, entry_id TEXT, event_id UUID, movement_index INT,"
+    " event_type TEXT, kind TEXT, round_id TEXT, hold_id TEXT, bet_id TEXT, occurred_at TIMESTAMPTZ, topic TEXT,"
+    ' partition INT, "offset" BIGINT, wallet_position BIGINT) ON COMMIT DELETE ROWS',
+    "CREATE TEMP TABLE IF NOT EXISTS stage_lines (entry_id TEXT, event_id UUID, movement_index INT, line_no INT,"
+    " account TEXT, bucket TEXT, account_type SMALLINT, debit_minor BIGINT, credit_minor BIGINT) ON COMMIT DELETE ROWS",
+    "CREATE TEMP TABLE IF NOT EXISTS stage_rounds (n INT, round_id TEXT, table_id TEXT, variant TEXT, status TEXT,"
+    " event_id UUID, occurred_at TIMESTAMPTZ, bets INT, transfers INT, event BYTEA) ON COMMIT DELETE ROWS",
+    "CREATE TEMP TABLE IF NOT EXISTS stage_round_bets (round_id TEXT, event_id UUID, bet_id TEXT, player TEXT,"
+    " area TEXT, stake_minor BIGINT, outcome TEXT, net_minor BIGINT, hold_id TEXT) ON COMMIT DELETE ROWS",
+)
+
+_WRITE_STAGED_ENTRIES = """
+WITH new_entries AS (
     INSERT INTO journal_entries (entry_id, event_id, movement_index, event_type, kind, round_id, hold_id, bet_id,
                                  occurred_at, topic, partition, "offset", wallet_position)
     SELECT entry_id, event_id, movement_index, event_type, kind, round_id, hold_id, bet_id, occurred_at, topic,
            partition, "offset", wallet_position
-    FROM e ORDER BY n
+    FROM stage_entries ORDER BY n
     ON CONFLICT DO NOTHING
     RETURNING entry_id, event_id, movement_index
 ), lines AS (
-    SELECT l.* FROM unnest(%(l_entry)s::text[], %(l_event)s::uuid[], %(l_index)s::int[], %(l_no)s::int[],
-                           %(l_account)s::text[], %(l_bucket)s::text[], %(l_type)s::smallint[],
-                           %(l_debit)s::bigint[], %(l_credit)s::bigint[])
-        AS l (entry_id, event_id, movement_index, line_no, account, bucket, account_type, debit_minor, credit_minor)
-    JOIN new_entries USING (entry_id, event_id, movement_index)
+    SELECT l.* FROM stage_lines l JOIN new_entries USING (entry_id, event_id, movement_index)
 ), new_lines AS (
     INSERT INTO journal_lines (entry_id, line_no, account, bucket, debit_minor, credit_minor)
     SELECT entry_id, line_no, account, bucket, debit_minor, credit_minor FROM lines
@@ -336,68 +340,136 @@ WITH e AS (
 SELECT event_id::text, movement_index FROM new_entries
 """
 
+_WRITE_STAGED_ROUNDS = """
+WITH new_rounds AS (
+    INSERT INTO rounds (round_id, table_id, variant, status, event_id, occurred_at, bets, transfers, event)
+    SELECT round_id, table_id, variant, status, event_id, occurred_at, bets, transfers, event
+    FROM stage_rounds ORDER BY n
+    ON CONFLICT (round_id) DO NOTHING
+    RETURNING round_id, event_id
+), new_bets AS (
+    INSERT INTO round_bets (round_id, bet_id, player, area, stake_minor, outcome, net_minor, hold_id)
+    SELECT b.round_id, b.bet_id, b.player, b.area, b.stake_minor, b.outcome, b.net_minor, b.hold_id
+    FROM stage_round_bets b JOIN new_rounds USING (round_id, event_id)
+    ON CONFLICT DO NOTHING
+)
+SELECT round_id, event_id::text FROM new_rounds
+"""
+
 
 async def apply_batch(conn: psycopg.AsyncConnection, batch: Sequence[Tracked]) -> None:
-    """The handler for several events read from Kafka, in order: the effects of ``apply`` on each.
-
-    Round events are indexed one by one (one per round); the wallet events' entries, lines
-    and balance changes go in one statement.
-    """
+    """The handler for several events read from Kafka, in order: the effects of ``apply`` on each."""
     planned: list[tuple[Tracked, list[Entry], list[Rejected]]] = []
+    rounds: list[tuple[Tracked, tuple[Any, ...], list[tuple[Any, ...]]]] = []
     for tracked in batch:
         envelope = tracked.envelope
         if envelope.payload.Is(ROUND_SETTLED) or envelope.payload.Is(ROUND_VOIDED):
-            await _index_round(conn, envelope)
+            row, bets = _round_rows(envelope)
+            rounds.append((tracked, row, bets))
             continue
         journaled = journal_event(envelope)
         rejected = list(journaled.rejected)
         rejected.extend(_duplicates_within(journaled.entries))
         planned.append((tracked, _first_of_each_id(journaled.entries), rejected))
-    entries = [(t, e) for t, es, _ in planned for e in es]
-    written: set[tuple[str, int]] = set()
-    if entries:
-        for _, entry in entries:
-            assert entry.debit_minor == entry.credit_minor, f"refusing unbalanced entry {entry.entry_id}"
-        lines = [(t, e, n, line) for t, e in entries for n, line in enumerate(e.lines)]
-        cur = await conn.execute(
-            _WRITE_BATCH,
-            {
-                "entry_ids": [e.entry_id for _, e in entries],
-                "event_ids": [t.envelope.event_id for t, _ in entries],
-                "indexes": [e.movement_index for _, e in entries],
-                "event_types": [t.envelope.event_type for t, _ in entries],
-                "kinds": [e.kind for _, e in entries],
-                "rounds": [e.round_id for _, e in entries],
-                "holds": [e.hold_id for _, e in entries],
-                "bets": [e.bet_id for _, e in entries],
-                "occurred": [t.envelope.occurred_at.ToDatetime(tzinfo=UTC) for t, _ in entries],
-                "topics": [t.topic for t, _ in entries],
-                "partitions": [t.partition for t, _ in entries],
-                "offsets": [t.offset for t, _ in entries],
-                "positions": [t.envelope.store_position for t, _ in entries],
-                "l_entry": [e.entry_id for _, e, _, _ in lines],
-                "l_event": [t.envelope.event_id for t, _, _, _ in lines],
-                "l_index": [e.movement_index for _, e, _, _ in lines],
-                "l_no": [n for _, _, n, _ in lines],
-                "l_account": [line.account for _, _, _, line in lines],
-                "l_bucket": [line.bucket for _, _, _, line in lines],
-                "l_type": [account_type(line.account) for _, _, _, line in lines],
-                "l_debit": [line.debit_minor for _, _, _, line in lines],
-                "l_credit": [line.credit_minor for _, _, _, line in lines],
-            },
-        )
-        written = {(str(row[0]), int(row[1])) for row in await cur.fetchall()}
-        metrics.ENTRIES_JOURNALED.inc(len(written))
+    for statement in _STAGE:
+        await conn.execute(statement)
+    if rounds:
+        await _write_rounds(conn, rounds)
+    written = await _write_entries_staged(conn, [(t, e) for t, es, _ in planned for e in es])
     for tracked, kept, rejected in planned:
+        event_id = canonical_event_id(tracked.envelope.event_id)
         rejected.extend(
             Rejected(e.movement_index, e.entry_id, Reason.DUPLICATE_ENTRY_ID, "already journaled from another event")
             for e in kept
-            if (canonical_event_id(tracked.envelope.event_id), e.movement_index) not in written
+            if (event_id, e.movement_index) not in written
         )
         if rejected:
             position = Position(tracked.topic, tracked.partition, tracked.offset, tracked.envelope.store_position)
             for reject in sorted(rejected, key=lambda r: r.movement_index):
                 await _reject(conn, tracked.envelope, position, reject)
+
+
+async def _write_entries_staged(
+    conn: psycopg.AsyncConnection, entries: list[tuple[Tracked, Entry]]
+) -> set[tuple[str, int]]:
+    """Stage and insert ``entries`` (in order); returns (event id, movement index) of those inserted."""
+    if not entries:
+        return set()
+    async with conn.cursor() as cur:
+        async with cur.copy(
+            "COPY stage_entries (n, entry_id, event_id, movement_index, event_type, kind, round_id, hold_id, bet_id,"
+            ' occurred_at, topic, partition, "offset", wallet_position) FROM STDIN'
+        ) as copy:
+            for n, (t, e) in enumerate(entries):
+                assert e.debit_minor == e.credit_minor, f"refusing unbalanced entry {e.entry_id}"
+                envelope = t.envelope
+                await copy.write_row(
+                    (
+                        n,
+                        e.entry_id,
+                        envelope.event_id,
+                        e.movement_index,
+                        envelope.event_type,
+                        e.kind,
+                        e.round_id,
+                        e.hold_id,
+                        e.bet_id,
+                        envelope.occurred_at.ToDatetime(tzinfo=UTC),
+                        t.topic,
+                        t.partition,
+                        t.offset,
+                        envelope.store_position,
+                    )
+                )
+        async with cur.copy(
+            "COPY stage_lines (entry_id, event_id, movement_index, line_no, account, bucket, account_type,"
+            " debit_minor, credit_minor) FROM STDIN"
+        ) as copy:
+            for t, e in entries:
+                for no, line in enumerate(e.lines):
+                    await copy.write_row(
+                        (
+                            e.entry_id,
+                            t.envelope.event_id,
+                            e.movement_index,
+                            no,
+                            line.account,
+                            line.bucket,
+                            account_type(line.account),
+                            line.debit_minor,
+                            line.credit_minor,
+                        )
+                    )
+        await cur.execute(_WRITE_STAGED_ENTRIES)
+        written = {(str(row[0]), int(row[1])) for row in await cur.fetchall()}
+    metrics.ENTRIES_JOURNALED.inc(len(written))
+    return written
+
+
+async def _write_rounds(
+    conn: psycopg.AsyncConnection, rounds: list[tuple[Tracked, tuple[Any, ...], list[tuple[Any, ...]]]]
+) -> None:
+    async with conn.cursor() as cur:
+        async with cur.copy(
+            "COPY stage_rounds (n, round_id, table_id, variant, status, event_id, occurred_at, bets, transfers, event)"
+            " FROM STDIN"
+        ) as copy:
+            for n, (_, row, _) in enumerate(rounds):
+                await copy.write_row((n, *row))
+        async with cur.copy(
+            "COPY stage_round_bets (round_id, event_id, bet_id, player, area, stake_minor, outcome, net_minor,"
+            " hold_id) FROM STDIN"
+        ) as copy:
+            for _, row, bets in rounds:
+                for bet in bets:
+                    await copy.write_row((bet[0], row[4], *bet[1:]))
+        await cur.execute(_WRITE_STAGED_ROUNDS)
+        kept = {(str(r[0]), str(r[1])) for r in await cur.fetchall()}
+    for _, row, _ in rounds:
+        if (row[0], canonical_event_id(row[4])) not in kept:
+            log.warning(
+                "round already indexed; keeping the first outcome", extra={"round_id": row[0], "event_id": row[4]}
+            )
 
 
 async def _reject(
@@ -435,46 +507,57 @@ async def _reject(
     metrics.REJECTS.labels(rejected.reason).inc()
 
 
-async def _index_round(conn: psycopg.AsyncConnection, envelope: events_pb2.EventEnvelope) -> None:
+def _round_rows(envelope: events_pb2.EventEnvelope) -> tuple[tuple[Any, ...], list[tuple[Any, ...]]]:
+    """The ``rounds`` row (round_id, table_id, variant, status, event_id, occurred_at, bets, transfers, event)
+    and the ``round_bets`` rows of a RoundSettled or RoundVoided envelope."""
     occurred_at = envelope.occurred_at.ToDatetime(tzinfo=UTC)
     if envelope.payload.Is(ROUND_SETTLED):
         settled = table_pb2.RoundSettled()
         envelope.payload.Unpack(settled)
+        round_id = settled.round_id or envelope.correlation_id
         row = (
-            settled.round_id or envelope.correlation_id,
+            round_id,
             settled.table_id,
             settled.variant,
             "settled",
+            envelope.event_id,
+            occurred_at,
             len(settled.bets),
             len(settled.transfers),
             settled.SerializeToString(),
         )
         bets = [
-            (row[0], b.bet_id, b.player, b.area, b.stake_minor, b.outcome, b.net_minor, b.hold_id) for b in settled.bets
+            (round_id, b.bet_id, b.player, b.area, b.stake_minor, b.outcome, b.net_minor, b.hold_id)
+            for b in settled.bets
         ]
-    else:
-        voided = table_pb2.RoundVoided()
-        envelope.payload.Unpack(voided)
-        row = (
-            voided.round_id or envelope.correlation_id,
-            voided.table_id,
-            "",
-            "voided",
-            0,
-            0,
-            voided.SerializeToString(),
-        )
-        bets = []
-    round_id, table_id, variant, status, n_bets, n_transfers, event = row
+        return row, bets
+    voided = table_pb2.RoundVoided()
+    envelope.payload.Unpack(voided)
+    row = (
+        voided.round_id or envelope.correlation_id,
+        voided.table_id,
+        "",
+        "voided",
+        envelope.event_id,
+        occurred_at,
+        0,
+        0,
+        voided.SerializeToString(),
+    )
+    return row, []
+
+
+async def _index_round(conn: psycopg.AsyncConnection, envelope: events_pb2.EventEnvelope) -> None:
+    row, bets = _round_rows(envelope)
     cur = await conn.execute(
         "INSERT INTO rounds (round_id, table_id, variant, status, event_id, occurred_at, bets, transfers, event)"
         " VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s) ON CONFLICT (round_id) DO NOTHING",
-        (round_id, table_id, variant, status, envelope.event_id, occurred_at, n_bets, n_transfers, event),
+        row,
     )
     if cur.rowcount == 0:
         log.warning(
             "round already indexed; keeping the first outcome",
-            extra={"round_id": round_id, "event_id": envelope.event_id},
+            extra={"round_id": row[0], "event_id": envelope.event_id},
         )
         return
     if bets:
