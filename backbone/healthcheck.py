@@ -9,10 +9,13 @@ import time
 import grpc
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
+from backbone import tls
+
 
 def check(target: str, timeout_s: float = 1.0) -> str:
     """The health status name of ``target`` ('SERVING', 'NOT_SERVING', or the gRPC error)."""
-    with grpc.insecure_channel(target) as channel:
+    credentials = tls.channel_credentials(None)  # the operator's certificate under mutual TLS
+    with grpc.secure_channel(target, credentials) if credentials else grpc.insecure_channel(target) as channel:
         try:
             reply = health_pb2_grpc.HealthStub(channel).Check(  # type: ignore[attr-defined]
                 health_pb2.HealthCheckRequest(), timeout=timeout_s

@@ -1,6 +1,6 @@
 """Local key material: ``scripts/keys`` (``python -m backbone.keys``).
 
-    python -m backbone.keys generate [--dir .run/keys]   # missing keys only; idempotent
+    python -m backbone.keys generate [--dir .run/keys] [--tls]   # missing keys only; idempotent
     python -m backbone.keys rotate --owner issuer         # or service:table, ...
     python -m backbone.keys prune                         # forget the public keys of rotated-out keys
 
@@ -14,15 +14,27 @@ Rotation: ``rotate`` makes a new key for the owner and keeps the old public key 
 restart the services (they read keys at start), then ``prune`` once the longest-lived
 token signed by the old key has expired (12 h for log-ins, 15 min for service tokens).
 In production the same files come from the operator's secret store.
+
+``--tls`` also makes a local CA (``ca.pem``; its key ``ca-key.pem``) and, signed by it,
+one certificate per service (``<service>.crt``/``<service>-tls.key``; names ``localhost``,
+``<service>`` and 127.0.0.1) plus ``operator.crt`` for tools such as the health check,
+and adds the TLS variables to ``env`` (backbone/tls.py).
 """
 
 from __future__ import annotations
 
 import argparse
+import datetime
+import ipaddress
 import json
 import os
 import sys
 from pathlib import Path
+
+from cryptography import x509
+from cryptography.hazmat.primitives import hashes, serialization
+from cryptography.hazmat.primitives.asymmetric import ec
+from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
 
 from backbone.auth import (
     ISSUER,
@@ -69,12 +81,20 @@ def _retired(directory: Path) -> list[TrustedKey]:
 def _publish(directory: Path) -> None:
     current = [k.trusted for k in (_load(directory, o) for o in OWNERS) if k is not None]
     (directory / "jwks.json").write_text(json.dumps(jwks([*current, *_retired(directory)]), indent=2) + "\n")
-    lines = [f"export {JWKS_FILE_ENV}={directory.resolve() / 'jwks.json'}"]
-    lines += [f"export {_env_var(o)}={directory.resolve() / _file_of(o)}" for o in OWNERS]
+    root = directory.resolve()
+    lines = [f"export {JWKS_FILE_ENV}={root / 'jwks.json'}"]
+    lines += [f"export {_env_var(o)}={root / _file_of(o)}" for o in OWNERS]
+    if (directory / "ca.pem").exists():
+        lines.append(f"export NIUNIU_TLS_CA_FILE={root / 'ca.pem'}")
+        for name in SERVICES:
+            lines.append(f"export NIUNIU_{name.upper()}_TLS_CERT_FILE={root / f'{name}.crt'}")
+            lines.append(f"export NIUNIU_{name.upper()}_TLS_KEY_FILE={root / f'{name}-tls.key'}")
+        lines.append(f"export NIUNIU_TLS_CLIENT_CERT_FILE={root / 'operator.crt'}")
+        lines.append(f"export NIUNIU_TLS_CLIENT_KEY_FILE={root / 'operator-tls.key'}")
     (directory / "env").write_text("\n".join(lines) + "\n")
 
 
-def generate(directory: Path) -> list[str]:
+def generate(directory: Path, *, tls: bool = False) -> list[str]:
     directory.mkdir(parents=True, exist_ok=True)
     os.chmod(directory, 0o700)
     made = []
@@ -82,8 +102,58 @@ def generate(directory: Path) -> list[str]:
         if _load(directory, owner) is None:
             _write_private(directory / _file_of(owner), SigningKey.generate(owner).pem())
             made.append(owner)
+    if tls and not (directory / "ca.pem").exists():
+        make_certificates(directory)
+        made.append("tls")
     _publish(directory)
     return made
+
+
+def _pem_key(key: ec.EllipticCurvePrivateKey) -> bytes:
+    return key.private_bytes(
+        serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8, serialization.NoEncryption()
+    )
+
+
+def _certificate(
+    subject: str, key: ec.EllipticCurvePrivateKey, issuer: tuple[x509.Name, ec.EllipticCurvePrivateKey] | None
+) -> x509.Certificate:
+    now = datetime.datetime.now(datetime.UTC)
+    name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, subject)])
+    issuer_name, signer = issuer or (name, key)
+    builder = (
+        x509.CertificateBuilder()
+        .subject_name(name)
+        .issuer_name(issuer_name)
+        .public_key(key.public_key())
+        .serial_number(x509.random_serial_number())
+        .not_valid_before(now - datetime.timedelta(minutes=5))
+        .not_valid_after(now + datetime.timedelta(days=825 if issuer else 3650))
+    )
+    if issuer is None:
+        builder = builder.add_extension(x509.BasicConstraints(ca=True, path_length=0), critical=True)
+    else:
+        names = [x509.DNSName("localhost"), x509.DNSName(subject), x509.IPAddress(ipaddress.ip_address("127.0.0.1"))]
+        usages = [ExtendedKeyUsageOID.SERVER_AUTH, ExtendedKeyUsageOID.CLIENT_AUTH]
+        builder = (
+            builder.add_extension(x509.BasicConstraints(ca=False, path_length=None), critical=True)
+            .add_extension(x509.SubjectAlternativeName(names), critical=False)
+            .add_extension(x509.ExtendedKeyUsage(usages), critical=False)
+        )
+    return builder.sign(signer, hashes.SHA256())
+
+
+def make_certificates(directory: Path) -> None:
+    """A local CA and, signed by it, a certificate per service and one for operator tools."""
+    ca_key = ec.generate_private_key(ec.SECP256R1())
+    ca = _certificate("niuniu local CA", ca_key, None)
+    _write_private(directory / "ca-key.pem", _pem_key(ca_key))
+    (directory / "ca.pem").write_bytes(ca.public_bytes(serialization.Encoding.PEM))
+    for name in (*SERVICES, "operator"):
+        key = ec.generate_private_key(ec.SECP256R1())
+        cert = _certificate(name, key, (ca.subject, ca_key))
+        _write_private(directory / f"{name}-tls.key", _pem_key(key))
+        (directory / f"{name}.crt").write_bytes(cert.public_bytes(serialization.Encoding.PEM))
 
 
 def rotate(directory: Path, owner: str) -> tuple[str, str]:
@@ -109,14 +179,15 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="scripts/keys", description=__doc__.split("\n\n")[0])
     parser.add_argument("--dir", default=os.path.join(os.environ.get("NIUNIU_RUN_DIR", ".run"), "keys"))
     commands = parser.add_subparsers(dest="command", required=True)
-    commands.add_parser("generate", help="create the keys that are missing; write jwks.json and env")
+    gen = commands.add_parser("generate", help="create the keys that are missing; write jwks.json and env")
+    gen.add_argument("--tls", action="store_true", help="also a local CA and a TLS certificate per service")
     rot = commands.add_parser("rotate", help="a new key for one owner; the old public key stays trusted")
     rot.add_argument("--owner", required=True, choices=OWNERS)
     commands.add_parser("prune", help="stop trusting rotated-out keys")
     args = parser.parse_args(argv)
     directory = Path(args.dir)
     if args.command == "generate":
-        made = generate(directory)
+        made = generate(directory, tls=args.tls)
         print(f"keys: {directory}: {'created ' + ', '.join(made) if made else 'all present'}")
     elif args.command == "rotate":
         old, new = rotate(directory, args.owner)

@@ -20,7 +20,7 @@ import psycopg
 from psycopg_pool import AsyncConnectionPool
 from redis.asyncio import Redis
 
-from backbone import logs
+from backbone import logs, tls
 from backbone.auth import Tokens
 from backbone.config import ConfigError, Settings
 from backbone.consumer import ExactlyOnceConsumer, Handler
@@ -137,6 +137,7 @@ async def start(
         background=tasks,
         reflection_enabled=os.environ.get("NIUNIU_GRPC_REFLECTION", "1") != "0",
         hidden_methods=spec.hidden_methods(ctx) if spec.hidden_methods else (),
+        credentials=tls.server_credentials(spec.name),
     )
     return running, ctx
 

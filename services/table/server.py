@@ -10,7 +10,7 @@ import grpc
 import psycopg
 from niuniu.table.v1 import table_pb2, table_pb2_grpc
 
-from backbone import service
+from backbone import service, tls
 from backbone.db import run_ddl
 from backbone.grpcserver import BackgroundTask
 from backbone.service import ServiceContext, ServiceSpec
@@ -31,8 +31,9 @@ def app_for(ctx: ServiceContext) -> TableApp:
     if isinstance(app, TableApp):
         return app
     tokens = ctx.tokens
-    rng_channel = grpc.aio.insecure_channel(os.environ.get("NIUNIU_RNG_ADDR", DEFAULT_RNG_ADDR))
-    wallet_channel = grpc.aio.insecure_channel(os.environ.get("NIUNIU_WALLET_ADDR", DEFAULT_WALLET_ADDR))
+    # Mutual TLS with the table's own certificate where configured (backbone/tls.py).
+    rng_channel = tls.aio_channel(os.environ.get("NIUNIU_RNG_ADDR", DEFAULT_RNG_ADDR), "table")
+    wallet_channel = tls.aio_channel(os.environ.get("NIUNIU_WALLET_ADDR", DEFAULT_WALLET_ADDR), "table")
     notifier = Notifier(ctx.redis, ctx.topics.prefix)
     app = TableApp(
         ctx.pool,
