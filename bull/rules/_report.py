@@ -167,8 +167,8 @@ def _golden_scenarios() -> list[str]:
         "- `bomb_order` (issue 21): by default two Bombs compare by the rank of the four",
         "  (5555K loses to QQQQA); `general` applies the seed's general rule alone (bull",
         "  points, then the highest card: 5555K, Bull Bull, beats QQQQA, bull 1). Both sides",
-        "  use the same order, so the RTP stays exactly 100%; only who wins a Bomb-against-Bomb",
-        "  deal changes (and with it, very slightly, the variance).",
+        "  use the same order, so the RTP stays exactly 100%, and the variance does not move",
+        "  either: a Bomb against a Bomb moves 4 units whichever of the two wins.",
         "",
     ]
 

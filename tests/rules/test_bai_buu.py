@@ -355,8 +355,8 @@ def test_the_house_seeds_the_pool_and_resets_it_after_a_hit() -> None:
     assert bai_buu.pool_after(quiet, 0) == 10_010
     hit = bai_buu.settle(table(*QUADS), [], bet, 12_000, config)  # above the seed: no top-up first
     assert _nets(hit) == {"a": 12_010 - 100}
-    seeds = [t.amount_minor for t in hit.transfers if t.kind is money.TransferKind.JACKPOT_SEED]
-    assert seeds == [20_000]  # the pool is emptied, then restored to the reset amount
+    refill = [t.amount_minor for t in hit.transfers if t.kind is money.TransferKind.JACKPOT_SEED]
+    assert refill == [20_000]  # the pool is emptied, then restored to the reset amount
     assert bai_buu.pool_after(hit, 12_000) == 20_000
     assert bai_buu.load_config({"jackpot.seed_minor": 700}).jackpot_reset_minor == 700  # reset defaults to seed
     assert bai_buu.settle(table(*QUADS), [], [], 0, config).transfers == ()  # no jackpot bets: no seeding

@@ -102,14 +102,28 @@ class BaiBuuAdapter:
         """``banker_0k``, ``player_0k`` and jackpot returns; ``data["rtp"]`` is ``player_0k``'s."""
         config = bai_buu.load_config(settings)
         if rounds is None:
-            counts = bm.duel_counts(config.half_prize_points, progress=progress)
-            main = bm.main_bet_rtp(config, {config.half_prize_points: counts})
-            jackpot = bm.jackpot_rtp(config, bm.hand_census())
-            exact = {"banker_0k": main["banker"], "player_0k": main["player"], "jackpot": jackpot["total"]}
+            counts = {config.half_prize_points: bm.duel_counts(config.half_prize_points, progress=progress)}
+            main = bm.main_bet_rtp(config, counts)
+            variance = bm.main_bet_variance(config, counts)
+            model = bm.jackpot_model(config, bm.hand_census(), 4)
             bets: dict[str, dict[str, Any]] = {
-                name: {"rtp": float(value), "rtp_fraction": str(value)} for name, value in exact.items()
+                f"{side}_0k": {
+                    "rtp": float(main[side]),
+                    "rtp_fraction": str(main[side]),
+                    "variance": float(variance[side]),
+                    "variance_fraction": str(variance[side]),
+                }
+                for side in ("banker", "player")
             }
-            bets["jackpot"].update(pay_table=float(jackpot["pay_table"]), pool_long_run=float(jackpot["pool"]))
+            bets["jackpot"] = {
+                "rtp": model.rtp,
+                "variance": model.variance,
+                "method": "long-run model, a jackpot bet on every hand every round",
+                "pay_table": model.pay_table,
+                "pool_long_run": model.pool,
+                "house_seed": model.seed,
+                "house_floor": model.floor,
+            }
             data: dict[str, Any] = {
                 "rtp": float(main["player"]),
                 "rtp_fraction": str(main["player"]),
@@ -117,7 +131,11 @@ class BaiBuuAdapter:
                 "bet": "player_0k",
                 "bets": bets,
             }
-            text = "\n".join(f"{name:<10} {_pct(value)}  exact" for name, value in exact.items())
+            text = "\n".join(
+                f"{name:<10} {_pct(bet['rtp'])}  variance {bet['variance']:.6f}  "
+                + ("exact" if "rtp_fraction" in bet else "long-run model")
+                for name, bet in bets.items()
+            )
             return CommandResult(data, text)
         mc = bm.monte_carlo(config, rounds, seed, progress=progress)
         names = {"banker": "banker_0k", "player": "player_0k", "jackpot": "jackpot"}

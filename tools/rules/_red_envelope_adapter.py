@@ -105,8 +105,14 @@ class RedEnvelopeAdapter:
         pool = None if raw_pool == "unlimited" else as_int("sim.dealer_pool_minor", raw_pool, low=0, high=10**15)
         base: dict[str, Any] = {"bet": "player vs dealer", "participants": participants, "stake_minor": stake}
         if rounds is None and participants == 2 and pool is None:
-            exact = rm.exact_two_player_rtp(config, stake)
-            data = {**base, "rtp": float(exact), "rtp_fraction": str(exact), "method": "exact"}
+            exact, variance = rm.exact_two_player_moments(config, stake)
+            data = {
+                **base,
+                "rtp": float(exact),
+                "rtp_fraction": str(exact),
+                "variance": float(variance),
+                "method": "exact",
+            }
             return CommandResult(data, f"player bet, 2 participants: {_pct(exact)} exact")
         n = DEFAULT_MC_ROUNDS if rounds is None else rounds
         est = rm.simulate(
@@ -129,6 +135,7 @@ class RedEnvelopeAdapter:
             "immune_rate": est.immune_rate,
             "dealer_return": est.dealer_return,
             "house_take": est.house_take,
+            "variance": est.variance,
         }
         text = (
             f"player bet, {participants} participants: {_pct(est.rtp)}  "
