@@ -438,8 +438,10 @@ async def test_four_of_a_kind_in_two_hands_splits_the_pool_exactly(stack: Stack)
         )
         before = await jackpot(c, players[0])
         assert before.stake_minor == JACKPOT_STAKE and before.payable_minor == before.balance_minor
+        by_hands = {"jackpot.split": "hands"}  # the old reading; the default splits among winning bets
         await c.table.CreateTable(
-            table_pb2.CreateTableRequest(table_id=table_id, variant="bai_buu", limits=FORCED), metadata=c.admin
+            table_pb2.CreateTableRequest(table_id=table_id, variant="bai_buu", config=by_hands, limits=FORCED),
+            metadata=c.admin,
         )
         watcher = Watcher(c, players[0], table_id)
         round_id = (await watcher.wait_for(lambda u: kind(u) == "round_opened")).round_id

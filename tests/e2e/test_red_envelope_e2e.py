@@ -409,12 +409,12 @@ async def test_special_paths_forced_through_the_real_services(stack: Stack) -> N
         assert outcome_of == {a.account: "immune", b.account: "win", d.account: "loss", rival.account: "drink_water"}
         config = re_.load_config(FEES)
         nets = Counter(verify_settlement(view, config))
-        # d pays 1 000 x 5 = 5 000 (4 750 to the dealer after 5%); b's 700 x 18 = 12 600 is more than the
-        # pool of 10 000 but within pool + what d paid, so it is paid; the rival's 500 x 13 is not: 喝水.
+        # d pays 1 000 x 5 = 5 000 (4 950 to the dealer after 5% of d's stake); b's 700 x 18 = 12 600 is more
+        # than the pool of 10 000 but within pool + what d paid, so it is paid; the rival's 500 x 13 is not: 喝水.
         assert nets[d.account] == -5_000 + 7 and nets[a.account] == 0 and nets[rival.account] == 0
         assert nets[b.account] == 12_600 - 630 + 4
-        assert nets[dealer.account] == 4_750 - 12_600 - DEALER_FEES
-        assert nets["fees"] == DEALER_FEES and nets["commission_revenue"] == 250 + 630
+        assert nets[dealer.account] == 4_950 - 12_600 - DEALER_FEES
+        assert nets["fees"] == DEALER_FEES and nets["commission_revenue"] == 50 + 630
 
         # ---- round 3: nobody bids, the round is voided with nothing moved
         third = await w.wait_for(lambda u: kind(u) == "round_opened" and u.round_id not in (first, second))
