@@ -16,21 +16,39 @@ import inspect
 import logging
 import signal
 import time
-from collections.abc import AsyncIterator, Awaitable, Callable, Coroutine, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Coroutine, Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, TypeAlias
 
 import grpc
 from google.protobuf import descriptor, descriptor_pb2, descriptor_pool
+from google.protobuf.message import Message
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection
 
 from backbone import logs, metrics
-from backbone.errors import REASON_METADATA_KEY, DomainError
+from backbone.errors import (
+    MAX_MESSAGE_CHARS,
+    MAX_REASON_CHARS,
+    REASON_METADATA_KEY,
+    DomainError,
+    InvalidArgument,
+    bounded,
+)
 
 log = logging.getLogger(__name__)
 
 CORRELATION_METADATA_KEY = "x-correlation-id"
+MAX_TEXT_CHECK_DEPTH = 8
+MAX_RECEIVE_MESSAGE_BYTES = 4 * 1024 * 1024
+"""The largest request a server reads (gRPC's default, set explicitly): larger ones are
+RESOURCE_EXHAUSTED before any handler runs."""
+MAX_SEND_MESSAGE_BYTES = 16 * 1024 * 1024
+"""The largest answer a server sends (a full page of a listing stays far below it)."""
+SERVER_OPTIONS = (
+    ("grpc.max_receive_message_length", MAX_RECEIVE_MESSAGE_BYTES),
+    ("grpc.max_send_message_length", MAX_SEND_MESSAGE_BYTES),
+)
 
 Behavior = Callable[..., Any]
 BackgroundTask = Callable[[asyncio.Event], Coroutine[Any, Any, None]]
@@ -73,13 +91,44 @@ def _rpc_type(handler: MethodHandler) -> str:
 
 async def _abort_for(error: BaseException, context: grpc.aio.ServicerContext[Any, Any]) -> None:
     if isinstance(error, DomainError):
-        await context.abort(error.code, str(error), trailing_metadata=((REASON_METADATA_KEY, error.reason),))
+        # Bounded again here: a subclass or a handler may have built its text around DomainError's own bound.
+        reason = bounded(error.reason, MAX_REASON_CHARS)
+        details = bounded(str(error), MAX_MESSAGE_CHARS)
+        await context.abort(error.code, details, trailing_metadata=((REASON_METADATA_KEY, reason),))
     log.error("unhandled error in RPC", exc_info=error)
     await context.abort(
         grpc.StatusCode.INTERNAL,
         "INTERNAL: unexpected server error; it has been logged",
         trailing_metadata=((REASON_METADATA_KEY, "INTERNAL"),),
     )
+
+
+def _nul_field(message: Message, depth: int = 0) -> str | None:
+    """The name of the first text field of ``message`` (nested, repeated and map ones too) holding a NUL."""
+    for fd, value in message.ListFields():
+        if fd.message_type is not None and fd.message_type.GetOptions().map_entry:
+            values: Iterable[Any] = (part for item in value.items() for part in item)
+        elif fd.is_repeated:
+            values = value
+        else:
+            values = (value,)
+        for item in values:
+            if isinstance(item, str) and "\x00" in item:
+                return fd.name
+            if isinstance(item, Message) and depth < MAX_TEXT_CHECK_DEPTH:
+                inner = _nul_field(item, depth + 1)
+                if inner is not None:
+                    return f"{fd.name}.{inner}"
+    return None
+
+
+def check_text(request: Any) -> None:
+    """INVALID_ARGUMENT for a request with a NUL character in any text: no caller means one, and PostgreSQL
+    cannot store it (the query would fail as INTERNAL deep inside a handler)."""
+    if isinstance(request, Message):
+        name = _nul_field(request)
+        if name is not None:
+            raise InvalidArgument("TEXT_INVALID", f"{name} contains a NUL character")
 
 
 def _is_abort(error: BaseException) -> bool:
@@ -107,6 +156,7 @@ class ErrorInterceptor(grpc.aio.ServerInterceptor):
             async def stream(request: Any, context: grpc.aio.ServicerContext[Any, Any]) -> AsyncIterator[Any]:
                 _bind_correlation(context)
                 try:
+                    check_text(request)
                     async for item in behavior(request, context):
                         yield item
                 except BaseException as error:
@@ -119,6 +169,7 @@ class ErrorInterceptor(grpc.aio.ServerInterceptor):
         async def unary(request: Any, context: grpc.aio.ServicerContext[Any, Any]) -> Any:
             _bind_correlation(context)
             try:
+                check_text(request)
                 return await behavior(request, context)
             except BaseException as error:
                 if _is_abort(error):
@@ -231,8 +282,12 @@ async def start_server(
     hidden_methods: Sequence[str] = (),
     credentials: grpc.ServerCredentials | None = None,
 ) -> RunningServer:
-    """Start a server with the project's interceptors; ``port=0`` picks a free port (tests)."""
-    server = grpc.aio.server(interceptors=[MetricsInterceptor(), ErrorInterceptor()])
+    """Start a server with the project's interceptors; ``port=0`` picks a free port (tests).
+
+    Reflection describes the services without ``hidden_methods`` (full names such as
+    ``niuniu.rng.v1.Rng.SetTestDeck``); ``credentials`` (TLS) replace the plaintext port.
+    """
+    server = grpc.aio.server(interceptors=[MetricsInterceptor(), ErrorInterceptor()], options=SERVER_OPTIONS)
     names = list(register(server))
     health_servicer = health.aio.HealthServicer()
     health_pb2_grpc.add_HealthServicer_to_server(health_servicer, server)

@@ -230,7 +230,8 @@ class WalletApp:
             return False
 
     async def login(self, username: str, password: str) -> LoginResult:
-        if not username or not password or len(username) > 64 or len(password) > domain.MAX_PASSWORD_CHARS:
+        # A name no account can have is not looked up (a NUL would not even reach PostgreSQL).
+        if not domain.is_username(username) or not password or len(password) > domain.MAX_PASSWORD_CHARS:
             raise Unauthenticated("INVALID_CREDENTIALS", "wrong username or password")
         async with self._pool.connection() as conn:
             user = await repo.user_by(conn, "username", username)

@@ -132,10 +132,15 @@ def player_account(account_id: str) -> str:
     return PLAYER_PREFIX + account_id
 
 
+def is_username(value: str) -> bool:
+    """Whether ``value`` could name an account (3..32 of [A-Za-z0-9._-]); no other name is ever looked up."""
+    return _USERNAME.fullmatch(value) is not None
+
+
 def check_registration(username: str, email: str, password: str) -> None:
     if not _USERNAME.fullmatch(username):
         raise InvalidArgument("USERNAME_INVALID", "username must be 3..32 of [A-Za-z0-9._-]")
-    if len(email) > 254 or not _EMAIL.fullmatch(email):
+    if len(email) > 254 or not _EMAIL.fullmatch(email) or not email.isprintable():
         raise InvalidArgument("EMAIL_INVALID", "email must look like name@example.org")
     if not MIN_PASSWORD_CHARS <= len(password) <= MAX_PASSWORD_CHARS:
         raise InvalidArgument(
