@@ -70,7 +70,7 @@ DDL = (
     "ALTER TABLE rng_rounds ADD COLUMN IF NOT EXISTS envelope_client_seeds TEXT[]",
 )
 
-ROUND_ID_PATTERN = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._:-]{0,127}$")
+ROUND_ID_PATTERN = re.compile(r"[A-Za-z0-9][A-Za-z0-9._:-]{0,127}")  # matched whole (fullmatch)
 PURPOSES = ("deck", "envelope")
 CLIENT_SEED_MAX_CHARS = 256
 
