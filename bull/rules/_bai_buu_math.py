@@ -259,7 +259,9 @@ class JackpotModel:
 
     ``bets_per_round`` = 4: a jackpot bet on every hand every round; 1: one bet on
     one hand every round and no other jackpot bets. The pool at a round is the
-    reset amount plus the contributions of the rounds since the last payout; with
+    reset amount plus the contributions of the rounds since the last payout (the
+    seed amount, never above the reset amount, only tops up the very first pool,
+    which does not count in the long run); with
     a payout chance ``hit_rate`` per round, independent between rounds, the number
     of those rounds (this one included) is geometric, which makes every figure a
     finite sum (evaluated in double precision; integer rounding of minor units is
@@ -289,7 +291,7 @@ def jackpot_model(config: bai_buu.BaiBuuConfig, hands: Mapping[str, int], bets_p
     pay_table = three * config.jackpot_pay_three_of_a_kind + flush * config.jackpot_pay_flush
     pay_second = three * config.jackpot_pay_three_of_a_kind**2 + flush * config.jackpot_pay_flush**2
     share = Fraction(config.jackpot_pool_share_bps, money.BPS_DENOMINATOR)
-    start = Fraction(max(config.jackpot_seed_minor, config.jackpot_reset_minor), stake)
+    start = Fraction(config.jackpot_reset_minor, stake)  # at least the seed, which only the first payout sees
     low = Fraction(bai_buu.four_of_a_kind_floor_minor(stake, config), stake)
     if bets_per_round == 4:
         by_count = four_of_a_kind_hands()

@@ -29,10 +29,13 @@ Money (everything in integer minor units):
   hands holding four of a kind, then between the bets on each hand, a share of an
   unbet hand staying in the pool). With ``jackpot.four_of_a_kind_floor`` (default)
   a winning bet never gets less than the three-of-a-kind prize: the house pays the
-  difference. The house keeps the pool at ``jackpot.seed_minor`` or more at the
-  start of a round with jackpot bets and tops it back up to ``jackpot.reset_minor``
-  after a round paid it out, each time with a ``JACKPOT_SEED`` transfer
-  (``HOUSE`` -> ``JACKPOT_POOL``, no bet id) in the round's settlement.
+  difference. A round that pays the pool finds at least ``jackpot.seed_minor`` in
+  it (the house adds what is missing before paying) and leaves it at
+  ``jackpot.reset_minor`` (at least the seed; the house adds it after paying),
+  each time with a ``JACKPOT_SEED`` transfer (``HOUSE`` -> ``JACKPOT_POOL``, no bet
+  id) in that round's settlement. Only rounds that pay the pool move house money
+  into it, so only they need the pool's balance (the table reads it under its
+  jackpot lock for exactly those rounds).
 
 Rounding: every amount owed to a bettor is rounded down (toward the house) and
 the fraction left behind is recorded in ``Settlement.remainders`` under the bet
@@ -114,6 +117,8 @@ class BaiBuuConfig:
     def __post_init__(self) -> None:
         if self.jackpot_split not in JACKPOT_SPLITS:
             raise ConfigError("jackpot.split", f"expected one of {', '.join(JACKPOT_SPLITS)}")
+        if self.jackpot_reset_minor < self.jackpot_seed_minor:
+            raise ConfigError("jackpot.reset_minor", "must be at least jackpot.seed_minor")
 
     @property
     def profit_ratio(self) -> Fraction:
@@ -565,6 +570,11 @@ def _settle_jackpots(
     return from_pool
 
 
+def pays_pool(deal_: Deal, jackpot_bets: Sequence[Bet]) -> bool:
+    """Whether the round pays the pool: a jackpot bet on a hand holding four of a kind."""
+    return any(deal_.hand(_jackpot_seat(bet.area)).jackpot == "four_of_a_kind" for bet in jackpot_bets)
+
+
 def _fund_pool(book: _Book, amount_minor: int) -> None:
     if amount_minor > 0:
         book.transfers.append(
@@ -582,11 +592,11 @@ def settle(
     """Settle one round.
 
     ``bets`` are ``banker_0k``/``player_0k`` bets, ``jackpot_bets`` the jackpot side
-    bets; ``pool_balance_minor`` is the ``JACKPOT_POOL`` balance before the round.
-    In a round with jackpot bets the house first tops the pool up to
-    ``jackpot.seed_minor``; this round's contributions join it before it is paid
-    out, so a four of a kind wins ``pool_balance_minor`` plus both (see
-    :func:`pool_after`); after a payout the house tops it up to ``jackpot.reset_minor``.
+    bets; ``pool_balance_minor`` is the ``JACKPOT_POOL`` balance before the round
+    (it only matters in a round that pays the pool). This round's contributions
+    join the pool before it is paid out; in a round that pays it the house first
+    tops it up to ``jackpot.seed_minor`` and afterwards to ``jackpot.reset_minor``,
+    so a four of a kind wins at least the seed (see :func:`pool_after`).
     """
     if type(pool_balance_minor) is not int or pool_balance_minor < 0:
         raise BetError(f"pool balance must be a non-negative integer, not {pool_balance_minor!r}")
@@ -604,13 +614,15 @@ def settle(
     book = _Book()
     for bet in bets:
         _settle_main(book, deal_, bet, config)
-    if jackpot_bets:
-        seed = max(0, config.jackpot_seed_minor - pool_balance_minor)
+    pool = pool_balance_minor + _collect_jackpot_stakes(book, jackpot_bets, config)
+    hit = pays_pool(deal_, jackpot_bets)
+    if hit:
+        seed = max(0, config.jackpot_seed_minor - pool)
         _fund_pool(book, seed)
-        pool = pool_balance_minor + seed + _collect_jackpot_stakes(book, jackpot_bets, config)
-        paid = _settle_jackpots(book, deal_, jackpot_bets, pool, config)
-        if paid > 0:
-            _fund_pool(book, max(0, config.jackpot_reset_minor - (pool - paid)))
+        pool += seed
+    paid = _settle_jackpots(book, deal_, jackpot_bets, pool, config)
+    if hit:
+        _fund_pool(book, max(0, config.jackpot_reset_minor - (pool - paid)))
     return money.Settlement(tuple(book.results), tuple(book.transfers), tuple(book.remainders)).check()
 
 

@@ -348,18 +348,27 @@ def test_the_house_seeds_the_pool_and_resets_it_after_a_hit() -> None:
     config = bai_buu.load_config({"jackpot.seed_minor": 10_000, "jackpot.reset_minor": 20_000})
     bet = [bai_buu.Bet("a", "u", "jackpot_banker", JACKPOT)]
     quiet = bai_buu.settle(table("2S 5H 9C KH", "4S 6H 8C 9D", "2H 3S 8D JD", "QS QH KC 7C"), [], bet, 0, config)
-    seeds = [t for t in quiet.transfers if t.kind is money.TransferKind.JACKPOT_SEED]
+    assert not [t for t in quiet.transfers if t.kind is money.TransferKind.JACKPOT_SEED]  # no payout: no house money
+    assert bai_buu.pool_after(quiet, 0) == 10
+    first = bai_buu.settle(table(*QUADS), [], bet, 90, config)  # 0.90 + 0.10 in the pool, the seed is 100.00
+    seeds = [t for t in first.transfers if t.kind is money.TransferKind.JACKPOT_SEED]
     assert [(t.payer, t.payee, t.amount_minor, t.bet_id) for t in seeds] == [
-        (money.HOUSE, money.JACKPOT_POOL, 10_000, None)
+        (money.HOUSE, money.JACKPOT_POOL, 9_900, None),  # up to the seed before paying
+        (money.HOUSE, money.JACKPOT_POOL, 20_000, None),  # the reset after paying
     ]
-    assert bai_buu.pool_after(quiet, 0) == 10_010
-    hit = bai_buu.settle(table(*QUADS), [], bet, 12_000, config)  # above the seed: no top-up first
-    assert _nets(hit) == {"a": 12_010 - 100}
+    assert _nets(first) == {"a": 10_000 - 100}
+    assert bai_buu.pool_after(first, 90) == 20_000
+    hit = bai_buu.settle(table(*QUADS), [], bet, 25_000, config)  # above the seed: nothing added first
+    assert _nets(hit) == {"a": 25_010 - 100}
     refill = [t.amount_minor for t in hit.transfers if t.kind is money.TransferKind.JACKPOT_SEED]
     assert refill == [20_000]  # the pool is emptied, then restored to the reset amount
-    assert bai_buu.pool_after(hit, 12_000) == 20_000
+    assert bai_buu.pool_after(hit, 25_000) == 20_000
     assert bai_buu.load_config({"jackpot.seed_minor": 700}).jackpot_reset_minor == 700  # reset defaults to seed
     assert bai_buu.settle(table(*QUADS), [], [], 0, config).transfers == ()  # no jackpot bets: no seeding
+    with pytest.raises(ConfigError) as info:
+        bai_buu.load_config({"jackpot.seed_minor": 700, "jackpot.reset_minor": 600})
+    assert info.value.key == "jackpot.reset_minor"
+    assert bai_buu.load_config(bai_buu.config_settings(config)) == config
 
 
 def test_jackpot_stake_is_fixed() -> None:
