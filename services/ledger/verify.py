@@ -32,6 +32,7 @@ TRANSFER_KINDS = frozenset(
         "jackpot_contribution",
         "jackpot_payout",
         "jackpot_stake",
+        "jackpot_seed",  # Bai Buu: the house funds the pool's seed/reset amount in a round that pays it
         "fee",
         "dealer_fee",
         "service_fee",
