@@ -7,10 +7,11 @@ from collections.abc import AsyncIterator
 
 import pytest
 from credits_projection import credited
+from niuniu.v1 import events_pb2
 from psycopg_pool import AsyncConnectionPool
 
 from backbone.db import open_pool
-from backbone.eventstore import ConcurrencyError, EventStore
+from backbone.eventstore import ConcurrencyError, EventStore, with_store_position
 
 pytestmark = pytest.mark.integration
 
@@ -106,3 +107,96 @@ async def test_read_all_follows_positions_and_outbox_records_topic_and_key(
         assert [e.stream_id for e in await store.read_all(conn, after_position=everything[0].position)] == ["y"]
         cur = await conn.execute("SELECT topic, record_key FROM outbox ORDER BY position")
         assert await cur.fetchall() == [("test.events", "x"), ("test.audit", "y")]
+
+
+async def test_appends_to_other_ordering_domains_do_not_wait_for_an_open_transaction(
+    pool: AsyncConnectionPool, store: EventStore
+) -> None:
+    release = asyncio.Event()
+    appended = asyncio.Event()
+
+    async def slow_writer() -> None:
+        async with pool.connection() as conn, conn.transaction():
+            await store.append(conn, "table-1", 0, [credited("a", 1)])
+            appended.set()
+            await release.wait()
+
+    slow = asyncio.create_task(slow_writer())
+    await appended.wait()
+    # Another domain appends and commits while table-1's transaction is still open
+    # (a store-wide lock held to commit would block here; the timeout turns that into a failure).
+    async with pool.connection() as conn:
+        await asyncio.wait_for(store.append(conn, "account-7", 0, [credited("b", 2)]), timeout=30)
+    release.set()
+    await slow
+
+
+async def test_one_domain_commits_in_position_order_so_a_reader_following_it_never_skips(
+    pool: AsyncConnectionPool, store: EventStore
+) -> None:
+    release = asyncio.Event()
+    appended = asyncio.Event()
+
+    async def first() -> int:
+        async with pool.connection() as conn, conn.transaction():
+            (event,) = await store.append(conn, "table-2", 0, [credited("a", 1)])
+            appended.set()
+            await release.wait()
+        return event.position
+
+    async def second() -> int:
+        async with pool.connection() as conn, conn.transaction():
+            (event,) = await store.append(conn, "table-2.bet-9", 0, [credited("b", 2)])
+        return event.position
+
+    a = asyncio.create_task(first())
+    await appended.wait()
+    b = asyncio.create_task(second())
+    await asyncio.sleep(0.3)
+    assert not b.done()  # the bet stream is in table-2's domain: it waits for the open append
+    release.set()
+    first_position, second_position = await a, await b
+    assert first_position < second_position
+
+
+async def test_read_all_waits_for_appends_in_flight_so_it_returns_a_prefix_of_positions(
+    pool: AsyncConnectionPool, store: EventStore
+) -> None:
+    release = asyncio.Event()
+    appended = asyncio.Event()
+
+    async def open_append() -> None:
+        async with pool.connection() as conn, conn.transaction():
+            await store.append(conn, "early", 0, [credited("a", 1)])
+            appended.set()
+            await release.wait()
+
+    held = asyncio.create_task(open_append())
+    await appended.wait()
+    async with pool.connection() as conn:
+        await store.append(conn, "late", 0, [credited("b", 2)])  # a larger position, committed first
+
+    async def read() -> list[str]:
+        async with pool.connection() as conn:
+            return [e.stream_id for e in await store.read_all(conn)]
+
+    reader = asyncio.create_task(read())
+    await asyncio.sleep(0.3)
+    assert not reader.done()  # it does not return "late" without "early"
+    release.set()
+    await held
+    assert await reader == ["early", "late"]
+
+
+async def test_envelopes_carry_their_store_position_when_read_and_when_published(
+    pool: AsyncConnectionPool, store: EventStore
+) -> None:
+    async with pool.connection() as conn:
+        (appended,) = await store.append(conn, "pos", 0, [credited("a", 1)])
+        (read,) = await store.read_stream(conn, "pos")
+        cur = await conn.execute("SELECT envelope FROM events WHERE position = %s", (appended.position,))
+        row = await cur.fetchone()
+    assert appended.envelope.store_position == read.envelope.store_position == read.position == appended.position
+    assert row is not None
+    published = events_pb2.EventEnvelope.FromString(with_store_position(bytes(row[0]), appended.position))
+    assert published == read.envelope

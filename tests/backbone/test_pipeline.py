@@ -12,9 +12,9 @@ from credits_projection import CREDITS_DDL, apply_credit, credited, credits
 from kafka import KafkaConsumer, TopicPartition
 from psycopg_pool import AsyncConnectionPool
 
-from backbone.consumer import ExactlyOnceConsumer
+from backbone.consumer import ExactlyOnceConsumer, handling
 from backbone.db import open_pool, run_ddl
-from backbone.eventstore import EventStore
+from backbone.eventstore import EventStore, NewEvent
 from backbone.kafka import TopicSpec, ensure_topics, make_consumer, make_producer
 from backbone.relay import OutboxRelay, PendingRecord
 
@@ -188,3 +188,25 @@ async def test_two_consumers_in_one_group_share_partitions_and_apply_each_event_
         assert await credits(conn) == expected_totals(90, accounts=9)
     a._kafka.close()
     b._kafka.close()
+
+
+async def test_a_selective_consumer_skips_other_event_types_without_tracking_them(
+    pool: AsyncConnectionPool, store: EventStore, topic: str, kafka_servers: str, unique: str
+) -> None:
+    async with pool.connection() as conn, conn.transaction():
+        for i in range(30):
+            event = credited(f"acct-{i % 3}", i + 1)
+            if i % 3:  # two in three are of a type the handler does not act on
+                event = NewEvent("test.noise", event.payload)
+            await store.append(conn, f"s-{i}", 0, [event])
+    await OutboxRelay("test", pool, make_producer(kafka_servers, "relay")).publish_once()
+    kafka = make_consumer(kafka_servers, f"g-{unique}", "selective")
+    consumer = ExactlyOnceConsumer(f"g-{unique}", [topic], pool, handling({"test.credited"}, apply_credit), kafka)
+    await drain(consumer, pool, 10)
+    for _ in range(3):
+        await consumer.poll_once()
+    async with pool.connection() as conn:
+        assert await credits(conn) == {"acct-0": (sum(i + 1 for i in range(0, 30, 3)), 10)}
+        cur = await conn.execute("SELECT count(*) FROM processed_events")
+        assert await cur.fetchone() == (10,)  # the 20 skipped events left no tracking row
+    kafka.close()
