@@ -137,7 +137,7 @@ class BaibianBull(CardGame, NoSideBets):
         return config.max_multiplier
 
     def deal(self, drawn: DealInput, config: BaibianTableConfig) -> dict[str, SeatHand]:
-        dealt = bb.deal(deck_of(drawn))
+        dealt = bb.deal(deck_of(drawn), config.rules)
         hands = {}
         for seat, cards in zip(bb.SEATS, dealt.hands, strict=True):
             category = bb.evaluate(cards).category
@@ -184,19 +184,21 @@ class BaibianBull(CardGame, NoSideBets):
         return {area: names[bb.compare(bb.evaluate(hands[area].cards), banker)] for area in bb.AREAS}
 
 
-def deal_facts(deck: Sequence[Card]) -> tuple[str, str]:
+def deal_facts(deck: Sequence[Card], config: BaibianTableConfig) -> tuple[str, str]:
     """The public facts of a deal: (the drawn, burned card; the seat it picks to deal first)."""
     drawn = deck[0]
-    return drawn.code, bb.SEATS[bb.first_seat(drawn)]
+    return drawn.code, bb.SEATS[bb.first_seat(drawn, config.rules)]
 
 
-def dealt_prefix(drawn_card: str, hands: Mapping[str, Sequence[str]]) -> list[str]:
+def dealt_prefix(
+    drawn_card: str, hands: Mapping[str, Sequence[str]], config: BaibianTableConfig | None = None
+) -> list[str]:
     """The deck's dealt prefix from the drawn card and each seat's hand in deal order (for verifiers).
 
     Inverse of ``rules.baibian_bull.deal``: deck position 1 + i went to seat
     ``(first + i) % 5`` as that seat's card number ``i // 5``.
     """
-    first = bb.first_seat(parse_card(drawn_card))
+    first = bb.first_seat(parse_card(drawn_card), (config or BaibianTableConfig()).rules)
     prefix = [drawn_card]
     for i in range(bb.HAND_SIZE * len(bb.SEATS)):
         prefix.append(hands[bb.SEATS[(first + i) % len(bb.SEATS)]][i // len(bb.SEATS)])

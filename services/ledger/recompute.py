@@ -81,6 +81,9 @@ def recompute(view: table_pb2.RoundView, evidence: RoundEvidence) -> list[Findin
     if derived.deck is None or findings:
         return findings
     hands = variant.deal(derived.deck, config)
+    if evidence.voided is not None:  # voided before or while dealing: only what was revealed is checked
+        shown = {revealed.seat for revealed in view.hands}
+        hands = {seat: hand for seat, hand in hands.items() if seat in shown}
     findings += _compare_hands(round_id, hands, view)
     if evidence.settlement is not None and not findings:
         funding = Funding(dealer=view.dealer)  # 百變牛牛: the banking player (the house elsewhere)

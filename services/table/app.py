@@ -20,7 +20,7 @@ from psycopg_pool import AsyncConnectionPool
 
 from backbone.auth import Principal, Role, require
 from backbone.errors import AlreadyExists, DomainError, InvalidArgument
-from backbone.eventstore import EventStore
+from backbone.eventstore import EventStore, StoredEvent
 from bull.variants import VARIANTS, RoundShape, Variant
 from services.table.banker import BankerSeats
 from services.table.bets import Bets
@@ -240,7 +240,7 @@ class TableApp:
     async def bidding_closes_at(self, round_id: str) -> datetime | None:
         return await self.ctx.envelopes.bidding_closes_at(round_id)
 
-    async def round_events(self, round_id: str) -> list[Any]:
+    async def round_events(self, round_id: str) -> list[StoredEvent]:
         async with self.store.read() as conn:
             return await self.store.read_correlated(conn, round_id)
 

@@ -69,7 +69,8 @@ class HouseDealerRound(RoundMachine):
                 client_seed=current["client_seed"],
             )
             if variant.variant_id == bbv.BAIBIAN_BULL.variant_id:  # the drawn card is shown and burned
-                dealt.drawn_card, dealt.first_seat = bbv.deal_facts(parse_cards(deck))
+                config = variant.parse_config(current["config"])
+                dealt.drawn_card, dealt.first_seat = bbv.deal_facts(parse_cards(deck), config)
             await self.append(conn, table_id, "table.dealt", dealt, round_id)
         self.ctx.wake(table_id)
 

@@ -20,7 +20,7 @@ from psycopg.rows import dict_row
 from psycopg_pool import AsyncConnectionPool
 
 from backbone.errors import NotFound
-from backbone.eventstore import EventStore, NewEvent
+from backbone.eventstore import EventStore, NewEvent, StoredEvent
 from bull.money import BetResult
 
 Conn = psycopg.AsyncConnection
@@ -58,7 +58,7 @@ class TableStore:
         event = NewEvent(event_type, payload, correlation_id=correlation_id, causation_id=causation_id)
         await self.events.append(conn, stream, version, [event])
 
-    async def read_correlated(self, conn: Conn, correlation_id: str) -> list[Any]:
+    async def read_correlated(self, conn: Conn, correlation_id: str) -> list[StoredEvent]:
         return list(await self.events.read_correlated(conn, correlation_id))
 
     # ------------------------------------------------------------------ tables

@@ -222,3 +222,13 @@ def test_a_baibian_round_is_settled_against_its_banker() -> None:
     assert recompute(view, evidence) == []
     view.dealer = "player:someone-else"
     assert {f.check for f in recompute(view, evidence)} == {"recompute.settlement"}
+
+
+def test_a_card_round_voided_before_its_deal_checks_only_the_commitment() -> None:
+    view, _ = played_round()
+    del view.hands[:]  # the rng could not deal: nothing was revealed
+    voided = ev.RoundVoided(table_id="t1", round_id=ROUND, reason="the rng service could not deal the round")
+    evidence = RoundEvidence.of(RoundRecord(ROUND, "voided", voided.SerializeToString(), (), ()))
+    assert recompute(view, evidence) == []
+    view.server_seed = bytes(32).hex()
+    assert [f.check for f in recompute(view, evidence)] == ["recompute.commitment"]

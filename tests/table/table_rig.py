@@ -14,15 +14,20 @@ from datetime import UTC, datetime
 from typing import Any
 
 from niuniu.table.v1 import events_pb2 as ev
+from niuniu.table.v1 import table_pb2
 from psycopg_pool import AsyncConnectionPool
-from table_fakes import FakeClock, FakeRng, FakeWallet
 
 from backbone.auth import Principal, Role
 from backbone.db import run_ddl
 from backbone.eventstore import EventStore
+from services.ledger.queries import RoundRecord
+from services.ledger.recompute import recompute
+from services.ledger.verify import Finding, RoundEvidence
+from services.table.api import TableServicer
 from services.table.app import TableApp
 from services.table.common import Phase
 from services.table.schema import DDL
+from tests.table.table_fakes import FakeClock, FakeRng, FakeWallet
 
 ADMIN = Principal("admin", Role.ADMIN)
 MAX_STEPS = 500
@@ -36,8 +41,12 @@ async def no_sleep(seconds: float) -> None:
     return None
 
 
+def event_store() -> EventStore:
+    return EventStore("table", "test.table.events")
+
+
 async def setup_schema(pool: AsyncConnectionPool) -> EventStore:
-    events = EventStore("table", "test.table.events")
+    events = event_store()
     async with pool.connection() as conn:
         await events.setup(conn)
         await run_ddl(conn, DDL)
@@ -77,9 +86,13 @@ class Rig:
                 continue
             for event in await self.app.round_events(row["round_id"]):
                 if event.event_type == "table.round_settled":
-                    self.wallet.apply_settled(event.unpack(ev.RoundSettled()))  # type: ignore[arg-type]
+                    settled = ev.RoundSettled()
+                    event.unpack(settled)
+                    self.wallet.apply_settled(settled)
                 elif event.event_type == "table.round_voided":
-                    self.wallet.apply_voided(event.unpack(ev.RoundVoided()))  # type: ignore[arg-type]
+                    voided = ev.RoundVoided()
+                    event.unpack(voided)
+                    self.wallet.apply_voided(voided)
 
     async def current(self, table_id: str) -> dict[str, Any]:
         _, current = await self.app.get_table(table_id)
@@ -133,8 +146,26 @@ class Rig:
         event.unpack(voided)
         return voided
 
+    async def audit(self, table_id: str, round_id: str) -> list[Finding]:
+        """The ledger's recompute of an ended round from the table's public record (GetRound, as an auditor)."""
+        row = await self.app.round_row(round_id)
+        if row["server_seed"] is None:
+            assert await self.app.reveal_seed(row), "the rng does not reveal the seed"
+        servicer = TableServicer(self.app, self.events, AuditorTokens(), None)  # type: ignore[arg-type]
+        view = await servicer.GetRound(table_pb2.GetRoundRequest(table_id=table_id, round_id=round_id), None)  # type: ignore[arg-type]
+        event = (await self.settled(round_id)) if row["phase"] == Phase.SETTLED else await self.voided(round_id)
+        record = RoundRecord(round_id, row["phase"], event.SerializeToString(), (), ())
+        return recompute(view, RoundEvidence.of(record))
+
     def conserved(self) -> bool:
         return self.wallet.total_minor() == self.initial_total
 
     def open_holds(self) -> list[str]:
         return [hold_id for hold_id, hold in self.wallet.holds.items() if hold.status == "open"]
+
+
+class AuditorTokens:
+    """Stands in for ``Tokens`` in an in-process servicer: every caller is the auditor."""
+
+    def authenticate(self, context: object) -> Principal:
+        return Principal("audit", Role.AUDITOR)

@@ -38,8 +38,8 @@ def test_the_dealt_prefix_is_rebuilt_from_the_drawn_card_and_the_hands(deck: lis
     config = BAIBIAN_BULL.parse_config({})
     hands = BAIBIAN_BULL.deal(deck, config)
     codes = {seat: [card.code for card in hand.cards] for seat, hand in hands.items()}
-    assert dealt_prefix(deck[0].code, codes) == [card.code for card in deck[:26]]
-    assert deal_facts(deck) == (deck[0].code, bb.SEATS[bb.first_seat(deck[0])])
+    assert dealt_prefix(deck[0].code, codes, config) == [card.code for card in deck[:26]]
+    assert deal_facts(deck, config) == (deck[0].code, bb.SEATS[bb.first_seat(deck[0], config.rules)])
     for hand in hands.values():
         shown = BAIBIAN_BULL.reveal_part(hand, FACE_UP, config)
         assert shown.cards == hand.cards[:4] and hand.cards[4] not in shown.cards and shown.category == ""
@@ -48,10 +48,17 @@ def test_the_dealt_prefix_is_rebuilt_from_the_drawn_card_and_the_hands(deck: lis
 
 
 def test_the_drawn_card_picks_the_first_seat() -> None:
-    """A -> banker, 2 -> Heaven, ... 5 -> Yellow, 6 -> banker again; small joker 14, big joker 15."""
+    """By its 點數 (default): A -> banker, 2 -> Heaven, ... 5 -> Yellow, 6 -> banker again, 10/J/Q/K and the
+    jokers 10 -> Yellow; with ``deal.card_value=rank``: K 13 -> Earth, small joker 14, big joker 15."""
     codes = ("AS", "2S", "3S", "4S", "5S", "6S", "KD", "SJ", "BJ")
-    seats = [bb.SEATS[bb.first_seat(parse_card(c))] for c in codes]
-    assert seats == ["banker", "heaven", "earth", "mystic", "yellow", "banker", "earth", "mystic", "yellow"]
+    by_points = BAIBIAN_BULL.parse_config({})
+    by_rank = BAIBIAN_BULL.parse_config({"deal.card_value": "rank"})
+    assert [deal_facts([parse_card(c)], by_points)[1] for c in codes] == [
+        "banker", "heaven", "earth", "mystic", "yellow", "banker", "yellow", "yellow", "yellow",
+    ]  # fmt: skip
+    assert [deal_facts([parse_card(c)], by_rank)[1] for c in codes] == [
+        "banker", "heaven", "earth", "mystic", "yellow", "banker", "earth", "mystic", "yellow",
+    ]  # fmt: skip
 
 
 @settings(max_examples=100, deadline=None)

@@ -12,7 +12,6 @@ from typing import Any
 import pytest
 from niuniu.table.v1 import events_pb2 as ev
 from psycopg_pool import AsyncConnectionPool
-from table_rig import Rig, player, setup_schema
 
 from backbone.db import open_pool
 from backbone.errors import FailedPrecondition
@@ -21,6 +20,7 @@ from bull.money import JACKPOT_POOL
 from bull.variants import VARIANTS, Funding, TableBet
 from bull.variants.baibian_bull import FACE_UP, OPEN
 from services.table.common import Phase
+from tests.table.table_rig import Rig, player, setup_schema
 
 BALANCES = {f"player:p{i}": 10_000_000 for i in range(6)} | {"house": 0, JACKPOT_POOL: 50_000}
 
@@ -74,6 +74,7 @@ async def test_a_golden_bull_round_settles_what_the_variant_settles_and_conserve
         assert rig.wallet.available[bet.player] == 10_000_000 + bet.net_minor
     await rig.advance("gb", lambda r: r["round_no"] == 2)
     assert (await rig.app.round_row(current["round_id"]))["server_seed"] == rig.rng.seed(current["round_id"]).hex()
+    assert await rig.audit("gb", current["round_id"]) == []  # the ledger's recompute, transfer by transfer
 
 
 async def test_a_bai_buu_round_pays_a_four_of_a_kind_from_the_pool_and_records_the_claim(rig: Rig) -> None:
@@ -95,6 +96,8 @@ async def test_a_bai_buu_round_pays_a_four_of_a_kind_from_the_pool_and_records_t
     assert rig.wallet.available[JACKPOT_POOL] >= 0
     reveals = (await rig.round_events(current["round_id"]))["table.hand_revealed"]
     assert [e.unpack(ev.HandRevealed()).group for e in reveals] == ["head"] * 4 + ["last"] * 4
+    # The forced deck is not the one the seed derives: the auditor sees the deal differ.
+    assert {f.check for f in await rig.audit("bb", current["round_id"])} == {"recompute.deal"}
 
 
 async def four_kings_for_player_01(kings: list[str], rest: list[str]) -> list[str]:
@@ -131,6 +134,7 @@ async def test_a_baibian_round_is_banked_by_a_player_and_settled_against_them(ri
     ]
     assert groups == [FACE_UP] * 5 + [OPEN] * 5
     assert rig.conserved() and rig.open_holds() == []
+    assert await rig.audit("bn", current["round_id"]) == []
 
 
 async def test_a_baibian_table_with_nobody_to_bank_refuses_bets_and_still_deals(rig: Rig) -> None:
@@ -168,6 +172,7 @@ async def test_a_red_envelope_round_bids_bets_grabs_and_settles_with_the_dealer_
     ended = await rig.finish("re")
     if ended["phase"] == Phase.VOIDED:  # the dealer's 0.01 (rare): the round is re-dealt
         assert ended["void_reason"].startswith("DEALER_GRABBED_0.01")
+        assert await rig.audit("re", current["round_id"]) == []
         return
     events = await rig.round_events(current["round_id"])
     grabs = [e.unpack(ev.EnvelopeGrabbed()) for e in events["table.envelope_grabbed"]]
@@ -177,6 +182,7 @@ async def test_a_red_envelope_round_bids_bets_grabs_and_settles_with_the_dealer_
     dealer_paid = [t for t in settled.transfers if t.payer == "player:p1"]
     assert dealer_paid and all(t.hold_id in ("bid.bid-b", "") for t in dealer_paid)
     assert rig.conserved() and rig.open_holds() == []
+    assert await rig.audit("re", current["round_id"]) == []
 
 
 async def test_the_dealer_grabbing_001_voids_the_round_and_the_next_one_opens_at_once(rig: Rig) -> None:
@@ -187,6 +193,8 @@ async def test_the_dealer_grabbing_001_voids_the_round_and_the_next_one_opens_at
     assert ended["phase"] == Phase.VOIDED and ended["void_reason"].startswith("DEALER_GRABBED_0.01")
     voided = await rig.voided(current["round_id"])
     assert {"bid.bid-a", "bid.bid-b", "bet.e2", "bet.e3"} <= set(voided.hold_ids)
+    # The forced split is not the seed's: the auditor sees the shares differ.
+    assert {f.check for f in await rig.audit("rv", current["round_id"])} >= {"recompute.split"}
     assert rig.conserved() and rig.open_holds() == []
     await rig.step("rv")  # no pause before a re-deal
     nxt = await rig.current("rv")
@@ -239,3 +247,4 @@ async def test_a_round_survives_a_crash_between_every_step(rig: Rig, variant: st
     assert phases[-1] in Phase.ENDED and Phase.REVEALING in phases
     await rig.deliver(table_id)
     assert rig.conserved() and rig.open_holds() == []
+    assert await rig.audit(table_id, current["round_id"]) == []
