@@ -27,10 +27,10 @@ from services.table.bets import Bets
 from services.table.common import (
     ROUNDS,
     TABLE_ID,
+    BetReceipt,
     Phase,
     check_limits,
     parse_config,
-    player_account,
     table_stream,
     variant_of,
 )
@@ -156,10 +156,10 @@ class TableApp:
 
     async def place_bet(
         self, who: Principal, command_id: str, table_id: str, area: str, amount_minor: int, round_id: str = ""
-    ) -> Any:
+    ) -> BetReceipt:
         return await self.bets.place(who, command_id, table_id, area, amount_minor, round_id)
 
-    async def cancel_bet(self, who: Principal, table_id: str, bet_id: str) -> Any:
+    async def cancel_bet(self, who: Principal, table_id: str, bet_id: str) -> BetReceipt:
         return await self.bets.cancel(who, table_id, bet_id)
 
     # ------------------------------------------------------------------ the round
@@ -243,6 +243,3 @@ class TableApp:
     async def round_events(self, round_id: str) -> list[StoredEvent]:
         async with self.store.read() as conn:
             return await self.store.read_correlated(conn, round_id)
-
-
-__all__ = ["TableApp", "player_account"]
