@@ -25,6 +25,9 @@ from kafka.errors import TopicAlreadyExistsError, TopicAuthorizationFailedError,
 from backbone.config import ConfigError
 
 log = logging.getLogger(__name__)
+# kafka-python warns "Exchanging credentials in the clear" on every SCRAM login without TLS;
+# SCRAM never sends the password (a salted proof), so the warning is noise in every log.
+logging.getLogger("kafka.net.sasl.scram").setLevel(logging.ERROR)
 
 # Event topics keep everything forever and are never compacted: they are the record.
 EVENT_TOPIC_CONFIG = {"retention.ms": "-1", "cleanup.policy": "delete"}

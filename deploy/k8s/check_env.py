@@ -46,6 +46,8 @@ OPTIONAL: dict[str, str] = {
     "NIUNIU_DB_SCHEMA": "tests only: several systems in one database, a schema each",
     "NIUNIU_RNG_TEST_DECKS": "test-only deck hook: must never be set outside tests",
     "NIUNIU_ENV": "development mode: set only by the local scripts and tests, never in a cluster",
+    "KAFKA_SASL_USERNAME": "a process's default Kafka user; a service uses its own NIUNIU_<SERVICE>_KAFKA_USER",
+    "KAFKA_SASL_PASSWORD": "a process's default Kafka password; a service uses its own NIUNIU_<SERVICE>_KAFKA_PASSWORD",
 }
 
 _NAME = re.compile(r"(?:NIUNIU_[A-Z0-9_]+|KAFKA_[A-Z0-9_]+|DATABASE_URL|REDIS_URL)")

@@ -147,7 +147,12 @@ def test_network_policies(rendered: dict[str, list[Doc]], where: str) -> None:
 
 def test_base_secrets_are_marked_placeholders(rendered: dict[str, list[Doc]]) -> None:
     secrets = of_kind(rendered["base"], "Secret")
-    assert {s["metadata"]["name"] for s in secrets} == {"niuniu-jwt", *(f"niuniu-{s}-db" for s in SERVICES)}
+    assert {s["metadata"]["name"] for s in secrets} == {
+        "niuniu-jwt",
+        "niuniu-redis",
+        *(f"niuniu-{s}-db" for s in SERVICES),
+        *(f"niuniu-{s}-kafka" for s in SERVICES),
+    }
     for secret in secrets:
         assert "data" not in secret, "placeholders go in stringData"
         assert "niuniu.io/placeholder" in secret["metadata"]["annotations"]
@@ -158,7 +163,58 @@ def test_base_secrets_are_marked_placeholders(rendered: dict[str, list[Doc]]) ->
 
 def test_operators_overlay_drops_placeholder_dsns(rendered: dict[str, list[Doc]]) -> None:
     secrets = of_kind(rendered["overlays/operators"], "Secret")
-    assert [s["metadata"]["name"] for s in secrets] == ["niuniu-jwt"]
+    # The DSNs and Kafka passwords come from the operators' generated Secrets.
+    assert sorted(s["metadata"]["name"] for s in secrets) == ["niuniu-jwt", "niuniu-redis"]
+
+
+@pytest.mark.parametrize("where", ALL)
+@pytest.mark.parametrize("service", SERVICES)
+def test_each_service_is_its_own_kafka_user_and_redis_needs_a_password(
+    rendered: dict[str, list[Doc]], where: str, service: str
+) -> None:
+    docs = rendered[where]
+    (container,) = named(docs, "Deployment", f"niuniu-{service}")["spec"]["template"]["spec"]["containers"]
+    env = {e["name"]: e for e in container.get("env", [])}
+    sources = {(next(iter(s)), next(iter(s.values()))["name"]) for s in container["envFrom"]}
+    assert env[f"NIUNIU_{service.upper()}_KAFKA_USER"]["value"] == f"niuniu-{service}"
+    password = f"NIUNIU_{service.upper()}_KAFKA_PASSWORD"
+    if password in env:
+        assert env[password]["valueFrom"]["secretKeyRef"] == {"name": f"niuniu-{service}", "key": "password"}
+    else:
+        assert ("secretRef", f"niuniu-{service}-kafka") in sources
+    assert ("secretRef", "niuniu-redis") in sources
+    common = named(docs, "ConfigMap", "niuniu-common")["data"]
+    assert common["KAFKA_SECURITY_PROTOCOL"] == "SASL_PLAINTEXT" and "REDIS_URL" not in common
+
+
+def test_strimzi_kafka_authenticates_and_only_the_auditor_reads_the_audit_topic(rendered: dict[str, list[Doc]]) -> None:
+    docs = rendered["overlays/operators"]
+    (kafka,) = of_kind(docs, "Kafka")
+    assert kafka["spec"]["kafka"]["authorization"]["type"] == "simple"
+    assert all(
+        listener["authentication"]["type"] == "scram-sha-512" for listener in kafka["spec"]["kafka"]["listeners"]
+    )
+    users = {u["metadata"]["name"]: u["spec"]["authorization"]["acls"] for u in of_kind(docs, "KafkaUser")}
+    assert set(users) == {*(f"niuniu-{s}" for s in SERVICES), "niuniu-auditor"}
+
+    def allows(acls: list[Doc], operation: str, topic: str) -> bool:
+        return any(
+            a["resource"]["type"] == "topic"
+            and operation in a["operations"]
+            and (
+                topic == a["resource"]["name"]
+                if a["resource"]["patternType"] == "literal"
+                else topic.startswith(a["resource"]["name"])
+            )
+            for a in acls
+        )
+
+    audit = "niuniu.rng.audit"
+    assert [u for u, acls in users.items() if allows(acls, "Read", audit)] == ["niuniu-auditor"]
+    assert [u for u, acls in users.items() if allows(acls, "Write", audit)] == ["niuniu-rng"]
+    for service in SERVICES:
+        writable = {t for t in (s.name for s in Topics().specs()) if allows(users[f"niuniu-{service}"], "Write", t)}
+        assert writable == {s.name for s in Topics().specs() if s.name.startswith(f"niuniu.{service}.")}
 
 
 def test_local_overlay_needs_no_operator(rendered: dict[str, list[Doc]]) -> None:
