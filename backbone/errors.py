@@ -9,6 +9,8 @@ UNKNOWN, and is logged with its traceback.
 
 from __future__ import annotations
 
+import re
+
 import grpc
 
 MAX_ECHO_CHARS = 80
@@ -34,18 +36,27 @@ def bounded(text: str, limit: int) -> str:
     return text if len(text) <= limit else text[: max(0, limit - len(ELLIPSIS))] + ELLIPSIS
 
 
+_LONG_WORD = re.compile(rf"\S{{{MAX_ECHO_CHARS + 1},}}")
+
+
+def clip_words(text: str) -> str:
+    """``text`` with every run of more than ``MAX_ECHO_CHARS`` non-blank characters cut (with an ellipsis):
+    an id or value a handler echoed whole comes back at most that long."""
+    return _LONG_WORD.sub(lambda m: bounded(m.group(0), MAX_ECHO_CHARS), text)
+
+
 class DomainError(Exception):
     """Base of every error a client may see. ``reason`` is a stable UPPER_SNAKE code.
 
-    The message is bounded (``MAX_MESSAGE_CHARS``) whatever a handler put into it; handlers
-    echo callers' values through ``clip``.
+    The message is bounded (``MAX_MESSAGE_CHARS``, no word longer than ``MAX_ECHO_CHARS``)
+    whatever a handler put into it; handlers echo callers' values through ``clip``.
     """
 
     code: grpc.StatusCode = grpc.StatusCode.FAILED_PRECONDITION
 
     def __init__(self, reason: str, message: str) -> None:
         reason = bounded(reason, MAX_REASON_CHARS)
-        message = bounded(message, MAX_MESSAGE_CHARS - len(reason) - 2)
+        message = bounded(clip_words(message), MAX_MESSAGE_CHARS - len(reason) - 2)
         super().__init__(f"{reason}: {message}")
         self.reason = reason
         self.message = message
