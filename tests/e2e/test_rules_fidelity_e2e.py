@@ -34,6 +34,7 @@ from play import (
     kind,
     revealed_round,
     settle_everything,
+    verify_round_in_journal,
 )
 from players import Clients, Player, all_balances, register
 from stack import Stack
@@ -54,7 +55,8 @@ def _rng_with_test_decks() -> Iterator[None]:
         yield
 
 
-def limits(betting_seconds: int = 3) -> ev.TableLimits:
+# Betting windows long enough for a loaded machine: each round here is a single known deal.
+def limits(betting_seconds: int = 8) -> ev.TableLimits:
     return ev.TableLimits(
         min_bet_minor=100,
         max_bet_minor=100_000,
@@ -65,7 +67,7 @@ def limits(betting_seconds: int = 3) -> ev.TableLimits:
     )
 
 
-async def create_table(c: Clients, table_id: str, variant: str, config: dict[str, str], betting_s: int = 3) -> None:
+async def create_table(c: Clients, table_id: str, variant: str, config: dict[str, str], betting_s: int = 8) -> None:
     request = table_pb2.CreateTableRequest(table_id=table_id, variant=variant, config=config, limits=limits(betting_s))
     await c.table.CreateTable(request, metadata=c.admin)
 
@@ -229,6 +231,7 @@ async def test_bai_buu_jackpot_floor_seed_split_and_reset(stack: Stack) -> None:
         await watcher.stop()
         await settle_everything(c, players)
         assert await jackpot_pool(c) == 15_000
+        await verify_round_in_journal(stack, second, recompute=False)  # the journal holds both jackpot_seed moves
         balances = await all_balances(c)
         assert balances[players[0].account] == (14_900, 0) and balances[players[1].account] == (19_900, 0)
 
@@ -243,7 +246,7 @@ async def test_red_envelope_commission_on_the_stake_and_sticky_drink_water(stack
         a = await register(c, f"rfa{stack.run_id}", 100_000)
         b = await register(c, f"rfb{stack.run_id}", 100_000)
         d = await register(c, f"rfd{stack.run_id}", 100_000)
-        await create_table(c, table_id, "red_envelope_bull", {"bidding.seconds": "2"}, betting_s=5)
+        await create_table(c, table_id, "red_envelope_bull", {"bidding.seconds": "4"}, betting_s=10)
         watcher = Watcher(c, a, table_id)
         round_id = (await watcher.wait_for(lambda u: kind(u) == "round_opened")).round_id
         bid = table_pb2.PlaceBidRequest(
