@@ -85,6 +85,29 @@ def credentials_from_env(identity: str | None = None, env: Mapping[str, str] | N
     return None
 
 
+IDENTITIES = ("rng", "table", "wallet", "ledger", "auditor")
+
+
+def default_principal_env(env: Mapping[str, str]) -> dict[str, str]:
+    """A copy of ``env`` in which every identity authenticates as the default principal.
+
+    For a whole system run under a topic prefix (tests, benchmarks, load runs): a prefixed
+    ACL matches the start of a name only, so the services' own ACLs (on ``niuniu.<service>.*``)
+    never cover ``bench1a2b.niuniu.rng.events``; the default (test) principal may use any
+    topic but the system's own.
+    """
+    out = dict(env)
+    user, password = env.get("KAFKA_SASL_USERNAME", ""), env.get("KAFKA_SASL_PASSWORD", "")
+    for identity in IDENTITIES:
+        keys = (f"NIUNIU_{identity.upper()}_KAFKA_USER", f"NIUNIU_{identity.upper()}_KAFKA_PASSWORD")
+        for key, value in zip(keys, (user, password), strict=True):
+            if user:
+                out[key] = value
+            else:
+                out.pop(key, None)
+    return out
+
+
 _process_identity: str | None = None
 
 

@@ -49,6 +49,7 @@ from psycopg import sql
 from backbone.auth import Role, Tokens, bearer, development_env
 from backbone.bench import pg_commit_rate
 from backbone.healthcheck import check
+from backbone.kafka import default_principal_env
 
 SERVICES = ("rng", "wallet", "ledger", "table")
 HEALTH_TIMEOUT_S = 90.0
@@ -108,7 +109,7 @@ class LocalStack:
         return f"127.0.0.1:{self.ports[service]}"
 
     def env(self, service: str) -> dict[str, str]:
-        env = development_env(os.environ)
+        env = default_principal_env(development_env(os.environ))  # prefixed topics: the default Kafka principal
         env.update(
             {
                 "NIUNIU_WALLET_THROTTLE": "address_attempts=1000000/60,address_failures=1000000/60",

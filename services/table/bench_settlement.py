@@ -42,6 +42,7 @@ from niuniu.wallet.v1 import wallet_pb2, wallet_pb2_grpc
 
 from backbone.auth import Role, Tokens, bearer, development_env
 from backbone.healthcheck import check
+from backbone.kafka import default_principal_env
 
 SERVICES = ("rng", "wallet", "table")
 BIN = Path(sys.executable).parent
@@ -70,6 +71,7 @@ def services(run_id: str) -> Iterator[dict[str, str]]:
     try:
         for service in SERVICES:
             env = development_env(os.environ)  # the bench signs its players' tokens with the development keys
+            env = default_principal_env(env)  # a prefixed system: the services' own Kafka ACLs do not cover it
             env.update(
                 {
                     "NIUNIU_WALLET_THROTTLE": "address_attempts=100000/60,address_failures=100000/60",
