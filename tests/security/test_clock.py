@@ -31,7 +31,7 @@ from backbone.topics import Topics
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
-LIBFAKETIME = Path("/usr/lib/x86_64-linux-gnu/faketime/libfaketime.so.1")
+LIBFAKETIME = next(iter(sorted(Path("/usr/lib").glob("*/faketime/libfaketime.so.1"))), Path("/nonexistent"))
 AHEAD_S = 13 * 3600
 FAST = ev.TableLimits(
     min_bet_minor=100,
@@ -63,7 +63,7 @@ class FakedClockStack(Stack):
 @pytest.fixture(scope="module")
 def faked(infra: dict[str, str]) -> Iterator[FakedClockStack]:
     if not LIBFAKETIME.exists():
-        pytest.skip("libfaketime is not installed (apt-get install faketime)")
+        pytest.fail("libfaketime is not installed: scripts/infra up installs it (apt-get install faketime)")
     run_id = uuid.uuid4().hex[:8]
     system = FakedClockStack(run_id, infra, ROOT / ".run" / "security" / f"clock-{run_id}")
     system.clock_file = system.log_dir / "faketime"
