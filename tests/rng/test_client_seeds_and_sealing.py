@@ -6,6 +6,7 @@ import hashlib
 import hmac
 import json
 import re
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -243,9 +244,9 @@ def test_the_version_is_bound_by_the_associated_data() -> None:
         (lambda: fair.open_sealed(SEED_A, "deck", "r", NONCE * 2, b"x" * 20), "exactly 12 bytes, got 24"),
     ],
 )
-def test_malformed_seal_arguments_raise_fair_input_error(call: object, message: str) -> None:
+def test_malformed_seal_arguments_raise_fair_input_error(call: Callable[[], object], message: str) -> None:
     with pytest.raises(FairInputError, match=re.escape(message)):
-        call()  # type: ignore[operator]
+        call()
 
 
 @settings(max_examples=100, deadline=None)

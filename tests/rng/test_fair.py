@@ -5,6 +5,7 @@ from __future__ import annotations
 import hashlib
 import hmac
 import re
+from collections.abc import Callable
 from dataclasses import replace
 from pathlib import Path
 
@@ -300,9 +301,9 @@ def test_new_server_seed_is_32_fresh_bytes() -> None:
         (lambda: fair.stream_message("deck", "r", "", -1), "counter"),
     ],
 )
-def test_malformed_inputs_raise_fair_input_error(call: object, message: str) -> None:
+def test_malformed_inputs_raise_fair_input_error(call: Callable[[], object], message: str) -> None:
     with pytest.raises(FairInputError, match=re.escape(message)):
-        call()  # type: ignore[operator]
+        call()
 
 
 @pytest.mark.parametrize(

@@ -6,7 +6,7 @@ import asyncio
 import json
 import secrets
 import time
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any
 
 import grpc
@@ -242,9 +242,9 @@ def split_request(
     )
 
 
-async def expect_refused(call: object, code: grpc.StatusCode, reason: str) -> None:
+async def expect_refused(call: Awaitable[object], code: grpc.StatusCode, reason: str) -> None:
     with pytest.raises(grpc.aio.AioRpcError) as refused:
-        await call  # type: ignore[misc]
+        await call
     assert refused.value.code() == code, refused.value
     assert reason in (refused.value.details() or ""), refused.value.details()
 
