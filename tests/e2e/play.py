@@ -8,7 +8,7 @@ import contextlib
 import os
 import time
 from collections import defaultdict
-from collections.abc import AsyncIterator, Iterator, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator, Sequence
 
 import grpc
 import pytest
@@ -70,12 +70,14 @@ class Watcher:
             except grpc.aio.AioRpcError:
                 await asyncio.sleep(0.2)  # the table is restarting: resume from the last position
 
-    async def wait_for(self, predicate: object, timeout_s: float = WAIT_S) -> table_pb2.TableUpdate:
+    async def wait_for(
+        self, predicate: Callable[[table_pb2.TableUpdate], bool], timeout_s: float = WAIT_S
+    ) -> table_pb2.TableUpdate:
         deadline = time.monotonic() + timeout_s
         seen = 0
         while time.monotonic() < deadline:
             for update in self.updates[seen:]:
-                if predicate(update):  # type: ignore[operator]
+                if predicate(update):
                     return update
             seen = len(self.updates)
             await asyncio.sleep(0.02)
@@ -89,6 +91,11 @@ class Watcher:
 
 def kind(update: table_pb2.TableUpdate) -> str:
     return update.WhichOneof("update") or ""
+
+
+def update_is(update_kind: str, round_id: str) -> Callable[[table_pb2.TableUpdate], bool]:
+    """A ``Watcher.wait_for`` predicate: an update of this kind for this round."""
+    return lambda u: kind(u) == update_kind and u.round_id == round_id
 
 
 async def open_holds(c: Clients, players: Sequence[Player]) -> int:
@@ -139,9 +146,9 @@ def card_updates_are_reveals(updates: Sequence[table_pb2.TableUpdate]) -> None:
             assert "cards:" not in text, f"an update other than a reveal carried cards: {text}"
 
 
-async def expect_refused(call: object, code: grpc.StatusCode, reason: str) -> None:
+async def expect_refused(call: Awaitable[object], code: grpc.StatusCode, reason: str) -> None:
     with pytest.raises(grpc.aio.AioRpcError) as refused:
-        await call  # type: ignore[misc]
+        await call
     assert refused.value.code() == code, refused.value
     assert reason in (refused.value.details() or ""), refused.value.details()
 
@@ -177,10 +184,10 @@ async def verify_round_in_journal(stack: Stack, round_id: str, *, recompute: boo
     return text
 
 
-async def outcome(call: object, accepted: str) -> str:
+async def outcome(call: Awaitable[object], accepted: str) -> str:
     """``accepted``, or the refusal's reason code (refusals of a well-formed call are FAILED_PRECONDITION)."""
     try:
-        await call  # type: ignore[misc]
+        await call
         return accepted
     except grpc.aio.AioRpcError as error:
         assert error.code() == grpc.StatusCode.FAILED_PRECONDITION, error

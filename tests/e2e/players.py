@@ -37,9 +37,9 @@ class Clients:
 def clients(wallet: grpc.aio.Channel, table: grpc.aio.Channel, ledger: grpc.aio.Channel) -> Clients:
     # Staff tokens are minted with the deployment's secret, as an operator's tooling would.
     return Clients(
-        wallet_pb2_grpc.WalletStub(wallet),  # type: ignore[arg-type]
-        table_pb2_grpc.TableStub(table),  # type: ignore[arg-type]
-        ledger_pb2_grpc.LedgerStub(ledger),  # type: ignore[arg-type]
+        wallet_pb2_grpc.WalletStub(wallet),
+        table_pb2_grpc.TableStub(table),
+        ledger_pb2_grpc.LedgerStub(ledger),
         bearer(TOKENS.issue("e2e-admin", Role.ADMIN)),
         bearer(TOKENS.issue("e2e-auditor", Role.AUDITOR)),
     )

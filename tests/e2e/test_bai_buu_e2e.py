@@ -42,6 +42,7 @@ from play import (
     ledger_matches_wallet,
     settle_everything,
     total_money,
+    update_is,
 )
 from players import Clients, Player, all_balances, register
 from stack import BIN, HEALTH_TIMEOUT_S, ROOT, Stack, free_port
@@ -302,7 +303,7 @@ async def test_four_tables_play_a_hundred_rounds_with_every_bet_and_everything_r
         started = time.monotonic()
         await asyncio.gather(*(play(t) for t in TABLES))
         for t in TABLES:
-            await watchers[t][0].wait_for(lambda u, t=t: kind(u) == "seed_revealed" and u.round_id == played[t][-1])
+            await watchers[t][0].wait_for(update_is("seed_revealed", played[t][-1]))
         await settle_everything(c, players)
         play_s = time.monotonic() - started
 
@@ -406,7 +407,7 @@ async def test_the_seed_examples_settle_through_the_api(stack: Stack) -> None:
 
         # The same figures reached the player live, and the wallet paid exactly them.
         for round_id, net in ((r1, 10_000 - 10_000 - 100 + 4_900), (r2, 5_000 + 10_000 - 10_000 - 200)):
-            result = await watcher.wait_for(lambda u, r=round_id: kind(u) == "result" and u.round_id == r)
+            result = await watcher.wait_for(update_is("result", round_id))
             assert result.result.my_net_minor == net
         await settle_everything(c, [p])
         balance = await c.wallet.GetBalance(wallet_pb2.GetBalanceRequest(account=p.account), metadata=p.auth)

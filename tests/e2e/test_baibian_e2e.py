@@ -127,7 +127,9 @@ async def queue_of(c: Clients, table_id: str) -> table_pb2.BankerQueue:
     return reply
 
 
-def bet(c: Clients, p: Player, table_id: str, round_id: str, n: str, area: str, amount: int) -> object:
+def bet(
+    c: Clients, p: Player, table_id: str, round_id: str, n: str, area: str, amount: int
+) -> grpc.aio.UnaryUnaryCall[table_pb2.PlaceBetRequest, table_pb2.BetReceipt]:
     request = table_pb2.PlaceBetRequest(
         command_id=f"{round_id}.{p.name}.{n}", table_id=table_id, area=area, amount_minor=amount, round_id=round_id
     )
@@ -256,7 +258,7 @@ async def test_a_banker_and_two_hundred_bettors_play_twenty_rounds(stack: Stack)
         assert [e.player for e in queue.queue] == [banker.account] and queue.session_rounds == 72
         assert list(queue.chips_minor) == [100, 1_000, 10_000, 100_000, 1_000_000, 10_000_000]
         watchers = [Watcher(c, p, table_id) for p in [banker, *bettors[:12]]]
-        played: dict[str, table_pb2.RoundOpened] = {}
+        played: dict[str, ev.RoundOpened] = {}
         placed_total = 0
         seen: set[str] = set()
         while len(played) < ROUNDS:
@@ -413,9 +415,9 @@ async def test_leaving_rules_and_the_no_banker_mode(stack: Stack) -> None:
         )
         r1 = banked.round_id
         # Before the cards open: no bet leaves freely, a bet is refunded.
-        await bet(c, p[0], table_id, r1, "a", "heaven", 1_000)  # type: ignore[misc]
-        await bet(c, p[1], table_id, r1, "a", "earth", 1_000)  # type: ignore[misc]
-        await bet(c, p[2], table_id, r1, "a", "mystic", 1_000)  # type: ignore[misc]
+        await bet(c, p[0], table_id, r1, "a", "heaven", 1_000)
+        await bet(c, p[1], table_id, r1, "a", "earth", 1_000)
+        await bet(c, p[2], table_id, r1, "a", "mystic", 1_000)
         left = await c.table.LeaveTable(table_pb2.LeaveTableRequest(table_id=table_id), metadata=p[1].auth)
         assert list(left.refunded_bet_ids) == [f"{r1}.{p[1].name}.a"]
         left = await c.table.LeaveTable(table_pb2.LeaveTableRequest(table_id=table_id), metadata=p[3].auth)
@@ -532,7 +534,7 @@ async def test_a_banker_whose_capital_falls_below_the_minimum_loses_the_seat(sta
         async with grpc.aio.insecure_channel(stack.addr("rng")) as channel:
             request = rng_pb2.SetTestDeckRequest(round_id=opened.round_id, cards=rigged_deck(hands))
             await rng_pb2_grpc.RngStub(channel).SetTestDeck(request, metadata=c.admin)
-        await bet(c, bettor, table_id, opened.round_id, "h", "heaven", 1_000)  # type: ignore[misc]
+        await bet(c, bettor, table_id, opened.round_id, "h", "heaven", 1_000)
         result = await watcher.wait_for(lambda u: kind(u) == "result" and u.round_id == opened.round_id)
         assert [(b.outcome, b.net_minor) for b in result.result.my_bets] == [("win", 10_000)]
         after = await opened_round(watcher, opened.round_opened.round_no + 1)

@@ -207,7 +207,9 @@ async def test_bad_bets_are_refused_with_a_reason_and_change_nothing(stack: Stac
         opened = await watcher.wait_for(lambda u: kind(u) == "round_opened")
         before = await all_balances(c)
 
-        def bet(p: Player, n: str, area: str, amount: int) -> object:
+        def bet(
+            p: Player, n: str, area: str, amount: int
+        ) -> grpc.aio.UnaryUnaryCall[table_pb2.PlaceBetRequest, table_pb2.BetReceipt]:
             request = table_pb2.PlaceBetRequest(
                 command_id=f"{opened.round_id}.{n}",
                 table_id=table_id,

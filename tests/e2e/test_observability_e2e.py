@@ -16,7 +16,7 @@ import math
 import re
 import sys
 import time
-from collections.abc import Iterator
+from collections.abc import Awaitable, Iterator
 from types import ModuleType
 
 import grpc
@@ -193,10 +193,10 @@ async def play_round_with_bets(c: Clients, players: list[Player], table_id: str,
             return opened.round_id
 
 
-async def refused(call: object, code: grpc.StatusCode, reason: str) -> None:
+async def refused(call: Awaitable[object], code: grpc.StatusCode, reason: str) -> None:
     """Refused for `reason`, or because the window had closed (a refusal all the same)."""
     with pytest.raises(grpc.aio.AioRpcError) as error:
-        await call  # type: ignore[misc]
+        await call
     details = error.value.details() or ""
     closed = error.value.code() == grpc.StatusCode.FAILED_PRECONDITION and "BETTING_CLOSED" in details
     assert closed or (error.value.code() == code and reason in details), error.value

@@ -49,6 +49,7 @@ from play import (
 from players import Clients, Player, all_balances, register
 from stack import Stack
 
+from bull.money import Settlement
 from bull.rules import red_envelope as re_
 from tools import verify
 
@@ -87,14 +88,18 @@ async def create_table(c: Clients, table_id: str, config: dict[str, str], *, bid
     await c.table.CreateTable(request, metadata=c.admin)
 
 
-def bid(c: Clients, p: Player, table_id: str, round_id: str, n: str, amount: int) -> object:
+def bid(
+    c: Clients, p: Player, table_id: str, round_id: str, n: str, amount: int
+) -> grpc.aio.UnaryUnaryCall[table_pb2.PlaceBidRequest, table_pb2.BidReceipt]:
     request = table_pb2.PlaceBidRequest(
         command_id=f"{round_id}.{p.name}.bid{n}", table_id=table_id, amount_minor=amount, round_id=round_id
     )
     return c.table.PlaceBid(request, metadata=p.auth)
 
 
-def bet(c: Clients, p: Player, table_id: str, round_id: str, n: str, amount: int) -> object:
+def bet(
+    c: Clients, p: Player, table_id: str, round_id: str, n: str, amount: int
+) -> grpc.aio.UnaryUnaryCall[table_pb2.PlaceBetRequest, table_pb2.BetReceipt]:
     request = table_pb2.PlaceBetRequest(
         command_id=f"{round_id}.{p.name}.bet{n}",
         table_id=table_id,
@@ -105,7 +110,9 @@ def bet(c: Clients, p: Player, table_id: str, round_id: str, n: str, amount: int
     return c.table.PlaceBet(request, metadata=p.auth)
 
 
-def change(c: Clients, p: Player, table_id: str, bet_id: str, n: str, amount: int) -> object:
+def change(
+    c: Clients, p: Player, table_id: str, bet_id: str, n: str, amount: int
+) -> grpc.aio.UnaryUnaryCall[table_pb2.ChangeBetRequest, table_pb2.BetReceipt]:
     request = table_pb2.ChangeBetRequest(
         command_id=f"{bet_id}.change{n}", table_id=table_id, bet_id=bet_id, amount_minor=amount
     )
@@ -126,7 +133,7 @@ def verify_split(view: table_pb2.RoundView) -> None:
     assert code == 0, out.getvalue()
 
 
-def expected_settlement(view: table_pb2.RoundView, config: re_.RedEnvelopeConfig) -> re_.money.Settlement:
+def expected_settlement(view: table_pb2.RoundView, config: re_.RedEnvelopeConfig) -> Settlement:
     amounts = {g.bet_id: g.amount_minor for g in view.grabs if g.bet_id}
     dealer_amount = next(g.amount_minor for g in view.grabs if g.dealer)
     bets = [b for b in view.my_bets if b.outcome not in ("cancelled", "refunded")]
@@ -332,7 +339,7 @@ async def test_special_paths_forced_through_the_real_services(stack: Stack) -> N
         await expect_refused(
             bid(c, rival, table_id, first, "zero", 0), grpc.StatusCode.INVALID_ARGUMENT, "AMOUNT_INVALID"
         )
-        assert (await bid(c, dealer, table_id, first, "0", BID_MIN)).status == "leading"  # type: ignore[attr-defined]
+        assert (await bid(c, dealer, table_id, first, "0", BID_MIN)).status == "leading"
         assert await hold_amount(c, f"bid.{first}.{dealer.name}.bid0") == (
             BID_MIN + DEALER_FEES,
             wallet_pb2.HOLD_STATUS_OPEN,
@@ -362,14 +369,14 @@ async def test_special_paths_forced_through_the_real_services(stack: Stack) -> N
         await expect_refused(bet(c, a, table_id, first, "1", 1_000), grpc.StatusCode.FAILED_PRECONDITION, "ALREADY_BET")
         a_bet = f"{first}.{a.name}.bet0"
         changed = await change(c, a, table_id, a_bet, "up", 2_000)
-        assert (changed.stake_minor, changed.hold_minor) == (2_000, 36_000)  # type: ignore[attr-defined]
+        assert (changed.stake_minor, changed.hold_minor) == (2_000, 36_000)
         assert (await hold_amount(c, f"bet.{a_bet}"))[0] == 36_000
         await change(c, a, table_id, a_bet, "down", 500)
         assert (await hold_amount(c, f"bet.{a_bet}"))[0] == 9_000
-        assert (await change(c, a, table_id, a_bet, "down", 500)).replayed  # type: ignore[attr-defined]
+        assert (await change(c, a, table_id, a_bet, "down", 500)).replayed
         await bet(c, b, table_id, first, "0", 1_000)
         cancelled = await change(c, b, table_id, f"{first}.{b.name}.bet0", "cancel", 0)
-        assert cancelled.status == "cancelled"  # type: ignore[attr-defined]
+        assert cancelled.status == "cancelled"
         assert (await hold_amount(c, f"bet.{first}.{b.name}.bet0"))[1] != wallet_pb2.HOLD_STATUS_OPEN
         await bet(c, b, table_id, first, "1", 300)
         await bet(c, d, table_id, first, "0", 1_000)
