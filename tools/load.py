@@ -443,11 +443,12 @@ async def main_async(args: argparse.Namespace) -> int:
     else:
         stack = LocalStack(tag, Path(args.log_dir) / tag)
         print(f"starting the four services (logs in {stack.log_dir})", file=out, flush=True)
-        stack.start()
         table_addr, wallet_addr = stack.addr("table"), stack.addr("wallet")
         metrics_urls = [f"http://127.0.0.1:{p}/metrics" for p in stack.metrics_ports.values()]
     results: list[RunResult] = []
     try:
+        if stack is not None:
+            stack.start()  # inside the try: services already started are stopped if a later one fails
         async with grpc.aio.insecure_channel(table_addr) as tch, grpc.aio.insecure_channel(wallet_addr) as wch:
             table, wallet = table_pb2_grpc.TableStub(tch), wallet_pb2_grpc.WalletStub(wch)
             started = time.monotonic()
