@@ -67,6 +67,7 @@ class TableServicer(BankerRpcs, table_pb2_grpc.TableServicer):
             request.area,
             request.amount_minor,
             request.round_id,
+            request.client_seed,
         )
         return _receipt(receipt)
 

@@ -155,9 +155,16 @@ class TableApp:
     # ------------------------------------------------------------------ bets (the servicer's entry points)
 
     async def place_bet(
-        self, who: Principal, command_id: str, table_id: str, area: str, amount_minor: int, round_id: str = ""
+        self,
+        who: Principal,
+        command_id: str,
+        table_id: str,
+        area: str,
+        amount_minor: int,
+        round_id: str = "",
+        client_seed: str = "",
     ) -> BetReceipt:
-        return await self.bets.place(who, command_id, table_id, area, amount_minor, round_id)
+        return await self.bets.place(who, command_id, table_id, area, amount_minor, round_id, client_seed)
 
     async def cancel_bet(self, who: Principal, table_id: str, bet_id: str) -> BetReceipt:
         return await self.bets.cancel(who, table_id, bet_id)

@@ -26,6 +26,7 @@ from services.table.common import (
     BetReceipt,
     Phase,
     bet_stream,
+    check_client_seed,
     player_account,
     unix_ms,
     variant_of,
@@ -58,12 +59,20 @@ class Bets:
         self._machine_for = machine_for
 
     async def place(
-        self, who: Principal, command_id: str, table_id: str, area: str, amount_minor: int, round_id: str = ""
+        self,
+        who: Principal,
+        command_id: str,
+        table_id: str,
+        area: str,
+        amount_minor: int,
+        round_id: str = "",
+        client_seed: str = "",
     ) -> BetReceipt:
         require(who, Role.PLAYER)
         check_command_id(command_id)
         if not 0 < amount_minor <= MAX_STAKE_MINOR:
             raise InvalidArgument("AMOUNT_INVALID", "amount_minor must be positive (and at most 10^13)")
+        check_client_seed(client_seed)
         player = player_account(who)
         async with self._store.read() as conn:
             existing = await self._store.bet(conn, command_id)
@@ -105,7 +114,7 @@ class Bets:
                 await self._ctx.wallet.void_hold(bet["hold_id"])
             raise
         try:
-            receipt = await self._record(bet, machine)
+            receipt = await self._record(bet, machine, client_seed)
         except (WindowClosed, OneBetPerRound):
             # The window closed while the wallet held, or the player's other bet of the round won
             # a race: release the hold. (A bet that lost a race with the same command id keeps
@@ -148,12 +157,12 @@ class Bets:
                 f"the table maximum is {limits.max_bet_minor} per player and round; {staked} already staked",
             )
 
-    async def _record(self, bet: dict[str, Any], machine: RoundMachine) -> BetReceipt:
+    async def _record(self, bet: dict[str, Any], machine: RoundMachine, client_seed: str = "") -> BetReceipt:
         async with self._store.transaction() as conn:
             if not window_open(await self._store.window(conn, bet["round_id"]), self._ctx.now()):
                 BETS_REFUSED.labels("BETTING_CLOSED").inc()
                 raise WindowClosed("BETTING_CLOSED", "betting closed before the bet could be recorded")
-            if not await self._store.insert_bet(conn, bet, self._ctx.now()):  # the same command raced itself
+            if not await self._store.insert_bet(conn, bet, self._ctx.now(), client_seed):  # the same command raced
                 existing = await self._store.bet(conn, bet["bet_id"])
                 if existing is None:  # no: a red-envelope player's other bet (one per round) won
                     raise OneBetPerRound("ALREADY_BET", "you have bet this round: change that bet with ChangeBet")

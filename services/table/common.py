@@ -13,6 +13,7 @@ from prometheus_client import Counter, Histogram
 
 from backbone.auth import Principal
 from backbone.errors import InvalidArgument
+from bull import fairness as fair
 from bull import variants
 from bull.money import Settlement
 from bull.variants import Variant
@@ -183,3 +184,23 @@ def settlement_event(
         transfers=transfers,
         hold_ids=list(hold_ids),
     )
+
+
+def check_client_seed(client_seed: str) -> str:
+    """A bet's client seed contribution ('' for none), or INVALID_ARGUMENT CLIENT_SEED_MALFORMED."""
+    if client_seed:
+        try:
+            fair.check_client_seed_contribution(client_seed)
+        except fair.ClientSeedError as error:
+            raise InvalidArgument("CLIENT_SEED_MALFORMED", str(error)) from None
+    return client_seed
+
+
+def round_client_seed(bets: Sequence[Mapping[str, object]]) -> tuple[str, list[str]]:
+    """The round's client seed when betting has closed: its placed bets' contributions, combined.
+
+    Returns the client seed and the contributions (docs/fairness.md, section 10); no
+    contribution gives the empty client seed.
+    """
+    contributions = [str(b["client_seed"]) for b in bets if b["status"] == "placed" and b["client_seed"]]
+    return fair.combine_client_seeds(contributions), contributions

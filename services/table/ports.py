@@ -7,6 +7,7 @@ refused their bet; an unreachable service is UNAVAILABLE.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Protocol
 
@@ -56,10 +57,20 @@ class WalletPort(Protocol):
 class RngPort(Protocol):
     async def commit(self, round_id: str, purpose: str = "deck") -> str: ...
 
-    async def draw(self, round_id: str, deck_size: int, client_seed: str) -> list[str]: ...
+    async def draw(
+        self, round_id: str, deck_size: int, client_seed: str, *, client_seeds: Sequence[str] = ()
+    ) -> list[str]:
+        """``client_seed`` is the combination of the players' ``client_seeds`` (docs/fairness.md, section 10)."""
 
     async def split_envelope(
-        self, round_id: str, total_minor: int, shares: int, min_minor: int, client_seed: str
+        self,
+        round_id: str,
+        total_minor: int,
+        shares: int,
+        min_minor: int,
+        client_seed: str,
+        *,
+        client_seeds: Sequence[str] = (),
     ) -> tuple[list[int], list[int]]:
         """(amounts in draw order, the participant position each goes to)."""
 
@@ -167,8 +178,12 @@ class GrpcRng:
             raise translate(error, "rng") from None
         return reply.commitment
 
-    async def draw(self, round_id: str, deck_size: int, client_seed: str) -> list[str]:
-        request = rng_pb2.DrawRequest(round_id=round_id, deck_size=deck_size, client_seed=client_seed)
+    async def draw(
+        self, round_id: str, deck_size: int, client_seed: str, *, client_seeds: Sequence[str] = ()
+    ) -> list[str]:
+        request = rng_pb2.DrawRequest(
+            round_id=round_id, deck_size=deck_size, client_seed=client_seed, client_seeds=client_seeds
+        )
         try:
             reply = await self._stub.Draw(request, metadata=self._metadata, timeout=CALL_TIMEOUT_S)
         except grpc.aio.AioRpcError as error:
@@ -176,10 +191,22 @@ class GrpcRng:
         return list(reply.cards)
 
     async def split_envelope(
-        self, round_id: str, total_minor: int, shares: int, min_minor: int, client_seed: str
+        self,
+        round_id: str,
+        total_minor: int,
+        shares: int,
+        min_minor: int,
+        client_seed: str,
+        *,
+        client_seeds: Sequence[str] = (),
     ) -> tuple[list[int], list[int]]:
         request = rng_pb2.SplitEnvelopeRequest(
-            round_id=round_id, total_minor=total_minor, shares=shares, min_minor=min_minor, client_seed=client_seed
+            round_id=round_id,
+            total_minor=total_minor,
+            shares=shares,
+            min_minor=min_minor,
+            client_seed=client_seed,
+            client_seeds=client_seeds,
         )
         try:
             reply = await self._stub.SplitEnvelope(request, metadata=self._metadata, timeout=CALL_TIMEOUT_S)

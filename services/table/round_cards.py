@@ -23,7 +23,7 @@ from bull.variants import Funding, SeatHand, Variant
 from bull.variants import baibian_bull as bbv
 from bull.variants.base import decimal_text
 from services.table.banker import BankerSeats, stamp_opened
-from services.table.common import Phase, variant_of
+from services.table.common import Phase, round_client_seed, variant_of
 from services.table.context import TableContext
 from services.table.round_base import Opening, RoundMachine, Step, reveal_interval
 from services.table.store import Conn, Row
@@ -44,10 +44,12 @@ class HouseDealerRound(RoundMachine):
     async def deal(self, table: Row, current: Row) -> None:
         round_id, table_id = current["round_id"], current["table_id"]
         variant = variant_of(table["variant"])
+        async with self.ctx.store.read() as conn:  # betting has closed: the bets are final
+            client_seed, contributions = round_client_seed(await self.ctx.store.round_bets(conn, round_id))
         deck: list[str] | None = None
         for attempt in range(RNG_DRAW_ATTEMPTS):
             try:
-                deck = await self.ctx.rng.draw(round_id, variant.deck_size, current["client_seed"])
+                deck = await self.ctx.rng.draw(round_id, variant.deck_size, client_seed, client_seeds=contributions)
                 break
             except DomainError as error:
                 log.warning("rng draw failed", extra={"round_id": round_id, "attempt": attempt, "error": str(error)})
@@ -60,13 +62,14 @@ class HouseDealerRound(RoundMachine):
             if locked["phase"] != Phase.DEALING:
                 return
             next_at = self.ctx.now() + reveal_interval(current)
+            await self.ctx.store.set_client_seed(conn, round_id, client_seed)
             await self.ctx.store.dealt(conn, round_id, Phase.REVEALING, deck, next_at)
             dealt = ev.Dealt(
                 table_id=table_id,
                 round_id=round_id,
                 deck_size=variant.deck_size,
                 cards_dealt=variant.cards_dealt,
-                client_seed=current["client_seed"],
+                client_seed=client_seed,
             )
             if variant.variant_id == bbv.BAIBIAN_BULL.variant_id:  # the drawn card is shown and burned
                 config = variant.parse_config(current["config"])

@@ -35,7 +35,7 @@ from backbone.errors import DomainError, FailedPrecondition, Unavailable
 from bull.rules import red_envelope as re_
 from bull.variants import EnvelopeSplit, Funding, SeatHand, Variant
 from bull.variants.red_envelope_bull import DEALER_SEAT, MIN_SHARE_MINOR, EnvelopeTableConfig
-from services.table.common import REDEALS, Phase, unix_ms, variant_of
+from services.table.common import REDEALS, Phase, round_client_seed, unix_ms, variant_of
 from services.table.envelope_store import Grab
 from services.table.round_base import Opening, RoundMachine, Step, limits_of, reveal_interval
 from services.table.store import Conn, Row
@@ -181,7 +181,8 @@ class BiddingDealerRound(RoundMachine):
             return
         participants = [row["dealer"], *(b["player"] for b in bets)]
         seats = (DEALER_SEAT, *(b["bet_id"] for b in bets))
-        hands = await self._split(variant, config, round_id, current["client_seed"], seats)
+        client_seed, contributions = round_client_seed(bets)
+        hands = await self._split(variant, config, round_id, client_seed, seats, contributions)
         if hands is None:
             await self.redeal(table_id, round_id, "ENVELOPE_ERROR: the red envelope could not be sent")
             return
@@ -195,6 +196,7 @@ class BiddingDealerRound(RoundMachine):
             if locked["phase"] != Phase.DEALING:
                 return
             await self.ctx.envelopes.insert_grabs(conn, round_id, grabs)
+            await self.ctx.store.set_client_seed(conn, round_id, client_seed)
             await self.ctx.store.dealt(conn, round_id, Phase.REVEALING, None, self.ctx.now() + reveal_interval(current))
             sent = ev.EnvelopeSent(
                 table_id=table_id,
@@ -202,21 +204,30 @@ class BiddingDealerRound(RoundMachine):
                 total_minor=config.rules.envelope_total_minor,
                 shares=len(participants),
                 min_minor=MIN_SHARE_MINOR,
-                client_seed=current["client_seed"],
+                client_seed=client_seed,
                 participants=participants,
             )
             await self.append(conn, table_id, "table.envelope_sent", sent, round_id)
         self.ctx.wake(table_id)
 
     async def _split(
-        self, variant: Variant, config: EnvelopeTableConfig, round_id: str, client_seed: str, seats: tuple[str, ...]
+        self,
+        variant: Variant,
+        config: EnvelopeTableConfig,
+        round_id: str,
+        client_seed: str,
+        seats: tuple[str, ...],
+        contributions: list[str],
     ) -> dict[str, SeatHand] | None:
-        """The envelope dealt by the variant; None for an envelope error (the rng failing, or a bad split)."""
+        """The envelope dealt by the variant; None for an envelope error (the rng failing, or a bad split).
+
+        ``client_seed`` combines the players' ``contributions`` (docs/fairness.md, section 10).
+        """
         total = config.rules.envelope_total_minor
         for attempt in range(SPLIT_ATTEMPTS):
             try:
                 amounts, order = await self.ctx.rng.split_envelope(
-                    round_id, total, len(seats), MIN_SHARE_MINOR, client_seed
+                    round_id, total, len(seats), MIN_SHARE_MINOR, client_seed, client_seeds=contributions
                 )
                 return variant.deal(EnvelopeSplit(seats, tuple(amounts), tuple(order)), config)
             except ValueError as error:

@@ -168,4 +168,6 @@ DDL = (
     # One open bet per player and round at a red-envelope table (its only area is the dealer).
     "CREATE UNIQUE INDEX IF NOT EXISTS bets_one_envelope_bet_idx ON bets (round_id, player)"
     " WHERE status = 'placed' AND area = 'dealer'",
+    # The player's client seed contribution ('' for none), combined into the round's client seed.
+    "ALTER TABLE bets ADD COLUMN IF NOT EXISTS client_seed TEXT NOT NULL DEFAULT ''",
 )

@@ -171,6 +171,10 @@ class TableStore:
             "UPDATE rounds SET phase = 'betting', betting_closes_at = %s WHERE round_id = %s", (closes, round_id)
         )
 
+    async def set_client_seed(self, conn: Conn, round_id: str, client_seed: str) -> None:
+        """The round's client seed, combined from its bets' contributions when betting closed."""
+        await conn.execute("UPDATE rounds SET client_seed = %s WHERE round_id = %s", (client_seed, round_id))
+
     async def dealt(self, conn: Conn, round_id: str, phase: str, deck: Sequence[str] | None, next_at: datetime) -> None:
         await conn.execute(
             "UPDATE rounds SET phase = %s, deck = coalesce(%s, deck), next_step_at = %s WHERE round_id = %s",
@@ -252,10 +256,10 @@ class TableStore:
         row = await cur.fetchone()
         return (int(row[0]), int(row[1])) if row else (0, 0)
 
-    async def insert_bet(self, conn: Conn, bet: Mapping[str, Any], at: datetime) -> bool:
+    async def insert_bet(self, conn: Conn, bet: Mapping[str, Any], at: datetime, client_seed: str = "") -> bool:
         cur = await conn.execute(
             "INSERT INTO bets (bet_id, round_id, table_id, player, area, stake_minor, hold_minor, hold_id, status,"
-            " placed_at) VALUES (%s, %s, %s, %s, %s, %s, %s, %s, 'placed', %s) ON CONFLICT DO NOTHING",
+            " placed_at, client_seed) VALUES (%s, %s, %s, %s, %s, %s, %s, %s, 'placed', %s, %s) ON CONFLICT DO NOTHING",
             (
                 bet["bet_id"],
                 bet["round_id"],
@@ -266,6 +270,7 @@ class TableStore:
                 bet["hold_minor"],
                 bet["hold_id"],
                 at,
+                client_seed,
             ),
         )
         return cur.rowcount == 1

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import hashlib
 from collections import defaultdict
+from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 
@@ -186,14 +187,23 @@ class FakeRng:
             self.failures -= 1
             raise Unavailable("RNG_UNAVAILABLE", "the rng service did not answer (fake)")
 
-    async def draw(self, round_id: str, deck_size: int, client_seed: str) -> list[str]:
+    async def draw(
+        self, round_id: str, deck_size: int, client_seed: str, *, client_seeds: Sequence[str] = ()
+    ) -> list[str]:
         self._maybe_fail()
         if round_id in self.forced_decks:
             return list(self.forced_decks[round_id])
         return [card.code for card in fair.shuffle(self.seed(round_id), round_id, client_seed, deck_size)]
 
     async def split_envelope(
-        self, round_id: str, total_minor: int, shares: int, min_minor: int, client_seed: str
+        self,
+        round_id: str,
+        total_minor: int,
+        shares: int,
+        min_minor: int,
+        client_seed: str,
+        *,
+        client_seeds: Sequence[str] = (),
     ) -> tuple[list[int], list[int]]:
         self._maybe_fail()
         if round_id in self.forced_splits:
