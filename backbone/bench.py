@@ -19,6 +19,7 @@ import uuid
 
 import psycopg
 from google.protobuf import struct_pb2
+from kafka import KafkaAdminClient
 from niuniu.v1 import events_pb2
 from psycopg import sql
 from psycopg_pool import AsyncConnectionPool
@@ -126,6 +127,11 @@ async def run(events: int, dsn: str, kafka: str, writers: int = 8) -> dict[str, 
         await pool.close()
         async with await psycopg.AsyncConnection.connect(dsn, autocommit=True) as conn:
             await conn.execute(sql.SQL("DROP SCHEMA {} CASCADE").format(sql.Identifier(schema)))
+        admin = KafkaAdminClient(bootstrap_servers=kafka, client_id="niuniu-bench")
+        try:
+            admin.delete_topics([topic])
+        finally:
+            admin.close()
     return {
         "append_events_per_s": events / append_s,
         "publish_events_per_s": events / publish_s,
