@@ -85,9 +85,9 @@ def faked(infra: dict[str, str]) -> Iterator[FakedClockStack]:
 
 def staff(wallet: grpc.aio.Channel, table: grpc.aio.Channel, ledger: grpc.aio.Channel, tokens: Tokens) -> Clients:
     return Clients(
-        wallet_pb2_grpc.WalletStub(wallet),  # type: ignore[arg-type]
-        table_pb2_grpc.TableStub(table),  # type: ignore[arg-type]
-        ledger_pb2_grpc.LedgerStub(ledger),  # type: ignore[arg-type]
+        wallet_pb2_grpc.WalletStub(wallet),
+        table_pb2_grpc.TableStub(table),
+        ledger_pb2_grpc.LedgerStub(ledger),
         bearer(tokens.issue("clock-admin", Role.ADMIN)),
         bearer(tokens.issue("clock-auditor", Role.AUDITOR)),
     )

@@ -7,7 +7,7 @@ from collections.abc import Sequence
 import grpc
 import pytest
 from google.protobuf import descriptor_pb2
-from grpc_reflection.v1alpha import reflection_pb2, reflection_pb2_grpc
+from grpc_reflection.v1alpha import reflection_pb2
 from niuniu.rng.v1 import rng_pb2
 
 from backbone.config import Settings
@@ -37,17 +37,25 @@ def register_rng(server: grpc.aio.Server) -> Sequence[str]:
     async def commit(request: bytes, context: grpc.aio.ServicerContext[bytes, bytes]) -> bytes:
         return b""
 
-    handlers = {"Commit": grpc.unary_unary_rpc_method_handler(commit)}
+    handlers: dict[str, grpc.RpcMethodHandler[bytes, bytes]] = {"Commit": grpc.unary_unary_rpc_method_handler(commit)}
     server.add_generic_rpc_handlers((grpc.method_handlers_generic_handler(RNG, handlers),))
     return [RNG]
 
 
 async def reflected_methods(port: int) -> set[str] | grpc.StatusCode:
     async with grpc.aio.insecure_channel(f"127.0.0.1:{port}") as channel:
-        stub = reflection_pb2_grpc.ServerReflectionStub(channel)
+        # What reflection_pb2_grpc.ServerReflectionStub(channel).ServerReflectionInfo is, typed
+        # (its stubs leave the method untyped and accept only a synchronous channel).
+        info: grpc.aio.StreamStreamMultiCallable[
+            reflection_pb2.ServerReflectionRequest, reflection_pb2.ServerReflectionResponse
+        ] = channel.stream_stream(
+            "/grpc.reflection.v1alpha.ServerReflection/ServerReflectionInfo",
+            request_serializer=reflection_pb2.ServerReflectionRequest.SerializeToString,
+            response_deserializer=reflection_pb2.ServerReflectionResponse.FromString,
+        )
         request = reflection_pb2.ServerReflectionRequest(file_containing_symbol=RNG)
         try:
-            async for reply in stub.ServerReflectionInfo(iter([request])):
+            async for reply in info(iter([request])):
                 methods = set()
                 for raw in reply.file_descriptor_response.file_descriptor_proto:
                     proto = descriptor_pb2.FileDescriptorProto.FromString(raw)

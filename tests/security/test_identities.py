@@ -91,7 +91,7 @@ async def c(stack: Stack) -> AsyncIterator[Clients]:
 @pytest.fixture
 async def rng(stack: Stack) -> AsyncIterator[rng_pb2_grpc.RngAsyncStub]:
     async with grpc.aio.insecure_channel(stack.addr("rng")) as channel:
-        yield rng_pb2_grpc.RngStub(channel)  # type: ignore[misc]
+        yield rng_pb2_grpc.RngStub(channel)
 
 
 async def test_a_token_signed_by_any_key_other_than_the_issuers_is_refused(stack: Stack, c: Clients) -> None:
@@ -220,7 +220,7 @@ async def test_a_player_cannot_read_or_touch_another_players_anything(stack: Sta
         assert receipt.hold_minor >= 500
         await alice_watch.wait_for(lambda u: kind(u) == "my_bet_placed")
         a = alice.account
-        wallet_reads = [
+        wallet_reads: list[Awaitable[object]] = [
             c.wallet.GetBalance(wallet_pb2.GetBalanceRequest(account=a), metadata=bob.auth),
             c.wallet.ListHolds(wallet_pb2.ListHoldsRequest(account=a), metadata=bob.auth),
             c.wallet.ListMovements(wallet_pb2.ListMovementsRequest(account=a), metadata=bob.auth),
@@ -229,8 +229,11 @@ async def test_a_player_cannot_read_or_touch_another_players_anything(stack: Sta
             c.wallet.ListBalances(wallet_pb2.ListBalancesRequest(), metadata=bob.auth),
             c.ledger.Statement(ledger_pb2.StatementRequest(account=a), metadata=bob.auth),
         ]
-        wallet_writes = [
-            c.wallet.SetLimit(wallet_pb2.SetLimitRequest(account=a, kind=1, value=100), metadata=bob.auth),
+        wallet_writes: list[Awaitable[object]] = [
+            c.wallet.SetLimit(
+                wallet_pb2.SetLimitRequest(account=a, kind=wallet_pb2.LIMIT_KIND_DAILY_DEPOSIT, value=100),
+                metadata=bob.auth,
+            ),
             c.wallet.SelfExclude(wallet_pb2.SelfExcludeRequest(account=a, days=30), metadata=bob.auth),
             c.wallet.Withdraw(
                 wallet_pb2.WithdrawRequest(request_id=f"w-{uuid.uuid4().hex}", account=a, amount_minor=100),
@@ -250,7 +253,7 @@ async def test_a_player_cannot_read_or_touch_another_players_anything(stack: Sta
         ]
         for call in [*wallet_reads, *wallet_writes]:
             await refused(call, DENIED)
-        table_writes = [
+        table_writes: list[Awaitable[object]] = [
             c.table.CancelBet(
                 table_pb2.CancelBetRequest(command_id=f"x-{uuid.uuid4().hex}", table_id=table_id, bet_id=bet_id),
                 metadata=bob.auth,
@@ -285,20 +288,28 @@ async def test_a_player_cannot_read_or_touch_another_players_anything(stack: Sta
 
 
 async def test_reflection_never_lists_the_test_only_rpcs(stack: Stack) -> None:
-    from grpc_reflection.v1alpha import reflection_pb2, reflection_pb2_grpc
+    from grpc_reflection.v1alpha import reflection_pb2
 
     async with grpc.aio.insecure_channel(stack.addr("rng")) as channel:
-        stub = reflection_pb2_grpc.ServerReflectionStub(channel)
+        # What reflection_pb2_grpc.ServerReflectionStub(channel).ServerReflectionInfo is, typed
+        # (its stubs leave the method untyped and accept only a synchronous channel).
+        info: grpc.aio.StreamStreamMultiCallable[
+            reflection_pb2.ServerReflectionRequest, reflection_pb2.ServerReflectionResponse
+        ] = channel.stream_stream(
+            "/grpc.reflection.v1alpha.ServerReflection/ServerReflectionInfo",
+            request_serializer=reflection_pb2.ServerReflectionRequest.SerializeToString,
+            response_deserializer=reflection_pb2.ServerReflectionResponse.FromString,
+        )
 
-        async def ask(**kwargs: str) -> reflection_pb2.ServerReflectionResponse:
-            responses = stub.ServerReflectionInfo(iter([reflection_pb2.ServerReflectionRequest(**kwargs)]))
+        async def ask(request: reflection_pb2.ServerReflectionRequest) -> reflection_pb2.ServerReflectionResponse:
+            responses = info(iter([request]))
             async for response in responses:
                 return response
             raise AssertionError("no reflection answer")
 
-        services = await ask(list_services="")
+        services = await ask(reflection_pb2.ServerReflectionRequest(list_services=""))
         assert "niuniu.rng.v1.Rng" in [s.name for s in services.list_services_response.service]
-        described = await ask(file_containing_symbol="niuniu.rng.v1.Rng")
+        described = await ask(reflection_pb2.ServerReflectionRequest(file_containing_symbol="niuniu.rng.v1.Rng"))
         from google.protobuf import descriptor_pb2
 
         methods = set()
@@ -307,7 +318,9 @@ async def test_reflection_never_lists_the_test_only_rpcs(stack: Stack) -> None:
             methods |= {m.name for s in proto.service for m in s.method}
         assert {"Commit", "Draw", "Reveal"} <= methods
         assert not methods & {"SetTestDeck", "SetTestEnvelope"}
-        missing = await ask(file_containing_symbol="niuniu.rng.v1.Rng.SetTestDeck")
+        missing = await ask(
+            reflection_pb2.ServerReflectionRequest(file_containing_symbol="niuniu.rng.v1.Rng.SetTestDeck")
+        )
         assert missing.HasField("error_response")
 
 

@@ -75,9 +75,7 @@ def check_with(material: dict[str, str], target: str) -> str:
 
 
 async def commit(channel: grpc.aio.Channel) -> str:
-    reply = await rng_pb2_grpc.RngStub(
-        channel
-    ).Commit(  # type: ignore[misc]
+    reply = await rng_pb2_grpc.RngStub(channel).Commit(
         rng_pb2.CommitRequest(round_id=f"tls-{uuid.uuid4().hex[:10]}", purpose="deck"), metadata=TABLE, timeout=10
     )
     return str(reply.commitment)
