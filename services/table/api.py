@@ -10,7 +10,7 @@ from niuniu.table.v1 import events_pb2 as ev
 from niuniu.table.v1 import table_pb2, table_pb2_grpc
 
 from backbone.auth import Principal, Role, Tokens
-from backbone.errors import InvalidArgument
+from backbone.errors import InvalidArgument, clip
 from backbone.eventstore import EventStore, StoredEvent
 from bull.money import JACKPOT_POOL
 from services.table.allowance import with_allowance
@@ -97,7 +97,9 @@ class TableServicer(BankerRpcs, table_pb2_grpc.TableServicer):
         who = self._who(context)
         row = await self._app.round_row(request.round_id)
         if row["table_id"] != request.table_id:
-            raise InvalidArgument("ROUND_NOT_AT_TABLE", f"round {request.round_id} is not at table {request.table_id}")
+            raise InvalidArgument(
+                "ROUND_NOT_AT_TABLE", f"round {clip(request.round_id)} is not at table {clip(request.table_id)}"
+            )
         return await self._round_view(who, row)
 
     async def ListRounds(self, request: table_pb2.ListRoundsRequest, context: Context) -> table_pb2.ListRoundsResponse:
@@ -105,6 +107,7 @@ class TableServicer(BankerRpcs, table_pb2_grpc.TableServicer):
         limit = request.limit or 20
         if not 0 < limit <= MAX_ROUNDS_LISTED:
             raise InvalidArgument("LIMIT_INVALID", f"limit must be 1..{MAX_ROUNDS_LISTED}")
+        await self._app.get_table(request.table_id)  # NOT_FOUND for a table that does not exist
         rows = await self._app.recent_rounds(request.table_id, limit)
         return table_pb2.ListRoundsResponse(rounds=[await self._round_view(who, row) for row in rows])
 

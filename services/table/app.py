@@ -88,7 +88,7 @@ class TableApp:
         self, who: Principal, table_id: str, variant_name: str, config: Mapping[str, str], limits: ev.TableLimits
     ) -> Row:
         require(who, Role.ADMIN)
-        if not TABLE_ID.match(table_id):
+        if not TABLE_ID.fullmatch(table_id):
             raise InvalidArgument("TABLE_ID_MALFORMED", "table_id must be 1-64 of a-z, 0-9 and '-'")
         variant = variant_of(variant_name)
         settings = parse_config(variant, config)

@@ -15,7 +15,15 @@ from typing import Any
 from niuniu.table.v1 import events_pb2 as ev
 
 from backbone.auth import Principal, Role, require
-from backbone.errors import AlreadyExists, DomainError, FailedPrecondition, InvalidArgument, NotFound, Unavailable
+from backbone.errors import (
+    AlreadyExists,
+    DomainError,
+    FailedPrecondition,
+    InvalidArgument,
+    NotFound,
+    Unavailable,
+    clip,
+)
 from bull.variants import Variant
 from services.table.common import (
     BET_STAKES,
@@ -28,6 +36,7 @@ from services.table.common import (
     bet_stream,
     check_client_seed,
     player_account,
+    scoped_id,
     unix_ms,
     variant_of,
 )
@@ -44,7 +53,7 @@ class WindowClosed(FailedPrecondition):
 
 
 def check_command_id(command_id: str) -> None:
-    if not COMMAND_ID.match(command_id):
+    if not COMMAND_ID.fullmatch(command_id):
         raise InvalidArgument("COMMAND_ID_MALFORMED", "command_id must be 1-128 of letters, digits and . _ : -")
 
 
@@ -74,8 +83,9 @@ class Bets:
             raise InvalidArgument("AMOUNT_INVALID", "amount_minor must be positive (and at most 10^13)")
         check_client_seed(client_seed)
         player = player_account(who)
+        bet_id = scoped_id(player, command_id)
         async with self._store.read() as conn:
-            existing = await self._store.bet(conn, command_id)
+            existing = await self._store.bet(conn, bet_id) or await self._legacy(conn, command_id, player)
             if existing is not None:
                 return replay(existing, player, table_id, area, amount_minor)
             table = await self._store.table(conn, table_id)
@@ -95,14 +105,14 @@ class Bets:
             await machine.check_bet(conn, config, current["round_id"], player, amount_minor)
             hold = variant.hold_minor(amount_minor, config)
         bet = {
-            "bet_id": command_id,
+            "bet_id": bet_id,
             "round_id": current["round_id"],
             "table_id": table_id,
             "player": player,
             "area": area,
             "stake_minor": amount_minor,
             "hold_minor": hold,
-            "hold_id": f"bet.{command_id}",
+            "hold_id": f"bet.{bet_id}",
         }
         expires = unix_ms(current["betting_closes_at"]) + HOLD_GRACE_S * 1000
         try:
@@ -125,6 +135,11 @@ class Bets:
         BET_STAKES.labels(variant.variant_id).inc(amount_minor)
         self._ctx.wake(table_id)
         return receipt
+
+    async def _legacy(self, conn: Conn, command_id: str, player: str) -> Row | None:
+        """A bet placed before command ids were per player (stored under the id as sent), if it is ``player``'s."""
+        bet = await self._store.bet(conn, command_id)
+        return bet if bet is not None and bet["player"] == player else None
 
     def _check_open(self, current: Row | None, round_id: str) -> None:
         if current is None or current["phase"] != Phase.BETTING or self._ctx.now() >= current["betting_closes_at"]:
@@ -183,10 +198,13 @@ class Bets:
 
     async def cancel(self, who: Principal, table_id: str, bet_id: str, *, cause: str = "player") -> BetReceipt:
         require(who, Role.PLAYER)
+        player = player_account(who)
         async with self._store.transaction() as conn:
-            bet = await self._store.bet(conn, bet_id)
-            if bet is None or bet["table_id"] != table_id or bet["player"] != player_account(who):
-                raise NotFound("BET_NOT_FOUND", f"you have no bet {bet_id} at table {table_id}")
+            # ``bet_id``: the PlaceBet command id (the contract), or the bet id a receipt or a round view showed.
+            bet = await self._store.bet(conn, scoped_id(player, bet_id)) or await self._store.bet(conn, bet_id)
+            if bet is None or bet["table_id"] != table_id or bet["player"] != player:
+                raise NotFound("BET_NOT_FOUND", f"you have no bet {clip(bet_id)} at table {clip(table_id)}")
+            bet_id = bet["bet_id"]
             if bet["status"] == "cancelled":
                 return BetReceipt.of(bet, replayed=True)
             if not window_open(await self._store.window(conn, bet["round_id"]), self._ctx.now()):

@@ -3,6 +3,7 @@ and the settlement event (the wallet's contract)."""
 
 from __future__ import annotations
 
+import hashlib
 import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -18,9 +19,17 @@ from bull import variants
 from bull.money import Settlement
 from bull.variants import Variant
 
-COMMAND_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._:-]{0,127}$")
-TABLE_ID = re.compile(r"^[a-z0-9][a-z0-9-]{0,63}$")
+COMMAND_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9._:-]{0,127}")  # matched whole (fullmatch), like every id
+TABLE_ID = re.compile(r"[a-z0-9][a-z0-9-]{0,63}")
 MAX_STAKE_MINOR = 10**13
+
+
+def scoped_id(player: str, command_id: str) -> str:
+    """The id a player's command (a bet, a bid, a change) is stored under: command ids are per player, so
+    one player's id never answers, nor blocks, another's command. Deterministic, so a retry finds its first
+    result; 32 hex characters, so ``bet.<id>`` stays a wallet hold id."""
+    return hashlib.sha256(f"{player}\n{command_id}".encode()).hexdigest()[:32]
+
 
 ROUNDS = Counter("niuniu_table_rounds_total", "Rounds ended, by variant and outcome.", ["variant", "outcome"])
 SETTLEMENT_SECONDS = Histogram(

@@ -23,7 +23,15 @@ from typing import Any
 from niuniu.table.v1 import events_pb2 as ev
 
 from backbone.auth import Principal, Role, require
-from backbone.errors import AlreadyExists, DomainError, FailedPrecondition, InvalidArgument, NotFound, Unavailable
+from backbone.errors import (
+    AlreadyExists,
+    DomainError,
+    FailedPrecondition,
+    InvalidArgument,
+    NotFound,
+    Unavailable,
+    clip,
+)
 from bull.variants import RoundShape
 from bull.variants.red_envelope_bull import MAX_BID_MINOR, EnvelopeTableConfig
 from services.table.bets import Bets, check_command_id, window_open
@@ -34,6 +42,7 @@ from services.table.common import (
     Phase,
     bet_stream,
     player_account,
+    scoped_id,
     table_stream,
     unix_ms,
     variant_of,
@@ -86,8 +95,12 @@ class EnvelopeCommands:
         if not 0 < amount_minor <= MAX_BID_MINOR:
             raise InvalidArgument("AMOUNT_INVALID", f"amount_minor must be positive (and at most {MAX_BID_MINOR})")
         player = player_account(who)
+        bid_id = scoped_id(player, command_id)
         async with self._store.read() as conn:
-            existing = await self._envelopes.bid(conn, command_id)
+            existing = await self._envelopes.bid(conn, bid_id)
+            if existing is None:  # placed before command ids were per player: stored under the id as sent
+                legacy = await self._envelopes.bid(conn, command_id)
+                existing = legacy if legacy is not None and legacy["player"] == player else None
             if existing is not None:
                 return replay_bid(existing, player, table_id, amount_minor)
             table = await self._store.table(conn, table_id)
@@ -106,11 +119,11 @@ class EnvelopeCommands:
             if amount_minor < needed:
                 raise bid_too_low(needed, int(row["highest_bid_minor"]))
         bid = {
-            "bid_id": command_id,
+            "bid_id": bid_id,
             "round_id": current["round_id"],
             "player": player,
             "amount_minor": amount_minor,
-            "hold_id": f"bid.{command_id}",
+            "hold_id": f"bid.{bid_id}",
             "hold_minor": config.bid_hold_minor(amount_minor),
         }
         expires = row["bidding_closes_at"] + timedelta(seconds=limits_of(current).betting_seconds) + HOLD_GRACE
@@ -170,11 +183,14 @@ class EnvelopeCommands:
         if not 0 <= amount_minor <= MAX_STAKE_MINOR:
             raise InvalidArgument("AMOUNT_INVALID", "amount_minor must be 0 (cancel) or positive, at most 10^13")
         player = player_account(who)
+        command_id = scoped_id(player, command_id)  # the change's id, per player like every command id
         async with self._store.read() as conn:
             done = await self._store.change(conn, command_id)
-            bet = await self._store.bet(conn, bet_id)
+            # ``bet_id``: the PlaceBet command id (the contract), or the bet id a receipt or a round view showed.
+            bet = await self._store.bet(conn, scoped_id(player, bet_id)) or await self._store.bet(conn, bet_id)
             if bet is None or bet["table_id"] != table_id or bet["player"] != player:
-                raise NotFound("BET_NOT_FOUND", f"you have no bet {bet_id} at table {table_id}")
+                raise NotFound("BET_NOT_FOUND", f"you have no bet {clip(bet_id)} at table {clip(table_id)}")
+            bet_id = bet["bet_id"]
             if done is not None:
                 if (done["bet_id"], int(done["stake_minor"])) != (bet_id, amount_minor):
                     raise AlreadyExists("COMMAND_ID_REUSED", "this command id was used for a different change")

@@ -19,7 +19,7 @@ from google.protobuf.message import Message
 from psycopg.rows import dict_row
 from psycopg_pool import AsyncConnectionPool
 
-from backbone.errors import NotFound
+from backbone.errors import NotFound, clip
 from backbone.eventstore import EventStore, NewEvent, StoredEvent
 from bull.money import BetResult
 
@@ -78,7 +78,7 @@ class TableStore:
             conn, "SELECT * FROM tables WHERE table_id = %s" + (" FOR UPDATE" if lock else ""), (table_id,)
         )
         if row is None:
-            raise NotFound("TABLE_NOT_FOUND", f"no table {table_id}")
+            raise NotFound("TABLE_NOT_FOUND", f"no table {clip(table_id)}")
         return row
 
     async def insert_table(
@@ -125,7 +125,7 @@ class TableStore:
             conn, "SELECT * FROM rounds WHERE round_id = %s" + (" FOR UPDATE" if lock else ""), (round_id,)
         )
         if row is None:
-            raise NotFound("ROUND_NOT_FOUND", f"no round {round_id}")
+            raise NotFound("ROUND_NOT_FOUND", f"no round {clip(round_id)}")
         return row
 
     async def current_round(self, conn: Conn, table: Mapping[str, Any]) -> Row | None:

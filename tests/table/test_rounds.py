@@ -19,7 +19,7 @@ from bull import fairness as fair
 from bull.money import JACKPOT_POOL
 from bull.variants import VARIANTS, Funding, TableBet
 from bull.variants.baibian_bull import FACE_UP, OPEN
-from services.table.common import Phase
+from services.table.common import Phase, scoped_id
 from tests.table.table_rig import Rig, player, setup_schema
 
 BALANCES = {f"player:p{i}": 10_000_000 for i in range(6)} | {"house": 0, JACKPOT_POOL: 50_000}
@@ -35,6 +35,11 @@ async def pool(dsn: str, schema: str) -> AsyncIterator[AsyncConnectionPool]:
 @pytest.fixture
 async def rig(pool: AsyncConnectionPool) -> Rig:
     return Rig(pool, await setup_schema(pool), BALANCES)
+
+
+def held(kind: str, who: str, command_id: str) -> str:
+    """The wallet hold of a player's bet or bid: command ids are per player (``scoped_id``)."""
+    return f"{kind}.{scoped_id(f'player:{who}', command_id)}"
 
 
 def transfer_keys(transfers: Any) -> list[tuple[str, str, str, str, int, str]]:
@@ -66,7 +71,7 @@ async def test_a_golden_bull_round_settles_what_the_variant_settles_and_conserve
     settled = await rig.settled(current["round_id"])
     expected = await expected_settlement(rig, ended, "golden_bull", Funding())
     assert transfer_keys(settled.transfers) == transfer_keys(expected.transfers)
-    assert "bet.b4" in settled.hold_ids and len(settled.bets) == 4
+    assert held("bet", "p4", "b4") in settled.hold_ids and len(settled.bets) == 4
     reveals = (await rig.round_events(current["round_id"]))["table.hand_revealed"]
     assert len(reveals) == 4  # three areas, then the dealer
     assert rig.conserved() and rig.open_holds() == []
@@ -120,7 +125,7 @@ async def test_a_baibian_round_is_banked_by_a_player_and_settled_against_them(ri
     await rig.app.place_bet(player("p1"), "b1", "bn", "yellow", 40_000)
     with pytest.raises(FailedPrecondition, match="TABLE_CAP_REACHED"):  # capital / 10 = 100 000
         await rig.app.place_bet(player("p2"), "b2", "bn", "earth", 20_000)
-    assert "bet.b2" not in rig.open_holds()  # the refused bet's hold is released at once
+    assert held("bet", "p2", "b2") not in rig.open_holds()  # the refused bet's hold is released at once
     ended = await rig.finish("bn")
     assert ended["phase"] == Phase.SETTLED
     settled = await rig.settled(current["round_id"])
@@ -150,7 +155,7 @@ async def bid_and_bet(rig: Rig, table_id: str) -> dict[str, Any]:
     current = await rig.to_phase(table_id, Phase.BIDDING)
     await rig.app.envelope.place_bid(player("p0"), "bid-a", table_id, 10_000)
     await rig.app.envelope.place_bid(player("p1"), "bid-b", table_id, 20_000)
-    assert rig.wallet.holds["bid.bid-a"].status != "open"  # outbid: released at once
+    assert rig.wallet.holds[held("bid", "p0", "bid-a")].status != "open"  # outbid: released at once
     await rig.to_phase(table_id, Phase.BETTING)
     with pytest.raises(FailedPrecondition, match="DEALER_CANNOT_BET"):
         await rig.app.place_bet(player("p1"), "x", table_id, "dealer", 1_000)
@@ -159,7 +164,7 @@ async def bid_and_bet(rig: Rig, table_id: str) -> dict[str, Any]:
     with pytest.raises(FailedPrecondition, match="ALREADY_BET"):
         await rig.app.place_bet(player("p2"), "e2-again", table_id, "dealer", 1_000)
     await rig.app.envelope.change_bet(player("p3"), "c3", table_id, "e3", 3_000)
-    assert rig.wallet.holds["bet.e3"].amount_minor == 3_000 * 18
+    assert rig.wallet.holds[held("bet", "p3", "e3")].amount_minor == 3_000 * 18
     await rig.app.envelope.change_bet(player("p4"), "c4", table_id, "e4", 0)  # cancels
     return current
 
@@ -178,9 +183,9 @@ async def test_a_red_envelope_round_bids_bets_grabs_and_settles_with_the_dealer_
     grabs = [e.unpack(ev.EnvelopeGrabbed()) for e in events["table.envelope_grabbed"]]
     assert sorted(g.position for g in grabs) == [0, 1, 2]  # the dealer and the two remaining bets
     settled = await rig.settled(current["round_id"])
-    assert {"bid.bid-a", "bid.bid-b", "bet.e4"} <= set(settled.hold_ids)
+    assert {held("bid", "p0", "bid-a"), held("bid", "p1", "bid-b"), held("bet", "p4", "e4")} <= set(settled.hold_ids)
     dealer_paid = [t for t in settled.transfers if t.payer == "player:p1"]
-    assert dealer_paid and all(t.hold_id in ("bid.bid-b", "") for t in dealer_paid)
+    assert dealer_paid and all(t.hold_id in (held("bid", "p1", "bid-b"), "") for t in dealer_paid)
     assert rig.conserved() and rig.open_holds() == []
     assert await rig.audit("re", current["round_id"]) == []
 
@@ -192,7 +197,8 @@ async def test_the_dealer_grabbing_001_voids_the_round_and_the_next_one_opens_at
     ended = await rig.finish("rv")
     assert ended["phase"] == Phase.VOIDED and ended["void_reason"].startswith("DEALER_GRABBED_0.01")
     voided = await rig.voided(current["round_id"])
-    assert {"bid.bid-a", "bid.bid-b", "bet.e2", "bet.e3"} <= set(voided.hold_ids)
+    bids = {held("bid", "p0", "bid-a"), held("bid", "p1", "bid-b")}
+    assert bids | {held("bet", "p2", "e2"), held("bet", "p3", "e3")} <= set(voided.hold_ids)
     # The forced split is not the seed's: the auditor sees the shares differ.
     assert {f.check for f in await rig.audit("rv", current["round_id"])} >= {"recompute.split"}
     assert rig.conserved() and rig.open_holds() == []
