@@ -290,7 +290,7 @@ def good(world: World, f: FieldDescriptor) -> st.SearchStrategy[Any]:
     if f.type in (FieldDescriptor.TYPE_DOUBLE, FieldDescriptor.TYPE_FLOAT):
         return st.sampled_from([0.0, 1.0])
     if f.type == FieldDescriptor.TYPE_ENUM:
-        return st.sampled_from([v.number for v in f.enum_type.values if v.number] or [0])
+        return st.sampled_from([n for n in enum_numbers(f) if n] or [0])
     if f.name.endswith("unix_ms"):
         return st.just(int(time.time() * 1000) + 3_600_000)
     return st.sampled_from(SANE_INTS.get(f.name, [0, 1, 100]))
@@ -331,6 +331,12 @@ def leaves(d: descriptor.Descriptor, depth: int = 0) -> list[tuple[FieldDescript
     return paths
 
 
+def enum_numbers(f: FieldDescriptor) -> list[int]:
+    """The numbers of ``f``'s enum."""
+    assert f.enum_type is not None
+    return [v.number for v in f.enum_type.values]
+
+
 def is_map(f: FieldDescriptor) -> bool:
     return f.message_type is not None and f.message_type.GetOptions().map_entry
 
@@ -356,7 +362,7 @@ def with_hostile(values: dict[str, Any], path: tuple[FieldDescriptor, ...], bad:
     if not rest:
         out[head.name] = [bad] if head.is_repeated else bad
         return out
-    inner = out.get(head.name) or ([{}] if head.is_repeated else {})
+    inner: Any = out.get(head.name) or ([{}] if head.is_repeated else {})
     if head.is_repeated:
         out[head.name] = [with_hostile(inner[0], rest, bad), *inner[1:]]
     else:
@@ -409,7 +415,7 @@ def base_values(world: World, d: descriptor.Descriptor, depth: int = 0, *, creat
                 first = "FRESH" if creating and "FRESH" in pool else pool[0]
                 item: Any = fresh(world) if first == "FRESH" else first
             elif f.type == FieldDescriptor.TYPE_ENUM:
-                item = next((v.number for v in f.enum_type.values if v.number), 0)
+                item = next((n for n in enum_numbers(f) if n), 0)
             elif f.type == FieldDescriptor.TYPE_BOOL:
                 item = False
             elif f.type == FieldDescriptor.TYPE_BYTES:
@@ -445,7 +451,7 @@ def sweep_values(world: World, f: FieldDescriptor) -> list[Any]:
 
 def fill(msg: Message, values: dict[str, Any]) -> Message:
     for name, v in values.items():
-        f = msg.DESCRIPTOR.fields_by_name[name]
+        f: Any = msg.DESCRIPTOR.fields_by_name[name]  # the stubs' and upb's descriptor types differ
         target = getattr(msg, name)
         if is_map(f):
             key_f = f.message_type.fields_by_name["key"]

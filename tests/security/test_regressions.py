@@ -184,7 +184,7 @@ async def test_a_one_mib_id_or_key_is_refused_with_a_short_message(stack: Stack,
     async with grpc.aio.insecure_channel(stack.addr("rng")) as channel:
         rng = rng_pb2_grpc.RngStub(channel)
         player = await register(c, name("hank"), 0)
-        calls = [
+        calls: list[Any] = [
             c.table.GetTable(table_pb2.GetTableRequest(table_id=MIB), metadata=c.admin),
             c.table.CreateTable(table_pb2.CreateTableRequest(table_id=MIB, variant="golden_bull"), metadata=c.admin),
             c.table.CreateTable(
@@ -236,7 +236,7 @@ async def test_an_id_with_a_trailing_newline_is_refused(stack: Stack, c: Clients
 async def test_a_nul_character_in_any_text_is_invalid_argument(stack: Stack, c: Clients) -> None:
     """PostgreSQL cannot store a NUL: GetTable, Login, Register, ... answered INTERNAL."""
     player = await register(c, name("jack"), 1_000)
-    calls = [
+    calls: list[Any] = [
         c.table.GetTable(table_pb2.GetTableRequest(table_id="\x00"), metadata=c.admin),
         c.table.ListRounds(table_pb2.ListRoundsRequest(table_id="t\x00"), metadata=c.admin),
         c.table.CreateTable(
