@@ -49,6 +49,7 @@ from backbone.auth import Role
 from bull.cards import DECK_54, parse_cards
 from bull.rules import baibian_bull as bb
 from bull.variants.baibian_bull import dealt_prefix
+from services.table.common import scoped_id
 from tools import verify
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
@@ -419,7 +420,7 @@ async def test_leaving_rules_and_the_no_banker_mode(stack: Stack) -> None:
         await bet(c, p[1], table_id, r1, "a", "earth", 1_000)
         await bet(c, p[2], table_id, r1, "a", "mystic", 1_000)
         left = await c.table.LeaveTable(table_pb2.LeaveTableRequest(table_id=table_id), metadata=p[1].auth)
-        assert list(left.refunded_bet_ids) == [f"{r1}.{p[1].name}.a"]
+        assert list(left.refunded_bet_ids) == [scoped_id(p[1].account, f"{r1}.{p[1].name}.a")]  # ids are per player
         left = await c.table.LeaveTable(table_pb2.LeaveTableRequest(table_id=table_id), metadata=p[3].auth)
         assert list(left.refunded_bet_ids) == []
         # The banker leaves during the betting window: this round still settles with them as the party.
