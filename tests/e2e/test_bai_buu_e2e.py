@@ -205,11 +205,13 @@ def reveals_group_by_group(view: table_pb2.RoundView) -> None:
     assert all(bool(h.hand_category) == (h.group == "last") for h in view.hands)
 
 
-async def jackpot(c: Clients, player: Player, *, settled: bool = True) -> table_pb2.Jackpot:
-    """The pool through the table's GetJackpot; with ``settled``, once nothing is in flight."""
+async def jackpot(
+    c: Clients, player: Player, *, settled: bool = True, table_id: str = TABLES[0]
+) -> table_pb2.Jackpot:
+    """The pool (one for every table) through a table's GetJackpot; with ``settled``, once nothing is in flight."""
     deadline = time.monotonic() + WAIT_S
     while True:
-        pot = await c.table.GetJackpot(table_pb2.GetJackpotRequest(table_id=TABLES[0]), metadata=player.auth)
+        pot = await c.table.GetJackpot(table_pb2.GetJackpotRequest(table_id=table_id), metadata=player.auth)
         if not settled or pot.in_flight_payouts_minor == 0:
             return pot
         assert time.monotonic() < deadline, "pool payouts never applied by the wallet"
@@ -486,11 +488,15 @@ async def test_two_tables_hitting_the_pool_at_once_pay_it_once(stack: Stack) -> 
             ),
             metadata=c.admin,
         )
-        before = await jackpot(c, players[0])
+        # The pool alone pays here: the house's floor (a four of a kind never below the three of
+        # a kind prize) would top up the table that finds the pool already paid.
+        pool_only = {"jackpot.four_of_a_kind_floor": "false"}
         for t in tables:
             await c.table.CreateTable(
-                table_pb2.CreateTableRequest(table_id=t, variant="bai_buu", limits=FORCED), metadata=c.admin
+                table_pb2.CreateTableRequest(table_id=t, variant="bai_buu", config=pool_only, limits=FORCED),
+                metadata=c.admin,
             )
+        before = await jackpot(c, players[0], table_id=tables[0])  # nobody has bet yet
         watchers = [Watcher(c, players[0], t) for t in tables]
         for p, t, w in zip(players, tables, watchers, strict=True):
             round_id = (await w.wait_for(lambda u: kind(u) == "round_opened")).round_id
@@ -504,7 +510,7 @@ async def test_two_tables_hitting_the_pool_at_once_pay_it_once(stack: Stack) -> 
         # first payout in flight (or applied) and could pay only its own contribution.
         nets = sorted(v.my_bets[0].net_minor for v in views)
         assert nets == [POOL_SHARE - JACKPOT_STAKE, before.balance_minor + POOL_SHARE - JACKPOT_STAKE]
-        after = await jackpot(c, players[0])
+        after = await jackpot(c, players[0], table_id=tables[0])
         assert after.balance_minor == 0 == await pool_balance(c)
         await asyncio.gather(*(w.stop() for w in watchers))
         balances = await all_balances(c)
