@@ -12,9 +12,12 @@ the table dialled 127.0.0.1 for the rng and the wallet while its health said SER
 2. What the manifests set: each rendered Deployment's container ``env`` and the keys of
    the ConfigMaps and Secrets its ``envFrom`` names.
 3. A variable read and never set fails the check, unless ``OPTIONAL`` says why its
-   default is right in a cluster (or why it must never be set there). The per-service and
-   the shared spelling of a setting (``NIUNIU_RNG_BIND_HOST`` / ``NIUNIU_BIND_HOST``)
-   stand in for each other.
+   default is right in a cluster (or why it must never be set there), ``ONLY_FOR`` says
+   that only some services really read it, or it is a key file (``KEY_FILES``) of a
+   container whose environment sets ``NIUNIU_ENV=development`` (overlays/local: the
+   services then sign with the development keys, see backbone/auth.py). The per-service
+   and the shared spelling of a setting (``NIUNIU_RNG_BIND_HOST`` / ``NIUNIU_BIND_HOST``)
+   stand in for each other, also for ``OPTIONAL``.
 
     python deploy/k8s/check_env.py [--kubectl PATH] [OVERLAY_OR_RENDERED_YAML ...]
     (default: every overlay under deploy/k8s/overlays; exit 1 on any gap)
@@ -45,10 +48,37 @@ OPTIONAL: dict[str, str] = {
     "DATABASE_URL": "fallback when NIUNIU_<SERVICE>_DSN is unset; the manifests set the DSN",
     "NIUNIU_DB_SCHEMA": "tests only: several systems in one database, a schema each",
     "NIUNIU_RNG_TEST_DECKS": "test-only deck hook: must never be set outside tests",
-    "NIUNIU_ENV": "development mode: set only by the local scripts and tests, never in a cluster",
+    "NIUNIU_ENV": "development mode: set only by the local scripts, tests and overlays/local, never in production",
+    "NIUNIU_GRPC_REFLECTION": "server reflection, on by default (the health and audit tools use it)",
+    "NIUNIU_WALLET_THROTTLE": "the wallet's log-in throttle limits; the defaults are the production ones",
+    # Mutual TLS between the services is off unless NIUNIU_TLS_CA_FILE is set (backbone/tls.py);
+    # the manifests deliver no certificates (yet), so none of these is set.
+    "NIUNIU_TLS_CA_FILE": "mutual TLS is off unless set; the manifests deliver no certificates",
+    "NIUNIU_TLS_CLIENT_AUTH": "mutual TLS only (NIUNIU_TLS_CA_FILE)",
+    "NIUNIU_TLS_CERT_FILE": "mutual TLS only: NIUNIU_<SERVICE>_TLS_CERT_FILE",
+    "NIUNIU_TLS_KEY_FILE": "mutual TLS only: NIUNIU_<SERVICE>_TLS_KEY_FILE",
+    "NIUNIU_TLS_CLIENT_CERT_FILE": "mutual TLS only: an operator tool's client certificate",
+    "NIUNIU_TLS_CLIENT_KEY_FILE": "mutual TLS only: an operator tool's client key",
+    # backbone.auth.operator_token's f"NIUNIU_{role.value.upper()}_TOKEN" looks like a
+    # per-service template to this check; only command-line tools read it, never a service.
+    "NIUNIU_TOKEN": "NIUNIU_<ROLE>_TOKEN: an operator tool's token, not read by the services",
     "KAFKA_SASL_USERNAME": "a process's default Kafka user; a service uses its own NIUNIU_<SERVICE>_KAFKA_USER",
     "KAFKA_SASL_PASSWORD": "a process's default Kafka password; a service uses its own NIUNIU_<SERVICE>_KAFKA_PASSWORD",
 }
+
+# Read by the shared code of every service, but used only by these services.
+ONLY_FOR: dict[str, tuple[str, ...]] = {
+    # Tokens.from_env(issuer=spec.issues_user_tokens): only the wallet signs player/admin/auditor tokens.
+    "NIUNIU_ISSUER_KEY_FILE": ("wallet",),
+}
+
+# The key files (backbone/auth.py KEY_ENV_VARS): required, except in development mode, where a
+# service without them uses the development keys (and a configured placeholder file would stop
+# it). A container whose environment sets NIUNIU_ENV=development may therefore leave them unset.
+DEVELOPMENT_ENV = ("NIUNIU_ENV", "development")
+KEY_FILES = frozenset(
+    {"NIUNIU_JWKS_FILE", "NIUNIU_ISSUER_KEY_FILE", *(f"NIUNIU_{s.upper()}_KEY_FILE" for s in SERVICES)}
+)
 
 _NAME = re.compile(r"(?:NIUNIU_[A-Z0-9_]+|KAFKA_[A-Z0-9_]+|DATABASE_URL|REDIS_URL)")
 _TEMPLATE = re.compile(r"NIUNIU_\{[^{}]*\}(_[A-Z0-9_]+)")
@@ -135,6 +165,26 @@ def variables_set(container: dict[str, Any], docs: list[dict[str, Any]]) -> set[
     return names
 
 
+def value_of(container: dict[str, Any], docs: list[dict[str, Any]], variable: str) -> str | None:
+    """The literal value ``variable`` gets in this container (env wins over envFrom), if the manifests say."""
+    for entry in container.get("env", []):
+        if entry["name"] == variable:
+            return entry.get("value") if "valueFrom" not in entry else None
+    by_kind_name = {(doc.get("kind"), doc.get("metadata", {}).get("name")): doc for doc in docs}
+    value: str | None = None
+    for source in container.get("envFrom", []):  # a later source overrides an earlier one
+        prefix = source.get("prefix", "")
+        for kind, ref in (("ConfigMap", "configMapRef"), ("Secret", "secretRef")):
+            if ref in source and variable.startswith(prefix):
+                doc = by_kind_name.get((kind, source[ref]["name"]), {})
+                key = variable.removeprefix(prefix)
+                if key in (doc.get("stringData") or {}):
+                    value = doc["stringData"][key]
+                elif kind == "ConfigMap" and key in (doc.get("data") or {}):
+                    value = doc["data"][key]
+    return value
+
+
 def deployments(docs: list[dict[str, Any]]) -> Iterator[tuple[str, dict[str, Any]]]:
     for doc in docs:
         if doc.get("kind") == "Deployment":
@@ -154,7 +204,16 @@ def check(target: Path, kubectl: str) -> list[Gap]:
             continue
         read = variables_read(imported_modules(module), service)
         given = variables_set(container, docs)
-        missing = {v for v in read - given - set(OPTIONAL) if _alternative(v, service) not in given}
+        development = value_of(container, docs, DEVELOPMENT_ENV[0]) == DEVELOPMENT_ENV[1]
+        missing = {
+            v
+            for v in read - given
+            if _alternative(v, service) not in given
+            and v not in OPTIONAL
+            and _alternative(v, service) not in OPTIONAL
+            and service in ONLY_FOR.get(v, (service,))
+            and not (development and v in KEY_FILES)
+        }
         gaps += [Gap(target.name, name, variable) for variable in sorted(missing)]
     return gaps
 

@@ -2,14 +2,18 @@
 
 from __future__ import annotations
 
+import json
 import re
 import tomllib
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
 from ops_support import OVERLAYS, ROOT, SERVICES, kubectl, render, require, run_check_deploy, venv_tool, yaml
 
+from backbone.auth import SigningKey, Tokens
+from backbone.config import ConfigError
 from backbone.topics import Topics
 
 kubectl()
@@ -71,7 +75,8 @@ def test_deployment_probes_security_resources_env(rendered: dict[str, list[Doc]]
     sources = {(next(iter(s)), next(iter(s.values()))["name"]) for s in container["envFrom"]}
     assert ("configMapRef", "niuniu-common") in sources
     assert ("configMapRef", f"niuniu-{service}") in sources
-    assert ("secretRef", "niuniu-jwt") in sources
+    assert not any(name == "niuniu-jwt" for _, name in sources), "the services read signing keys from files now"
+    _signing_keys_are_mounted_files(rendered[where], where, service, pod, container)
     config = named(rendered[where], "ConfigMap", f"niuniu-{service}")["data"]
     assert config == {
         f"NIUNIU_{service.upper()}_GRPC_PORT": str(grpc_port),
@@ -84,6 +89,46 @@ def test_deployment_probes_security_resources_env(rendered: dict[str, list[Doc]]
     else:
         assert ("secretRef", f"niuniu-{service}-db") in sources
         assert dsn in named(rendered[where], "Secret", f"niuniu-{service}-db")["stringData"]
+
+
+KEY_MOUNTS = {
+    "jwks": "/etc/niuniu/jwks",
+    "signing-key": "/etc/niuniu/signing-key",
+    "issuer-key": "/etc/niuniu/issuer-key",
+}
+
+
+def _signing_keys_are_mounted_files(docs: list[Doc], where: str, service: str, pod: Doc, container: Doc) -> None:
+    """The JWKS (ConfigMap) and the private keys (Secrets) are read-only files; env names them."""
+    volumes = {v["name"]: v for v in pod["volumes"]}
+    mounts = {m["name"]: m for m in container["volumeMounts"]}
+    wanted = ["jwks", "signing-key", *(["issuer-key"] if service == "wallet" else [])]
+    assert volumes["jwks"]["configMap"]["name"] == "niuniu-jwks"
+    assert volumes["signing-key"]["secret"]["secretName"] == f"niuniu-{service}-signing-key"
+    assert ("issuer-key" in volumes) == (service == "wallet"), "only the wallet holds the issuer key"
+    if service == "wallet":
+        assert volumes["issuer-key"]["secret"]["secretName"] == "niuniu-issuer-key"
+    for name in wanted:
+        assert mounts[name]["mountPath"] == KEY_MOUNTS[name]
+        assert mounts[name]["readOnly"] is True
+        if "secret" in volumes[name]:
+            assert volumes[name]["secret"]["defaultMode"] == 0o440
+    env = {e["name"]: e.get("value") for e in container.get("env", [])}
+    files = {
+        "NIUNIU_JWKS_FILE": f"{KEY_MOUNTS['jwks']}/jwks.json",
+        f"NIUNIU_{service.upper()}_KEY_FILE": f"{KEY_MOUNTS['signing-key']}/key.pem",
+        **({"NIUNIU_ISSUER_KEY_FILE": f"{KEY_MOUNTS['issuer-key']}/issuer.pem"} if service == "wallet" else {}),
+    }
+    common = named(docs, "ConfigMap", "niuniu-common")["data"]
+    if where == "overlays/local":
+        # Development keys: NIUNIU_ENV=development and no key files (a placeholder would stop the service).
+        assert common["NIUNIU_ENV"] == "development"
+        assert not set(files) & set(env)
+    else:
+        assert "NIUNIU_ENV" not in common and "NIUNIU_ENV" not in env, "development keys only in overlays/local"
+        assert {k: env.get(k) for k in files} == files
+        if service != "wallet":
+            assert "NIUNIU_ISSUER_KEY_FILE" not in env
 
 
 @pytest.mark.parametrize("where", ALL)
@@ -148,23 +193,44 @@ def test_network_policies(rendered: dict[str, list[Doc]], where: str) -> None:
 def test_base_secrets_are_marked_placeholders(rendered: dict[str, list[Doc]]) -> None:
     secrets = of_kind(rendered["base"], "Secret")
     assert {s["metadata"]["name"] for s in secrets} == {
-        "niuniu-jwt",
+        "niuniu-issuer-key",
         "niuniu-redis",
         *(f"niuniu-{s}-db" for s in SERVICES),
         *(f"niuniu-{s}-kafka" for s in SERVICES),
+        *(f"niuniu-{s}-signing-key" for s in SERVICES),
     }
     for secret in secrets:
         assert "data" not in secret, "placeholders go in stringData"
         assert "niuniu.io/placeholder" in secret["metadata"]["annotations"]
         assert all("REPLACE_ME" in value for value in secret["stringData"].values()), secret["metadata"]["name"]
-    # Too short for backbone.auth (32 bytes): a service started with it refuses to run.
-    assert len(named(secrets, "Secret", "niuniu-jwt")["stringData"]["NIUNIU_JWT_SECRET"]) < 32
+    assert named(secrets, "Secret", "niuniu-issuer-key")["stringData"] == {"issuer.pem": "REPLACE_ME"}
+    for service in SERVICES:
+        assert named(secrets, "Secret", f"niuniu-{service}-signing-key")["stringData"] == {"key.pem": "REPLACE_ME"}
+    # A JWKS that trusts no key: a service started with it refuses to run (its own key is not trusted).
+    jwks = named(rendered["base"], "ConfigMap", "niuniu-jwks")
+    assert "niuniu.io/placeholder" in jwks["metadata"]["annotations"]
+    assert json.loads(jwks["data"]["jwks.json"]) == {"keys": []}
+
+
+def test_placeholder_keys_stop_a_service_outside_development_mode(tmp_path: Path) -> None:
+    """What base/ hands a service until the real keys are delivered: it refuses to start."""
+    (tmp_path / "jwks.json").write_text('{"keys": []}')
+    (tmp_path / "key.pem").write_text("REPLACE_ME")
+    env = {"NIUNIU_JWKS_FILE": str(tmp_path / "jwks.json"), "NIUNIU_TABLE_KEY_FILE": str(tmp_path / "key.pem")}
+    with pytest.raises((ConfigError, ValueError)):
+        Tokens.from_env("table", env=env)
+    real = SigningKey.generate("service:table")
+    (tmp_path / "key.pem").write_bytes(real.pem())
+    with pytest.raises(ConfigError, match="not in the trusted keys"):
+        Tokens.from_env("table", env=env)
 
 
 def test_operators_overlay_drops_placeholder_dsns(rendered: dict[str, list[Doc]]) -> None:
     secrets = of_kind(rendered["overlays/operators"], "Secret")
     # The DSNs and Kafka passwords come from the operators' generated Secrets.
-    assert sorted(s["metadata"]["name"] for s in secrets) == ["niuniu-jwt", "niuniu-redis"]
+    assert sorted(s["metadata"]["name"] for s in secrets) == sorted(
+        ["niuniu-issuer-key", "niuniu-redis", *(f"niuniu-{s}-signing-key" for s in SERVICES)]
+    )
 
 
 @pytest.mark.parametrize("where", ALL)

@@ -59,3 +59,30 @@ def test_a_variable_removed_from_the_manifests_fails_the_check(tmp_path: Path) -
     gaps = check_env.check(rendered, KUBECTL)
     assert [(g.deployment, g.variable) for g in gaps] == [("niuniu-table", "NIUNIU_WALLET_ADDR")]
     assert check_env.main(["--kubectl", KUBECTL, str(rendered)]) == 1
+
+
+@pytest.mark.skipif(not Path(KUBECTL).exists(), reason="kubectl comes with scripts/check-deploy tools")
+@pytest.mark.parametrize("overlay", sorted(p.name for p in check_env.OVERLAYS.iterdir() if p.is_dir()))
+def test_every_real_overlay_sets_what_the_services_read(overlay: str) -> None:
+    gaps = check_env.check(check_env.OVERLAYS / overlay, KUBECTL)
+    assert gaps == [], [f"{g.deployment}: {g.variable}" for g in gaps]
+
+
+@pytest.mark.skipif(not Path(KUBECTL).exists(), reason="kubectl comes with scripts/check-deploy tools")
+def test_key_files_may_be_unset_only_in_development_mode(tmp_path: Path) -> None:
+    """overlays/local leaves the key files unset because it runs in development mode; without it, that is a gap."""
+    docs = check_env.render(ROOT / "deploy" / "k8s" / "overlays" / "local", KUBECTL)
+    rendered = tmp_path / "rendered.yaml"
+    rendered.write_text(yaml.safe_dump_all(docs))
+    assert check_env.check(rendered, KUBECTL) == []
+
+    for doc in docs:
+        if doc.get("kind") == "ConfigMap" and doc["metadata"]["name"] == "niuniu-common":
+            assert doc["data"].pop("NIUNIU_ENV") == "development"
+    rendered.write_text(yaml.safe_dump_all(docs))
+    gaps = {(g.deployment, g.variable) for g in check_env.check(rendered, KUBECTL)}
+    assert gaps == {
+        *((f"niuniu-{s}", "NIUNIU_JWKS_FILE") for s in check_env.SERVICES),
+        *((f"niuniu-{s}", f"NIUNIU_{s.upper()}_KEY_FILE") for s in check_env.SERVICES),
+        ("niuniu-wallet", "NIUNIU_ISSUER_KEY_FILE"),
+    }
