@@ -67,7 +67,7 @@ CMD ["niuniu-ledger"]
 
 # The generic image (default target). Besides the services it carries the tools:
 # niuniu-rules (rules engine CLI), niuniu-verify (fairness verifier), niuniu-audit (ledger
-# audit), niuniu-demo, niuniu-bench.
+# audit), niuniu-demo, niuniu-bench, niuniu-load (load generator).
 FROM runtime AS niuniu
 EXPOSE 50051 50052 50053 50054 9101 9102 9103 9104
 CMD ["niuniu-rules", "--help"]
