@@ -44,6 +44,7 @@ from bull.cards import DECK_52, DECK_54, parse_cards
 from bull.rules import bai_buu, red_envelope
 from bull.rules import baibian_bull as bb
 from bull.rules import golden_bull as gb
+from services.table.common import scoped_id
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
@@ -92,7 +93,7 @@ async def bet(c: Clients, p: Player, table_id: str, round_id: str, area: str, am
 
 
 def nets(view: table_pb2.RoundView) -> dict[str, tuple[str, int]]:
-    """Bet id -> (outcome, net) as the API reports it."""
+    """Bet id (the command id scoped to its player: services.table.common.scoped_id) -> (outcome, net)."""
     return {b.bet_id: (b.outcome, b.net_minor) for b in view.my_bets}
 
 
@@ -120,7 +121,7 @@ async def test_golden_bull_bomb_order_is_a_table_setting(stack: Stack) -> None:
         categories = {h.seat: h.category for h in view.hands}
         assert (categories["area_1"], categories["dealer"]) == ("bomb", "bomb")
         # Bull Bull beats bull 1 once the rank of the four is not compared: +4 000 (area's x4), not -4 000.
-        assert nets(view) == {f"{round_id}.{player.name}.area_1": ("win", 4_000)}
+        assert nets(view) == {scoped_id(player.account, f"{round_id}.{player.name}.area_1"): ("win", 4_000)}
         await watcher.stop()
         await settle_everything(c, [player])
         assert (await all_balances(c))[player.account] == (104_000, 0)
@@ -204,7 +205,8 @@ async def test_bai_buu_jackpot_floor_seed_split_and_reset(stack: Stack) -> None:
         first = (await watcher.wait_for(lambda u: kind(u) == "round_opened")).round_id
         await bet(c, players[0], floor_table, first, "jackpot_banker", 100)
         view = await revealed_round(c, floor_table, first, players[0].auth)
-        assert nets(view) == {f"{first}.{players[0].name}.jackpot_banker": ("win", 5_000 - 100)}
+        first_bet = scoped_id(players[0].account, f"{first}.{players[0].name}.jackpot_banker")
+        assert nets(view) == {first_bet: ("win", 5_000 - 100)}
         await watcher.stop()
         await settle_everything(c, players)
         assert await jackpot_pool(c) == 0  # the pool's 0.10 was paid out with the house's 49.90
@@ -218,7 +220,8 @@ async def test_bai_buu_jackpot_floor_seed_split_and_reset(stack: Stack) -> None:
         second = (await watcher.wait_for(lambda u: kind(u) == "round_opened")).round_id
         await bet(c, players[1], seeded, second, "jackpot_banker", 100)
         view = await revealed_round(c, seeded, second, players[1].auth)
-        assert nets(view) == {f"{second}.{players[1].name}.jackpot_banker": ("win", 10_000 - 100)}
+        second_bet = scoped_id(players[1].account, f"{second}.{players[1].name}.jackpot_banker")
+        assert nets(view) == {second_bet: ("win", 10_000 - 100)}
         expected = bai_buu.settle(
             bai_buu.deal_hands([parse_cards(h) for h in QUADS]),
             [],

@@ -17,7 +17,7 @@ from niuniu.rng.v1 import rng_pb2, rng_pb2_grpc
 from niuniu.table.v1 import events_pb2 as table_events
 from niuniu.v1 import events_pb2 as envelopes
 
-from backbone.auth import Role, Tokens, bearer
+from backbone.auth import DEFAULT_TTL_S, Role, Tokens, bearer
 from backbone.db import open_pool
 from backbone.eventstore import EventStore, NewEvent
 from backbone.kafka import make_consumer, make_producer
@@ -33,8 +33,8 @@ from tools import verify
 pytestmark = pytest.mark.integration
 
 TOKENS = Tokens.development()
-TABLE = bearer(TOKENS.service_token("table"))
-WALLET = bearer(TOKENS.service_token("wallet"))
+TABLE = bearer(TOKENS.service_token("table", ttl_s=DEFAULT_TTL_S))  # minted at import: outlives a long suite
+WALLET = bearer(TOKENS.service_token("wallet", ttl_s=DEFAULT_TTL_S))
 PLAYER = bearer(TOKENS.issue("player:42", Role.PLAYER))
 ADMIN = bearer(TOKENS.issue("admin-1", Role.ADMIN))
 

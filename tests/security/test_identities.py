@@ -274,7 +274,7 @@ async def test_a_player_cannot_read_or_touch_another_players_anything(stack: Sta
         seen_by_alice = await c.table.GetRound(
             table_pb2.GetRoundRequest(table_id=table_id, round_id=opened.round_id), metadata=alice.auth
         )
-        assert [b.bet_id for b in seen_by_alice.my_bets] == [bet_id]
+        assert [b.bet_id for b in seen_by_alice.my_bets] == [receipt.bet_id]  # stored per player (scoped_id)
         assert not [u for u in bob_watch.updates if kind(u) == "my_bet_placed"]
         # Nothing of alice's changed: her bet's hold is still there, her money, limits and exclusion as before.
         balance = await c.wallet.GetBalance(wallet_pb2.GetBalanceRequest(), metadata=alice.auth)
@@ -339,7 +339,8 @@ def listening_addresses(port: int) -> set[str]:
 
 
 async def test_services_listen_on_loopback_only(stack: Stack) -> None:
-    loopback = {"0100007F", "00000000000000000000000001000000"}  # 127.0.0.1, ::1
+    # 127.0.0.1, ::1, and 127.0.0.1 as an IPv4-mapped IPv6 address (::ffff:127.0.0.1)
+    loopback = {"0100007F", "00000000000000000000000001000000", "0000000000000000FFFF00000100007F"}
     for service in ("wallet", "table", "rng", "ledger"):
         for port in (stack.ports[service], stack.metrics_ports[service]):
             addresses = listening_addresses(port)

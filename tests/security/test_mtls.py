@@ -17,12 +17,13 @@ from psycopg import sql
 from stack import BIN, ROOT, free_port
 
 from backbone import keys, tls
-from backbone.auth import ENV_MODE, KEY_ENV_VARS, Tokens, bearer
+from backbone.auth import DEFAULT_TTL_S, ENV_MODE, KEY_ENV_VARS, Tokens, bearer
 from backbone.healthcheck import check
 
 pytestmark = pytest.mark.integration
 
-TABLE = bearer(Tokens.development().service_token("table"))
+# Minted at import, so it lives as long as a login: it must outlive a long suite.
+TABLE = bearer(Tokens.development().service_token("table", ttl_s=DEFAULT_TTL_S))
 
 
 def key_env(directory: Path) -> dict[str, str]:

@@ -21,7 +21,7 @@ from niuniu.wallet.v1 import wallet_pb2 as pb
 from niuniu.wallet.v1 import wallet_pb2_grpc
 from psycopg import sql
 
-from backbone.auth import Role, Tokens, bearer
+from backbone.auth import DEFAULT_TTL_S, Role, Tokens, bearer
 from backbone.config import Settings
 from backbone.errors import REASON_METADATA_KEY
 from backbone.grpcserver import RunningServer
@@ -44,8 +44,8 @@ FAST_HASHER = PasswordHasher(time_cost=1, memory_cost=8, parallelism=1)
 TEST_THROTTLE = ThrottlePolicy(address_failures=Limit(100_000, 60), address_attempts=Limit(100_000, 60))
 ADMIN = bearer(TOKENS.issue(str(uuid.uuid4()), Role.ADMIN))
 AUDITOR = bearer(TOKENS.issue(str(uuid.uuid4()), Role.AUDITOR))
-TABLE = bearer(TOKENS.service_token("table"))
-LEDGER = bearer(TOKENS.service_token("ledger"))
+TABLE = bearer(TOKENS.service_token("table", ttl_s=DEFAULT_TTL_S))  # minted at import: outlives a long suite
+LEDGER = bearer(TOKENS.service_token("ledger", ttl_s=DEFAULT_TTL_S))
 SYSTEM = ("house", "commission_revenue", "rebate_expense", "jackpot_pool", "fees")
 CASHIER = "external:cashier"
 
