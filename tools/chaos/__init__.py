@@ -1,0 +1,1 @@
+"""Fault injection: a TCP fault proxy and the niuniu-chaos command."""
