@@ -1,0 +1,351 @@
+"""The gateway's HTTP application: one handler that reads a gRPC-web or Connect request, forwards
+the message bytes to the table or wallet over gRPC, and writes the answer back in the caller's
+protocol.
+
+The gateway holds no state and no keys: the caller's ``authorization`` header goes through as
+gRPC metadata and the services decide, as for any gRPC client. Messages are parsed here only to
+refuse malformed ones with INVALID_ARGUMENT (a gRPC server would answer INTERNAL for bytes it
+cannot decode) and to translate Connect's JSON; the bytes forwarded are the caller's.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import contextlib
+import json
+import logging
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+
+import grpc
+from aiohttp import web
+from google.protobuf import json_format
+from google.protobuf.message import DecodeError, Message
+
+from services.gateway import protocol
+from services.gateway.methods import Method, exposed
+from services.gateway.protocol import ProtocolError, Status
+
+log = logging.getLogger(__name__)
+
+DEFAULT_MAX_BODY_BYTES = 64 * 1024
+DEFAULT_MAX_STREAMS = 1000
+DEFAULT_UNARY_TIMEOUT_S = 30.0
+MAX_TIMEOUT_S = 3600.0
+# What a browser may send (answered to a CORS preflight) and read (exposed) besides the simple headers.
+ALLOWED_REQUEST_HEADERS = (
+    "authorization",
+    "content-type",
+    "x-grpc-web",
+    "x-user-agent",
+    "grpc-timeout",
+    "connect-protocol-version",
+    "connect-timeout-ms",
+    "x-correlation-id",
+)
+EXPOSED_HEADERS = (
+    "grpc-status",
+    "grpc-message",
+    "niuniu-reason",
+    "niuniu-retry-after-s",
+    "trailer-niuniu-reason",
+    "trailer-niuniu-retry-after-s",
+)
+FORWARDED_METADATA = ("authorization", "x-correlation-id")
+PREFLIGHT_MAX_AGE_S = 7200
+
+GRPC_WEB_TYPES = {"application/grpc-web", "application/grpc-web+proto"}
+GRPC_WEB_TEXT_TYPES = {"application/grpc-web-text", "application/grpc-web-text+proto"}
+CONNECT_UNARY_TYPES = {"application/proto", "application/json"}
+CONNECT_STREAM_TYPES = {"application/connect+proto", "application/connect+json"}
+
+
+@dataclass(frozen=True, slots=True)
+class GatewayConfig:
+    # Exact origins ("https://play.example.com"), an origin with any port ("http://127.0.0.1:*"), or "*".
+    allowed_origins: Sequence[str] = ()
+    max_body_bytes: int = DEFAULT_MAX_BODY_BYTES
+    max_streams: int = DEFAULT_MAX_STREAMS
+    unary_timeout_s: float = DEFAULT_UNARY_TIMEOUT_S
+
+    def origin_allowed(self, origin: str) -> bool:
+        for allowed in self.allowed_origins:
+            if allowed == "*" or allowed == origin:
+                return True
+            if allowed.endswith(":*"):
+                base, _, port = origin.rpartition(":")
+                if base == allowed[:-2] and port.isdigit():
+                    return True
+        return False
+
+
+@dataclass(frozen=True, slots=True)
+class Wire:
+    """The caller's protocol, read from its Content-Type (and Accept, for grpc-web-text)."""
+
+    kind: str  # "grpc-web", "connect-unary", "connect-stream"
+    content_type: str
+    text: bool = False
+    json: bool = False
+
+    @classmethod
+    def of(cls, request: web.Request) -> Wire | None:
+        ct = request.content_type.lower()
+        accept = request.headers.get("Accept", "")
+        if ct in GRPC_WEB_TYPES or ct in GRPC_WEB_TEXT_TYPES:
+            text = ct in GRPC_WEB_TEXT_TYPES or "application/grpc-web-text" in accept
+            return cls("grpc-web", "application/grpc-web-text+proto" if text else "application/grpc-web+proto", text)
+        if ct in CONNECT_UNARY_TYPES:
+            return cls("connect-unary", ct, json=ct.endswith("json"))
+        if ct in CONNECT_STREAM_TYPES:
+            return cls("connect-stream", ct, json=ct.endswith("json"))
+        return None
+
+    @property
+    def streaming_envelopes(self) -> bool:
+        return self.kind != "connect-unary"
+
+
+@dataclass
+class Gateway:
+    channels: Mapping[str, grpc.aio.Channel]
+    config: GatewayConfig = field(default_factory=GatewayConfig)
+    methods: dict[str, Method] = field(default_factory=exposed)
+    streams: int = 0
+
+    def application(self) -> web.Application:
+        app = web.Application(client_max_size=self.config.max_body_bytes)
+        app.router.add_get("/healthz", self.health)
+        app.router.add_route("*", "/{service}/{method}", self.handle)
+        return app
+
+    async def health(self, request: web.Request) -> web.Response:
+        return web.Response(text="ok\n")
+
+    # -- the one RPC handler --------------------------------------------------------------------
+
+    async def handle(self, request: web.Request) -> web.StreamResponse:
+        origin = request.headers.get("Origin")
+        if origin is not None and not self.config.origin_allowed(origin):
+            return web.Response(status=403, text="origin not allowed\n")
+        cors = self._cors_headers(origin)
+        if request.method == "OPTIONS":
+            return self._preflight(request, cors)
+        wire = Wire.of(request)
+        if wire is None:
+            return web.Response(
+                status=415,
+                headers=cors,
+                text="send application/grpc-web(+proto), application/grpc-web-text, application/proto, "
+                "application/json or application/connect+proto|json\n",
+            )
+        if request.method != "POST":
+            return web.Response(status=405, headers={**cors, "Allow": "POST, OPTIONS"}, text="POST only\n")
+        method = self.methods.get(request.path)
+        try:
+            if method is None:
+                raise ProtocolError(grpc.StatusCode.UNIMPLEMENTED, f"METHOD_NOT_EXPOSED: {request.path[:120]}")
+            if method.server_streaming != wire.streaming_envelopes and wire.kind != "grpc-web":
+                kind = "a server-streaming" if method.server_streaming else "a unary"
+                raise ProtocolError(
+                    grpc.StatusCode.INVALID_ARGUMENT, f"WRONG_CONTENT_TYPE: {request.content_type} for {kind} call"
+                )
+            payload = await self._request_message(request, wire, method)
+            metadata, timeout_s = self._call_options(request, method)
+        except ProtocolError as error:
+            return await self._refuse(request, wire, cors, Status(error.code, error.reason))
+        if method.server_streaming:
+            return await self._stream(request, wire, cors, method, payload, metadata, timeout_s)
+        return await self._unary(request, wire, cors, method, payload, metadata, timeout_s)
+
+    # -- reading the request --------------------------------------------------------------------
+
+    async def _request_message(self, request: web.Request, wire: Wire, method: Method) -> bytes:
+        version = request.headers.get("Connect-Protocol-Version")
+        if wire.kind != "grpc-web" and version not in (None, "1"):
+            raise ProtocolError(grpc.StatusCode.INVALID_ARGUMENT, "UNSUPPORTED_PROTOCOL_VERSION: send 1")
+        if request.content_length is not None and request.content_length > self.config.max_body_bytes:
+            raise ProtocolError(grpc.StatusCode.RESOURCE_EXHAUSTED, self._too_large())
+        try:
+            body = await request.read()
+        except web.HTTPRequestEntityTooLarge:
+            raise ProtocolError(grpc.StatusCode.RESOURCE_EXHAUSTED, self._too_large()) from None
+        if wire.text:
+            body = protocol.decode_text(body)
+        raw = body if wire.kind == "connect-unary" else protocol.single_message(body)
+        return self._checked(raw, wire, method)
+
+    def _too_large(self) -> str:
+        return f"REQUEST_TOO_LARGE: at most {self.config.max_body_bytes} bytes"
+
+    @staticmethod
+    def _checked(raw: bytes, wire: Wire, method: Method) -> bytes:
+        message = method.request()
+        try:
+            if wire.json:
+                json_format.Parse(raw.decode("utf-8") or "{}", message, ignore_unknown_fields=True)
+                return message.SerializeToString()
+            message.ParseFromString(raw)
+        except (json_format.ParseError, UnicodeDecodeError, DecodeError, RecursionError) as error:
+            reason = str(error).splitlines()[0][:120] if str(error) else type(error).__name__
+            raise ProtocolError(grpc.StatusCode.INVALID_ARGUMENT, f"MALFORMED_MESSAGE: {reason}") from None
+        return raw
+
+    def _call_options(self, request: web.Request, method: Method) -> tuple[list[tuple[str, str]], float | None]:
+        metadata = [(key, request.headers[key]) for key in FORWARDED_METADATA if key in request.headers]
+        if any("\r" in value or "\n" in value for _, value in metadata):
+            raise ProtocolError(grpc.StatusCode.INVALID_ARGUMENT, "MALFORMED_HEADER: line break in a header")
+        timeout_s: float | None = None if method.server_streaming else self.config.unary_timeout_s
+        if "grpc-timeout" in request.headers:
+            timeout_s = protocol.parse_grpc_timeout(request.headers["grpc-timeout"])
+        elif "connect-timeout-ms" in request.headers:
+            timeout_s = protocol.parse_connect_timeout(request.headers["connect-timeout-ms"])
+        if timeout_s is not None:
+            timeout_s = min(timeout_s, MAX_TIMEOUT_S if method.server_streaming else self.config.unary_timeout_s)
+        return metadata, timeout_s
+
+    # -- answering ------------------------------------------------------------------------------
+
+    async def _unary(
+        self,
+        request: web.Request,
+        wire: Wire,
+        cors: dict[str, str],
+        method: Method,
+        payload: bytes,
+        metadata: list[tuple[str, str]],
+        timeout_s: float | None,
+    ) -> web.StreamResponse:
+        unary: grpc.aio.UnaryUnaryMultiCallable[bytes, bytes] = self.channels[method.upstream].unary_unary(method.path)
+        call = unary(payload, metadata=metadata, timeout=timeout_s)
+        try:
+            reply: bytes = await call
+            initial = list(await call.initial_metadata() or ())
+            status = Status(grpc.StatusCode.OK, "", list(await call.trailing_metadata() or ()))
+        except grpc.aio.AioRpcError as error:
+            initial = list(error.initial_metadata() or ())
+            status = Status(error.code(), error.details() or "", list(error.trailing_metadata() or ()))
+            reply = b""
+        headers = {**cors, **dict(protocol.response_headers(initial))}
+        if wire.kind == "connect-unary":
+            if not status.ok:
+                return self._connect_error(headers, status)
+            body = self._render(reply, wire, method) if wire.json else reply
+            headers.update(protocol.response_headers(status.trailers, prefix="trailer-"))
+            return web.Response(body=body, headers=headers, content_type=wire.content_type)
+        response = self._open(wire, headers)
+        await response.prepare(request)
+        if status.ok:
+            await response.write(self._encode(protocol.frame(reply), wire))
+        await response.write(self._encode(protocol.grpc_web_trailers(status), wire))
+        await response.write_eof()
+        return response
+
+    async def _stream(
+        self,
+        request: web.Request,
+        wire: Wire,
+        cors: dict[str, str],
+        method: Method,
+        payload: bytes,
+        metadata: list[tuple[str, str]],
+        timeout_s: float | None,
+    ) -> web.StreamResponse:
+        if self.streams >= self.config.max_streams:
+            limit = f"TOO_MANY_STREAMS: the gateway serves at most {self.config.max_streams} streams"
+            return await self._refuse(request, wire, cors, Status(grpc.StatusCode.RESOURCE_EXHAUSTED, limit))
+        self.streams += 1
+        streaming: grpc.aio.UnaryStreamMultiCallable[bytes, bytes] = self.channels[method.upstream].unary_stream(
+            method.path
+        )
+        call = streaming(payload, metadata=metadata, timeout=timeout_s)
+        response = self._open(wire, cors)
+        try:
+            await response.prepare(request)
+            try:
+                async for reply in call:
+                    body = self._render(reply, wire, method) if wire.json else reply
+                    await response.write(self._encode(protocol.frame(body), wire))
+                status = Status(grpc.StatusCode.OK, "", list(await call.trailing_metadata() or ()))
+            except grpc.aio.AioRpcError as error:
+                status = Status(error.code(), error.details() or "", list(error.trailing_metadata() or ()))
+            await response.write(self._end(status, wire))
+            await response.write_eof()
+        except (ConnectionError, asyncio.CancelledError):
+            log.debug("gateway: %s caller went away", method.path)
+            raise
+        finally:
+            self.streams -= 1
+            call.cancel()
+        return response
+
+    async def _refuse(
+        self, request: web.Request, wire: Wire, cors: dict[str, str], status: Status
+    ) -> web.StreamResponse:
+        if wire.kind == "connect-unary":
+            return self._connect_error(cors, status)
+        response = self._open(wire, cors)
+        await response.prepare(request)
+        await response.write(self._end(status, wire))
+        await response.write_eof()
+        return response
+
+    def _end(self, status: Status, wire: Wire) -> bytes:
+        if wire.kind == "connect-stream":
+            return protocol.connect_end_stream(status)
+        return self._encode(protocol.grpc_web_trailers(status), wire)
+
+    @staticmethod
+    def _connect_error(headers: Mapping[str, str], status: Status) -> web.Response:
+        http_status, error = protocol.connect_error(status)
+        merged = {**headers, **dict(protocol.response_headers(status.trailers))}
+        return web.Response(status=http_status, headers=merged, text=json.dumps(error), content_type="application/json")
+
+    @staticmethod
+    def _open(wire: Wire, headers: Mapping[str, str]) -> web.StreamResponse:
+        response = web.StreamResponse(status=200, headers={**headers, "Cache-Control": "no-store"})
+        response.content_type = wire.content_type
+        return response
+
+    @staticmethod
+    def _encode(data: bytes, wire: Wire) -> bytes:
+        return base64.b64encode(data) if wire.text else data
+
+    @staticmethod
+    def _render(reply: bytes, wire: Wire, method: Method) -> bytes:
+        message: Message = method.response.FromString(reply)
+        return json_format.MessageToJson(message, indent=None).encode()
+
+    # -- CORS -----------------------------------------------------------------------------------
+
+    def _cors_headers(self, origin: str | None) -> dict[str, str]:
+        if origin is None:
+            return {}
+        return {
+            "Access-Control-Allow-Origin": origin,
+            "Access-Control-Expose-Headers": ", ".join(EXPOSED_HEADERS),
+            "Vary": "Origin",
+        }
+
+    def _preflight(self, request: web.Request, cors: dict[str, str]) -> web.Response:
+        wanted = request.headers.get("Access-Control-Request-Method")
+        if not cors or wanted is None:
+            return web.Response(status=400, text="a preflight names its Origin and Access-Control-Request-Method\n")
+        if wanted != "POST":
+            return web.Response(status=405, headers={"Allow": "POST, OPTIONS"}, text="POST only\n")
+        return web.Response(
+            status=204,
+            headers={
+                **cors,
+                "Access-Control-Allow-Methods": "POST, OPTIONS",
+                "Access-Control-Allow-Headers": ", ".join(ALLOWED_REQUEST_HEADERS),
+                "Access-Control-Max-Age": str(PREFLIGHT_MAX_AGE_S),
+            },
+        )
+
+
+async def close_quietly(channels: Mapping[str, grpc.aio.Channel]) -> None:
+    for channel in channels.values():
+        with contextlib.suppress(Exception):
+            await channel.close()

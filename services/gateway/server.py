@@ -1,0 +1,141 @@
+"""The gateway process: `niuniu-gateway` serves gRPC-web and Connect on HTTP/1.1 for browsers.
+
+Settings (environment):
+- NIUNIU_GATEWAY_HOST (default loopback; NIUNIU_BIND_HOST also applies) and NIUNIU_GATEWAY_PORT (8080);
+- NIUNIU_TABLE_ADDR, NIUNIU_WALLET_ADDR: the services (127.0.0.1:50052, 127.0.0.1:50053), reached
+  with mutual TLS when configured (backbone/tls.py, the tool's client certificate);
+- NIUNIU_GATEWAY_CORS_ORIGINS: comma-separated origins a browser page may call from (exact
+  "https://play.example.com", any port "http://127.0.0.1:*", or "*"). Unset: none, except
+  with NIUNIU_ENV=development, where pages on http://127.0.0.1:* and http://localhost:* may;
+- NIUNIU_GATEWAY_MAX_BODY_BYTES (65536), NIUNIU_GATEWAY_MAX_STREAMS (1000),
+  NIUNIU_GATEWAY_UNARY_TIMEOUT_S (30).
+
+`niuniu-gateway check [URL]` waits until a gateway answers /healthz (for scripts).
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import logging
+import os
+import signal
+import sys
+import time
+import urllib.error
+import urllib.request
+from collections.abc import Mapping
+
+from aiohttp import web
+
+from backbone import logs, tls
+from backbone.auth import DEVELOPMENT, ENV_MODE
+from backbone.config import DEFAULT_BIND_HOST, ConfigError
+from services.gateway.app import (
+    DEFAULT_MAX_BODY_BYTES,
+    DEFAULT_MAX_STREAMS,
+    DEFAULT_UNARY_TIMEOUT_S,
+    Gateway,
+    GatewayConfig,
+    close_quietly,
+)
+from services.gateway.methods import TABLE, WALLET
+
+log = logging.getLogger(__name__)
+
+DEFAULT_PORT = 8080
+DEFAULT_TABLE_ADDR = "127.0.0.1:50052"
+DEFAULT_WALLET_ADDR = "127.0.0.1:50053"
+DEVELOPMENT_ORIGINS = ("http://127.0.0.1:*", "http://localhost:*")
+SHUTDOWN_GRACE_S = 5.0
+
+
+def _int(env: Mapping[str, str], name: str, default: int) -> int:
+    raw = env.get(name, "")
+    if not raw:
+        return default
+    if not raw.isdigit() or int(raw) <= 0:
+        raise ConfigError(f"{name} must be a positive integer, not {raw[:40]!r}")
+    return int(raw)
+
+
+def config_from_env(env: Mapping[str, str]) -> GatewayConfig:
+    raw = env.get("NIUNIU_GATEWAY_CORS_ORIGINS")
+    if raw is None:
+        origins: tuple[str, ...] = DEVELOPMENT_ORIGINS if env.get(ENV_MODE) == DEVELOPMENT else ()
+    else:
+        origins = tuple(o.strip().rstrip("/") for o in raw.split(",") if o.strip())
+    return GatewayConfig(
+        allowed_origins=origins,
+        max_body_bytes=_int(env, "NIUNIU_GATEWAY_MAX_BODY_BYTES", DEFAULT_MAX_BODY_BYTES),
+        max_streams=_int(env, "NIUNIU_GATEWAY_MAX_STREAMS", DEFAULT_MAX_STREAMS),
+        unary_timeout_s=float(_int(env, "NIUNIU_GATEWAY_UNARY_TIMEOUT_S", int(DEFAULT_UNARY_TIMEOUT_S))),
+    )
+
+
+def listen_address(env: Mapping[str, str]) -> tuple[str, int]:
+    host = env.get("NIUNIU_GATEWAY_HOST") or env.get("NIUNIU_BIND_HOST") or DEFAULT_BIND_HOST
+    return host, _int(env, "NIUNIU_GATEWAY_PORT", DEFAULT_PORT)
+
+
+async def serve(env: Mapping[str, str]) -> None:
+    config = config_from_env(env)
+    host, port = listen_address(env)
+    channels = {
+        TABLE: tls.aio_channel(env.get("NIUNIU_TABLE_ADDR", DEFAULT_TABLE_ADDR), None, env),
+        WALLET: tls.aio_channel(env.get("NIUNIU_WALLET_ADDR", DEFAULT_WALLET_ADDR), None, env),
+    }
+    gateway = Gateway(channels, config)
+    # handler_cancellation: a browser that goes away ends its upstream WatchTable at once.
+    runner = web.AppRunner(gateway.application(), handler_cancellation=True, access_log=None)
+    await runner.setup()
+    site = web.TCPSite(runner, host, port, shutdown_timeout=SHUTDOWN_GRACE_S)
+    await site.start()
+    log.info(
+        "gateway listening",
+        extra={"address": f"{host}:{port}", "origins": list(config.allowed_origins), "methods": len(gateway.methods)},
+    )
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(sig, stop.set)
+    try:
+        await stop.wait()
+    finally:
+        await runner.cleanup()
+        await close_quietly(channels)
+
+
+def check(url: str, timeout_s: float) -> bool:
+    deadline = time.monotonic() + timeout_s
+    while True:
+        with contextlib.suppress(OSError, urllib.error.URLError), urllib.request.urlopen(url, timeout=2) as answer:
+            if answer.status == 200:
+                return True
+        if time.monotonic() >= deadline:
+            return False
+        time.sleep(0.2)
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(prog="niuniu-gateway", description=__doc__.splitlines()[0])
+    sub = parser.add_subparsers(dest="command")
+    probe = sub.add_parser("check", help="wait until a gateway answers /healthz")
+    probe.add_argument("url", nargs="?", default="")
+    probe.add_argument("--timeout", type=float, default=30.0)
+    args = parser.parse_args(argv)
+    if args.command == "check":
+        host, port = listen_address(os.environ)
+        url = args.url or f"http://{'127.0.0.1' if host in ('0.0.0.0', '::') else host}:{port}/healthz"
+        sys.exit(0 if check(url, args.timeout) else 1)
+    logs.configure("gateway")
+    try:
+        asyncio.run(serve(dict(os.environ)))
+    except ConfigError as error:
+        log.error("gateway: %s", error)
+        sys.exit(2)
+
+
+if __name__ == "__main__":
+    main()
