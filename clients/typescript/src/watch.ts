@@ -1,0 +1,190 @@
+/**
+ * WatchTable with automatic resume and a keepalive.
+ *
+ * The stream contract (README, "For frontend teams"): every update has its own strictly
+ * increasing `position`; a resume with `after_position = p` delivers everything after p, or
+ * fails at once with OUT_OF_RANGE when p is unknown; every update carries the server time
+ * and the server sends a keepalive when nothing else happens. This module:
+ *
+ * - remembers the last position delivered and, when the link drops (an error, the server
+ *   closing, or silence longer than `keepaliveTimeoutMs`), reconnects with that position,
+ *   backing off 0.2 s .. 3 s;
+ * - never delivers a position twice or out of order (an update at or below the last one is
+ *   dropped), so a consumer sees each update exactly once across reconnects;
+ * - feeds every update's server time to the client's clock (countdowns);
+ * - surfaces OUT_OF_RANGE as a `ResumeGapError` (reload the table with GetTable/GetRound
+ *   and watch again from 0), and other refusals (NOT_FOUND, PERMISSION_DENIED...) as is.
+ */
+import { Code, ConnectError } from "@connectrpc/connect";
+
+import type { NiuniuClient } from "./client.js";
+import type { TableUpdate } from "./gen/niuniu/table/v1/table_pb.js";
+
+export interface WatchOptions {
+  /** Resume after this position (0n: from the current round's opening). */
+  afterPosition?: bigint;
+  /** Silence (no update, no keepalive) after which the link is declared dead. Default 8000 ms. */
+  keepaliveTimeoutMs?: number;
+  /** Stop watching. */
+  signal?: AbortSignal;
+  /** Called before each reconnect with the position it resumes after and why. */
+  onReconnect?: (info: ReconnectInfo) => void;
+  /** Called for every keepalive (updates that carry no game event). */
+  onKeepalive?: (update: TableUpdate) => void;
+  /** Deliver keepalives to the iterator too (default false). */
+  yieldKeepalives?: boolean;
+  backoffInitialMs?: number;
+  backoffMaxMs?: number;
+}
+
+export interface ReconnectInfo {
+  afterPosition: bigint;
+  attempt: number;
+  reason: "dead_link" | "error" | "ended";
+  error?: ConnectError;
+}
+
+/** The stream's silence exceeded the keepalive timeout: the link is treated as dead. */
+export class DeadLinkError extends Error {
+  override name = "DeadLinkError";
+}
+
+/** The server no longer has the position we resume after (OUT_OF_RANGE): reload and watch again from 0. */
+export class ResumeGapError extends Error {
+  override name = "ResumeGapError";
+  constructor(
+    readonly afterPosition: bigint,
+    readonly cause: ConnectError,
+  ) {
+    super(`cannot resume after position ${afterPosition}: ${cause.rawMessage}`);
+  }
+}
+
+/** Codes that a reconnect cannot fix. */
+const PERMANENT = new Set<Code>([
+  Code.InvalidArgument,
+  Code.NotFound,
+  Code.PermissionDenied,
+  Code.Unimplemented,
+  Code.FailedPrecondition,
+  Code.OutOfRange,
+]);
+
+/** A keepalive: an update without a game event (no member of the `update` oneof, or `heartbeat`). */
+export function isKeepalive(update: TableUpdate): boolean {
+  const kind = update.update.case as string | undefined;
+  return kind === undefined || kind === "heartbeat" || kind === "keepalive";
+}
+
+/** The server time an update carries, when the server sends one. */
+export function serverTimeOf(update: TableUpdate): bigint | undefined {
+  const t = (update as { serverTimeUnixMs?: bigint }).serverTimeUnixMs;
+  return t !== undefined && t > 0n ? t : undefined;
+}
+
+/**
+ * Next update to deliver given the last position delivered: pure, so unit-testable.
+ * Returns false for a duplicate or stale update (at or below `last`).
+ */
+export function isNew(update: TableUpdate, last: bigint): boolean {
+  return update.position > last;
+}
+
+export interface WatchState {
+  /** The last position delivered: where the next reconnect resumes. */
+  lastPosition: bigint;
+  reconnects: number;
+  deadLinks: number;
+  duplicatesDropped: number;
+}
+
+/**
+ * Watch a table: an async iterator of its updates that survives dropped links. Break out
+ * of the loop (or abort `signal`) to stop; the current call is cancelled.
+ */
+export function watchTable(client: NiuniuClient, tableId: string, options: WatchOptions = {}): AsyncGenerator<TableUpdate> & { state: WatchState } {
+  const state: WatchState = { lastPosition: options.afterPosition ?? 0n, reconnects: 0, deadLinks: 0, duplicatesDropped: 0 };
+  const generator = run(client, tableId, options, state) as AsyncGenerator<TableUpdate> & { state: WatchState };
+  generator.state = state;
+  return generator;
+}
+
+async function* run(client: NiuniuClient, tableId: string, options: WatchOptions, state: WatchState): AsyncGenerator<TableUpdate> {
+  const timeoutMs = options.keepaliveTimeoutMs ?? 8000;
+  const initialBackoff = options.backoffInitialMs ?? 200;
+  const maxBackoff = options.backoffMaxMs ?? 3000;
+  let failures = 0;
+  while (!options.signal?.aborted) {
+    const attempt = new AbortController();
+    const stop = (): void => attempt.abort(options.signal?.reason);
+    options.signal?.addEventListener("abort", stop, { once: true });
+    let timer: ReturnType<typeof setTimeout> | undefined;
+    let dead = false;
+    const arm = (): void => {
+      clearTimeout(timer);
+      timer = setTimeout(() => {
+        dead = true;
+        attempt.abort(new DeadLinkError(`no update or keepalive for ${timeoutMs} ms`));
+      }, timeoutMs);
+    };
+    let reason: ReconnectInfo["reason"] = "ended";
+    let failure: ConnectError | undefined;
+    try {
+      arm();
+      const stream = client.table.watchTable({ tableId, afterPosition: state.lastPosition }, { signal: attempt.signal });
+      for await (const update of stream) {
+        arm();
+        failures = 0;
+        const serverTime = serverTimeOf(update);
+        if (serverTime !== undefined) client.clock.observe(serverTime);
+        if (isKeepalive(update)) {
+          options.onKeepalive?.(update);
+          if (options.yieldKeepalives) yield update;
+          continue;
+        }
+        if (!isNew(update, state.lastPosition)) {
+          state.duplicatesDropped++;
+          continue;
+        }
+        state.lastPosition = update.position;
+        yield update;
+      }
+    } catch (error) {
+      if (options.signal?.aborted) return;
+      const e = ConnectError.from(error);
+      if (dead) {
+        reason = "dead_link";
+        state.deadLinks++;
+      } else {
+        reason = "error";
+        failure = e;
+        if (e.code === Code.OutOfRange) throw new ResumeGapError(state.lastPosition, e);
+        if (PERMANENT.has(e.code)) throw e;
+        if (e.code === Code.Unauthenticated) await client.refresh();
+      }
+    } finally {
+      clearTimeout(timer);
+      options.signal?.removeEventListener("abort", stop);
+      attempt.abort();
+    }
+    if (options.signal?.aborted) return;
+    failures++;
+    state.reconnects++;
+    options.onReconnect?.({ afterPosition: state.lastPosition, attempt: failures, reason, error: failure });
+    const backoff = reason === "dead_link" && failures === 1 ? 0 : Math.min(maxBackoff, initialBackoff * 2 ** (failures - 1));
+    await sleep(backoff, options.signal);
+  }
+}
+
+function sleep(ms: number, signal?: AbortSignal): Promise<void> {
+  return new Promise((resolve) => {
+    if (ms <= 0 || signal?.aborted) return resolve();
+    const t = setTimeout(done, ms);
+    function done(): void {
+      clearTimeout(t);
+      signal?.removeEventListener("abort", done);
+      resolve();
+    }
+    signal?.addEventListener("abort", done, { once: true });
+  });
+}
