@@ -1,0 +1,499 @@
+"""A whole system of its own for fault injection: infrastructure and services that may be broken.
+
+``ChaosInfra`` starts a Kafka, a PostgreSQL and a Redis of their own with ``scripts/infra``
+(``NIUNIU_RUN_DIR`` and free ports), so they can be killed and restarted without touching
+anybody else's. Kafka is moved behind a ``FaultProxy``: the broker listens on a hidden port
+and advertises the proxy's, so every client (bootstrap and every later connection) goes
+through the proxy and a cut of that link is a real cut.
+
+``ServiceSet`` runs the four services as processes (as ``tests/e2e/stack.py`` does) under
+libfaketime (their clock can be moved forward), each reaching PostgreSQL, Redis and the other
+services through a ``FaultProxy`` of its own, so one service's link can be slowed or cut.
+The table can run several replicas; everybody reaches the table through one front proxy
+that follows the replica the chaos run designates.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import re
+import signal
+import socket
+import subprocess
+import sys
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from urllib.parse import urlsplit, urlunsplit
+
+from backbone.auth import development_env
+from backbone.healthcheck import check
+from backbone.kafka import TopicSpec, ensure_topics, make_admin
+from backbone.topics import Topics
+from tools.chaos.proxy import FaultProxy
+
+ROOT = Path(__file__).resolve().parents[2]
+BIN = Path(sys.executable).parent
+SERVICES = ("rng", "wallet", "ledger", "table")
+HEALTH_TIMEOUT_S = 90.0
+INFRA_TIMEOUT_S = 600.0
+KAFKA_TIMEOUT_S = 120.0
+LIBFAKETIME = next(iter(sorted(Path("/usr/lib").glob("*/faketime/libfaketime.so.1"))), Path("/nonexistent"))
+# Which other services each service calls (its NIUNIU_<S>_ADDR goes through a proxy of its own).
+CALLS = {"table": ("rng", "wallet"), "ledger": ("table", "wallet"), "wallet": (), "rng": ()}
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def read_env_file(path: Path) -> dict[str, str]:
+    """The ``export K=V`` lines of ``scripts/infra``'s env file."""
+    env: dict[str, str] = {}
+    for line in path.read_text().splitlines():
+        m = re.match(r"^export ([A-Z_][A-Z0-9_]*)=(.*)$", line.strip())
+        if m:
+            env[m.group(1)] = m.group(2)
+    return env
+
+
+def with_port(url: str, port: int) -> str:
+    """``url`` with its port replaced (host stays 127.0.0.1)."""
+    parts = urlsplit(url)
+    netloc = parts.netloc.rsplit("@", 1)
+    hostport = f"127.0.0.1:{port}"
+    return urlunsplit(parts._replace(netloc=f"{netloc[0]}@{hostport}" if len(netloc) == 2 else hostport))
+
+
+def url_port(url: str) -> int:
+    port = urlsplit(url).port
+    if port is None:
+        raise ValueError(f"no port in {url.split('@')[-1]}")
+    return port
+
+
+def _wait_gone(pid: int, timeout_s: float) -> bool:
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        try:
+            os.kill(pid, 0)
+        except ProcessLookupError:
+            return True
+        with contextlib.suppress(ChildProcessError):
+            os.waitpid(pid, os.WNOHANG)  # reap it if it is our child
+        time.sleep(0.1)
+    return False
+
+
+def _proc_cmdline(pid: int) -> list[str]:
+    return [a.decode() for a in Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0") if a]
+
+
+def _proc_environ(pid: int) -> dict[str, str]:
+    env: dict[str, str] = {}
+    for item in Path(f"/proc/{pid}/environ").read_bytes().split(b"\0"):
+        if b"=" in item:
+            k, v = item.decode(errors="replace").split("=", 1)
+            env[k] = v
+    return env
+
+
+class ChaosInfra:
+    """Kafka, PostgreSQL and Redis of this run only (``scripts/infra`` in ``run_dir``, free ports)."""
+
+    def __init__(self, run_dir: Path) -> None:
+        self.run_dir = run_dir.resolve()
+        self.kafka_port = free_port()
+        self.kafka_hidden_port = free_port()
+        self.controller_port = free_port()
+        self.pg_port = free_port()
+        self.redis_port = free_port()
+        self.env: dict[str, str] = {}
+        self.kafka_proxy: FaultProxy | None = None
+        self._kafka_cmd: list[str] = []
+        self._kafka_env: dict[str, str] = {}
+        self._kafka_proc: subprocess.Popen[bytes] | None = None
+        self._redis_cmd: list[str] = []
+
+    # -- scripts/infra ----------------------------------------------------------------------------
+
+    def script_env(self) -> dict[str, str]:
+        env = {k: v for k, v in os.environ.items() if not k.startswith("NIUNIU_") and not k.startswith("KAFKA_")}
+        env.update(
+            {
+                "NIUNIU_RUN_DIR": str(self.run_dir),
+                "NIUNIU_KAFKA_PORT": str(self.kafka_port),
+                "NIUNIU_KAFKA_CONTROLLER_PORT": str(self.controller_port),
+                "NIUNIU_PG_PORT": str(self.pg_port),
+                "NIUNIU_REDIS_PORT": str(self.redis_port),
+                "NIUNIU_INFRA_LOCK": str(self.run_dir / "infra.lock"),  # ports of our own: no machine-wide lock
+                "NIUNIU_KAFKA_HEAP": os.environ.get("NIUNIU_CHAOS_KAFKA_HEAP", "512m"),
+            }
+        )
+        return env
+
+    def _infra(self, *args: str) -> None:
+        # Only ever with our own run dir: never the shared infrastructure of the checkout.
+        env = self.script_env()
+        assert env["NIUNIU_RUN_DIR"] == str(self.run_dir) and self.run_dir != (ROOT / ".run").resolve()
+        log = (self.run_dir / "infra.log").open("ab")
+        subprocess.run([str(ROOT / "scripts" / "infra"), *args], env=env, stdout=log, stderr=subprocess.STDOUT,
+                       check=True, timeout=INFRA_TIMEOUT_S, cwd=ROOT)
+
+    def up(self) -> dict[str, str]:
+        self.run_dir.mkdir(parents=True, exist_ok=True)
+        os.chmod(self.run_dir, 0o755)  # the postgres OS user must reach its cluster here
+        self._infra("up")
+        self.env = read_env_file(self.run_dir / "env")
+        self._kafka_behind_proxy()
+        self._redis_cmd = _proc_cmdline(self._redis_pid())
+        return self.env
+
+    def down(self) -> None:
+        if self.kafka_proxy is not None:
+            self.kafka_proxy.close()
+        if self._kafka_proc is not None and self._kafka_proc.poll() is None:
+            self._kafka_proc.terminate()
+            try:
+                self._kafka_proc.wait(timeout=45)
+            except subprocess.TimeoutExpired:
+                self._kafka_proc.kill()
+                self._kafka_proc.wait(timeout=10)
+        with contextlib.suppress(subprocess.SubprocessError, AssertionError):
+            self._infra("down", "--purge")
+
+    # -- Kafka behind a proxy ------------------------------------------------------------------------
+
+    @property
+    def kdir(self) -> Path:
+        return self.run_dir / "kafka"
+
+    def _kafka_pid(self) -> int:
+        return int((self.kdir / "kafka.pid").read_text().strip())
+
+    def _kafka_behind_proxy(self) -> None:
+        pid = self._kafka_pid()
+        self._kafka_cmd = _proc_cmdline(pid)
+        self._kafka_env = _proc_environ(pid)
+        os.kill(pid, signal.SIGTERM)
+        if not _wait_gone(pid, 60):
+            os.kill(pid, signal.SIGKILL)
+            _wait_gone(pid, 10)
+        conf = self.kdir / "server.properties"
+        text = conf.read_text()
+        listeners = f"listeners=CLIENT://127.0.0.1:{self.kafka_port},"
+        assert listeners in text, f"unexpected Kafka listeners in {conf}"
+        conf.write_text(text.replace(listeners, f"listeners=CLIENT://127.0.0.1:{self.kafka_hidden_port},"))
+        self.kafka_proxy = FaultProxy("127.0.0.1", self.kafka_hidden_port, listen_port=self.kafka_port)
+        self.kafka_proxy.start()
+        self.start_kafka()
+
+    def start_kafka(self) -> None:
+        log = (self.run_dir / "logs" / "kafka.log").open("ab")
+        self._kafka_proc = subprocess.Popen(
+            self._kafka_cmd, cwd=self.kdir, env=self._kafka_env, stdout=log, stderr=subprocess.STDOUT,
+            stdin=subprocess.DEVNULL, start_new_session=True,
+        )
+        (self.kdir / "kafka.pid").write_text(f"{self._kafka_proc.pid}\n")  # so `scripts/infra down` finds it
+        self.wait_kafka()
+
+    def stop_kafka(self, *, kill: bool = False) -> None:
+        proc = self._kafka_proc
+        if proc is None or proc.poll() is not None:
+            return
+        proc.send_signal(signal.SIGKILL if kill else signal.SIGTERM)
+        try:
+            proc.wait(timeout=45)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait(timeout=10)
+
+    def wait_kafka(self) -> None:
+        deadline = time.monotonic() + KAFKA_TIMEOUT_S
+        last: Exception | None = None
+        while time.monotonic() < deadline:
+            if self._kafka_proc is not None and self._kafka_proc.poll() is not None:
+                code = self._kafka_proc.returncode
+                raise RuntimeError(f"Kafka exited with {code}; see {self.run_dir}/logs/kafka.log")
+            try:
+                admin = make_admin(self.bootstrap, "chaos-health", request_timeout_ms=5_000)
+                try:
+                    admin.list_topics()
+                    return
+                finally:
+                    admin.close()
+            except Exception as error:  # kafka-python raises many kinds while the broker starts
+                last = error
+                time.sleep(1.0)
+        raise RuntimeError(f"Kafka not healthy after {KAFKA_TIMEOUT_S:.0f}s: {last}")
+
+    @property
+    def bootstrap(self) -> str:
+        return f"127.0.0.1:{self.kafka_port}"
+
+    def create_topics(self, prefix: str) -> None:
+        """The run's topics, stamped with the broker's append time: the services' clocks move ahead."""
+        specs = [
+            TopicSpec(spec.name, spec.partitions, {**spec.config, "message.timestamp.type": "LogAppendTime"})
+            for spec in Topics(prefix).specs()
+        ]
+        ensure_topics(self.bootstrap, specs)
+
+    # -- PostgreSQL -------------------------------------------------------------------------------
+
+    def _pg(self) -> tuple[list[str], Path, Path]:
+        """(run-as prefix, pg_ctl, data dir)."""
+        home = Path((self.run_dir / "pg.home").read_text().strip())
+        data = home / "data"
+        pid = int((data / "postmaster.pid").read_text().splitlines()[0]) if (data / "postmaster.pid").exists() else 0
+        if pid:
+            bindir = Path(os.readlink(f"/proc/{pid}/exe")).parent
+            (self.run_dir / "pg.bindir").write_text(str(bindir))
+        else:
+            bindir = Path((self.run_dir / "pg.bindir").read_text())
+        prefix = ["runuser", "-u", "postgres", "--"] if os.geteuid() == 0 else []
+        return prefix, bindir / "pg_ctl", data
+
+    def pg_immediate_stop(self) -> None:
+        prefix, pg_ctl, data = self._pg()
+        subprocess.run([*prefix, str(pg_ctl), "-D", str(data), "-m", "immediate", "-w", "-t", "30", "stop"],
+                       check=True, timeout=60, capture_output=True)
+
+    def pg_start(self) -> None:
+        prefix, pg_ctl, data = self._pg()
+        log = data.parent / "postgres.log"
+        subprocess.run([*prefix, str(pg_ctl), "-D", str(data), "-l", str(log), "-w", "-t", "120", "start"],
+                       check=True, timeout=150, capture_output=True, stdin=subprocess.DEVNULL)
+
+    # -- Redis ------------------------------------------------------------------------------------
+
+    def _redis_pid(self) -> int:
+        return int((self.run_dir / "redis" / "redis.pid").read_text().strip())
+
+    def redis_kill(self) -> None:
+        """SIGKILL: no persistence, so everything it held is gone."""
+        pid = self._redis_pid()
+        os.kill(pid, signal.SIGKILL)
+        _wait_gone(pid, 10)
+
+    def redis_start(self) -> None:
+        subprocess.run(self._redis_cmd, cwd=self.run_dir / "redis", check=True, timeout=30, capture_output=True,
+                       stdin=subprocess.DEVNULL)
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline:
+            with contextlib.suppress(OSError), socket.create_connection(("127.0.0.1", self.redis_port), timeout=1):
+                return
+            time.sleep(0.1)
+        raise RuntimeError("redis did not come back")
+
+
+@dataclass
+class Instance:
+    """One service process (a table replica is an instance of its own, with its own ports and proxies)."""
+
+    name: str
+    service: str
+    port: int
+    metrics_port: int
+    proxies: dict[str, FaultProxy] = field(default_factory=dict)
+    proc: subprocess.Popen[bytes] | None = None
+    stopped: bool = False
+
+    @property
+    def addr(self) -> str:
+        return f"127.0.0.1:{self.port}"
+
+    @property
+    def pid(self) -> int:
+        return self.proc.pid if self.proc is not None else 0
+
+    def alive(self) -> bool:
+        return self.proc is not None and self.proc.poll() is None
+
+
+class ServiceSet:
+    """The four services as processes, each link through a proxy, clocks under libfaketime."""
+
+    def __init__(
+        self, run_id: str, infra: ChaosInfra, log_dir: Path, *, extra_env: dict[str, str] | None = None
+    ) -> None:
+        self.run_id = run_id
+        self.infra = infra
+        self.log_dir = log_dir
+        self.log_dir.mkdir(parents=True, exist_ok=True)
+        self.clock_file = log_dir / "faketime"
+        self.clock_file.write_text("+0\n")
+        self.clock_offset_s = 0
+        self.extra_env = extra_env or {}
+        self.instances: dict[str, Instance] = {}
+        self.current: dict[str, str] = {}  # service -> name of the instance everybody is sent to
+        self.front: dict[str, FaultProxy] = {}  # service -> the proxy the others (and clients) reach it by
+        self._replicas = 0
+        for service in SERVICES:
+            front = FaultProxy("127.0.0.1", free_port())
+            front.start()
+            self.front[service] = front
+        for service in SERVICES:
+            self._new_instance(service, port=self.front[service].target_port)
+
+    @property
+    def prefix(self) -> str:
+        return f"chaos{self.run_id}."
+
+    def schema_of(self, service: str) -> str:
+        return f"chaos_{self.run_id}_{service}"
+
+    def addr(self, service: str) -> str:
+        """Where clients reach ``service`` (its front proxy, which follows the current instance)."""
+        return self.front[service].address
+
+    def _new_instance(self, service: str, *, port: int | None = None) -> Instance:
+        self._replicas += 1
+        name = service if service not in self.instances else f"{service}{self._replicas}"
+        inst = Instance(name, service, port or free_port(), free_port())
+        env = self.infra.env
+        for dep, target_port in (("pg", url_port(env["DATABASE_URL"])), ("redis", url_port(env["REDIS_URL"]))):
+            inst.proxies[dep] = FaultProxy("127.0.0.1", target_port)
+        for other in CALLS[service]:
+            inst.proxies[other] = FaultProxy("127.0.0.1", self.front[other].port)
+        for proxy in inst.proxies.values():
+            proxy.start()
+        self.instances[name] = inst
+        self.current.setdefault(service, name)
+        return inst
+
+    def env(self, inst: Instance) -> dict[str, str]:
+        env = development_env(os.environ)
+        env.update(self.infra.env)
+        database = with_port(self.infra.env["DATABASE_URL"], inst.proxies["pg"].port)
+        env.update(
+            {
+                "NIUNIU_WALLET_THROTTLE": "address_attempts=100000/60,address_failures=100000/60",
+                "NIUNIU_TOPIC_PREFIX": self.prefix,
+                "NIUNIU_DB_SCHEMA": self.schema_of(inst.service),
+                "DATABASE_URL": database,
+                f"NIUNIU_{inst.service.upper()}_DSN": database,
+                "REDIS_URL": with_port(self.infra.env["REDIS_URL"], inst.proxies["redis"].port),
+                f"NIUNIU_{inst.service.upper()}_GRPC_PORT": str(inst.port),
+                f"NIUNIU_{inst.service.upper()}_METRICS_PORT": str(inst.metrics_port),
+                "LD_PRELOAD": str(LIBFAKETIME),
+                "FAKETIME_TIMESTAMP_FILE": str(self.clock_file),
+                "FAKETIME_CACHE_DURATION": "1",
+            }
+        )
+        for other in SERVICES:
+            proxy = inst.proxies.get(other)
+            env[f"NIUNIU_{other.upper()}_ADDR"] = proxy.address if proxy else self.addr(other)
+        env.update(self.extra_env)
+        return env
+
+    # -- lifecycle ----------------------------------------------------------------------------------
+
+    def start(self, name: str, *, wait: bool = True) -> Instance:
+        inst = self.instances[name]
+        log = (self.log_dir / f"{name}.log").open("ab")
+        inst.proc = subprocess.Popen(
+            [str(BIN / f"niuniu-{inst.service}")], env=self.env(inst), stdout=log, stderr=subprocess.STDOUT, cwd=ROOT
+        )
+        inst.stopped = False
+        if wait:
+            self.wait_healthy(name)
+        return inst
+
+    def wait_healthy(self, name: str, timeout_s: float = HEALTH_TIMEOUT_S) -> float:
+        """Seconds until the instance said SERVING."""
+        inst = self.instances[name]
+        started = time.monotonic()
+        while time.monotonic() - started < timeout_s:
+            if inst.proc is None or inst.proc.poll() is not None:
+                code = inst.proc.returncode if inst.proc else None
+                raise RuntimeError(f"{name} exited with {code}; see {self.log_dir / name}.log")
+            if check(inst.addr) == "SERVING":
+                return time.monotonic() - started
+            time.sleep(0.2)
+        raise RuntimeError(f"{name} did not become healthy in {timeout_s:.0f}s; see {self.log_dir / name}.log")
+
+    def start_all(self) -> None:
+        self.infra.create_topics(self.prefix)
+        for service in SERVICES:
+            self.start(service)
+
+    def kill(self, name: str) -> None:
+        inst = self.instances[name]
+        if inst.proc is not None and inst.proc.poll() is None:
+            if inst.stopped:
+                inst.proc.send_signal(signal.SIGCONT)
+            inst.proc.send_signal(signal.SIGKILL)
+            inst.proc.wait(timeout=10)
+
+    def pause(self, name: str) -> None:
+        inst = self.instances[name]
+        assert inst.proc is not None
+        inst.proc.send_signal(signal.SIGSTOP)
+        inst.stopped = True
+
+    def resume(self, name: str) -> None:
+        inst = self.instances[name]
+        assert inst.proc is not None
+        inst.proc.send_signal(signal.SIGCONT)
+        inst.stopped = False
+
+    def add_replica(self, service: str) -> Instance:
+        inst = self._new_instance(service)
+        self.start(inst.name)
+        return inst
+
+    def retire(self, name: str) -> None:
+        """A dead replica for good: its proxies close; the front follows another live instance."""
+        inst = self.instances.pop(name)
+        self.kill(name)
+        for proxy in inst.proxies.values():
+            proxy.close()
+        if self.current.get(inst.service) == name:
+            survivor = next(i for i in self.instances.values() if i.service == inst.service)
+            self.point_front(inst.service, survivor.name)
+
+    def point_front(self, service: str, name: str) -> None:
+        front = self.front[service]
+        front.target_port = self.instances[name].port
+        self.current[service] = name
+        front.cut()  # clients reconnect, to the new target
+        front.restore()
+
+    def replicas(self, service: str) -> list[Instance]:
+        return [i for i in self.instances.values() if i.service == service]
+
+    def move_clock(self, seconds: int) -> None:
+        self.clock_offset_s += seconds
+        self.clock_file.write_text(f"+{self.clock_offset_s}\n")
+
+    def links(self) -> dict[str, FaultProxy]:
+        """Every link that can be slowed or cut, by name ("table->rng", "wallet->pg", "all->kafka")."""
+        out = {f"{i.name}->{dep}": p for i in self.instances.values() for dep, p in i.proxies.items()}
+        if self.infra.kafka_proxy is not None:
+            out["all->kafka"] = self.infra.kafka_proxy
+        return out
+
+    def stop_all(self) -> None:
+        procs = [i.proc for i in self.instances.values() if i.proc is not None and i.proc.poll() is None]
+        for inst in self.instances.values():
+            if inst.stopped and inst.proc is not None:
+                with contextlib.suppress(ProcessLookupError):
+                    inst.proc.send_signal(signal.SIGCONT)
+        for proc in procs:
+            proc.send_signal(signal.SIGTERM)
+        deadline = time.monotonic() + 15
+        for proc in procs:
+            try:
+                proc.wait(timeout=max(0.1, deadline - time.monotonic()))
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.wait(timeout=5)
+        for inst in self.instances.values():
+            for proxy in inst.proxies.values():
+                proxy.close()
+        for front in self.front.values():
+            front.close()
