@@ -7,6 +7,13 @@ event twice), changes nothing. Kafka's committed offsets are only a hint for
 where to resume and for lag dashboards: they are committed after the database,
 so they can lag behind it, never run ahead of it. That makes the consumer safe
 across crashes, restarts and group rebalances.
+
+Given a ``lease`` the consumer assigns itself every partition of its topics while
+it holds the lease (no Kafka group membership), starting each from the position
+stored in PostgreSQL (or Kafka's hint, when further). A restarted process then
+resumes within the lease's time to live instead of waiting for the group
+coordinator to drop its dead predecessor (a session timeout, 45 s by default, and
+a rebalance); replicas of a service take turns through the lease.
 """
 
 from __future__ import annotations
@@ -28,6 +35,7 @@ from psycopg_pool import AsyncConnectionPool
 
 from backbone import logs, metrics
 from backbone.db import run_ddl
+from backbone.lease import RedisLease
 
 log = logging.getLogger(__name__)
 
@@ -79,6 +87,8 @@ METADATA_WAIT_S = 30.0
 COMMIT_HINT_INTERVAL_S = 1.0
 """How often Kafka is told the consumer's offsets (a hint: the database is the truth)."""
 LAG_SAMPLE_INTERVAL_S = 1.0
+PARTITION_CHECK_INTERVAL_S = 10.0
+"""With a lease: how often the consumer looks for partitions added to its topics."""
 
 _RECORD_PROCESSED = (
     'INSERT INTO processed_events (consumer, event_id, topic, partition, "offset")'
@@ -115,6 +125,7 @@ class ExactlyOnceConsumer:
         batch_size: int = 500,
         event_types: Collection[str] | None = None,
         pipeline: bool = False,
+        lease: RedisLease | None = None,
     ) -> None:
         if not 1 <= batch_size <= MAX_BATCH_SIZE:
             raise ValueError(f"batch_size must be 1..{MAX_BATCH_SIZE}")
@@ -130,6 +141,7 @@ class ExactlyOnceConsumer:
         self._event_types = frozenset(event_types) if event_types is not None else None
         self._pipeline = pipeline
         self._subscribed = False
+        self._metered = False
         # Next offset per partition as last read from or written to consumer_positions;
         # dropped when the assignment changes (another member may have moved it).
         self._positions: dict[TopicPartition, int] = {}
@@ -137,6 +149,9 @@ class ExactlyOnceConsumer:
         self._hints: dict[TopicPartition, int] = {}
         self._hinted_at = 0.0
         self._lag_sampled_at = 0.0
+        self._lease = lease
+        self._renewed_at = 0.0
+        self._partitions_checked_at = 0.0
         # Test seam: called after a record's transaction committed.
         self.after_commit: Callable[[Any], Awaitable[None]] | None = None
 
@@ -146,10 +161,17 @@ class ExactlyOnceConsumer:
 
     async def poll_once(self) -> int:
         """Poll once and apply what came; returns the number of events applied (duplicates excluded)."""
-        if not self._subscribed:
+        if self._lease is not None:
+            if not await self._hold_lease():
+                await asyncio.sleep(self._poll_timeout_ms / 1000)
+                return 0
+            await self._assign_all()
+        elif not self._subscribed:
             await asyncio.to_thread(self._await_topic_metadata)
             self._kafka.subscribe(self.topics)
             self._subscribed = True
+        if not self._metered:
+            self._metered = True
             for topic in self.topics:  # series exist from the start, so the first increase shows in rate()
                 metrics.CONSUMER_DUPLICATES.labels(self.name, topic)
                 metrics.CONSUMER_FAILURES.labels(self.name, topic)
@@ -170,6 +192,55 @@ class ExactlyOnceConsumer:
             self._lag_sampled_at = now
             self._record_lag()
         return applied
+
+    async def _hold_lease(self) -> bool:
+        """Keep (or take) the lease; when it is lost, give the partitions up."""
+        assert self._lease is not None
+        now = time.monotonic()
+        if self._lease.token is not None and now - self._renewed_at < self._lease.ttl_ms / 3000:
+            return True
+        held = await self._lease.renew() or await self._lease.acquire() is not None
+        if held:
+            self._renewed_at = now
+        elif self._subscribed:
+            log.warning("consumer lease lost; leaving the partitions", extra={"consumer": self.name})
+            await asyncio.to_thread(self._kafka.unsubscribe)
+            self._subscribed = False
+            self._assignment = set()
+            self._positions.clear()
+            self._hints.clear()
+        return held
+
+    async def _assign_all(self) -> None:
+        """Assign every partition of the topics, each from where the database (or Kafka's hint) says."""
+        now = time.monotonic()
+        if self._subscribed and now - self._partitions_checked_at < PARTITION_CHECK_INTERVAL_S:
+            return
+        self._partitions_checked_at = now
+        partitions = await asyncio.to_thread(self._all_partitions)
+        if self._subscribed and partitions == self._assignment:
+            return
+        self._kafka.assign(sorted(partitions))
+        self._subscribed = True
+        self._assignment = set(partitions)
+        self._positions.clear()
+        for tp in sorted(partitions):
+            stored = await self._stored_position(tp)
+            hint = await asyncio.to_thread(self._kafka.committed, tp)
+            start = max(stored, hint or 0)
+            if start > 0:
+                self._kafka.seek(tp, start)
+            else:
+                self._kafka.seek_to_beginning(tp)
+        log.info("consumer assigned itself", extra={"consumer": self.name, "partitions": len(partitions)})
+
+    def _all_partitions(self) -> set[TopicPartition]:
+        self._await_topic_metadata()
+        return {
+            TopicPartition(topic, partition)
+            for topic in self.topics
+            for partition in self._kafka.partitions_for_topic(topic) or ()
+        }
 
     def _await_topic_metadata(self) -> None:
         """Know every topic's partitions before joining the group.
@@ -311,6 +382,9 @@ class ExactlyOnceConsumer:
         if self._hints:
             await self._commit_hints()
         await asyncio.to_thread(self._kafka.close)
+        if self._lease is not None:
+            with contextlib.suppress(Exception):
+                await self._lease.release()
 
 
 def canonical_event_id(event_id: str) -> str:

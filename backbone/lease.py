@@ -2,13 +2,43 @@
 
 ``acquire`` returns a fencing token that grows with every new owner, so work
 done under a lease can be stamped with it and a stale owner (paused past its
-lease) is recognisable downstream. Redis is only coordination here: losing it
-loses nobody's data, the next acquire simply starts a new generation.
+lease, or left running while Redis forgot it) is refused downstream.
+
+Redis is only coordination here. With a ``PgFence`` (what every service uses) the
+token comes from a row in the owner's own PostgreSQL database, incremented by
+each new owner, so it never goes backwards whatever Redis loses (a restart, a
+FLUSHALL); and every fenced write checks the row in its own transaction
+(``PgFence.check``): a write stamped with an older token than the row's is
+refused. The new owner's increment waits for the share locks of writes in
+flight, so once it has its token no older owner's write can still commit.
+Without a fence (unit tests) the token is a Redis counter: monotonic only while
+Redis keeps its data.
 """
 
 from __future__ import annotations
 
+import contextvars
+from collections.abc import Iterator
+from contextlib import contextmanager
+
+import psycopg
+from psycopg_pool import AsyncConnectionPool
 from redis.asyncio import Redis
+
+from backbone.db import run_ddl
+from backbone.errors import FailedPrecondition
+
+FENCE_SCHEMA = (
+    """
+    CREATE TABLE IF NOT EXISTS lease_fences (
+        name   TEXT PRIMARY KEY,
+        token  BIGINT NOT NULL CHECK (token > 0)
+    )
+    """,
+)
+
+FENCE_LOCK_TIMEOUT = "2s"
+"""How long a new owner waits for an older owner's writes in flight before it gives up (and tries again)."""
 
 # KEYS[1] lease key, KEYS[2] fence counter; ARGV[1] owner, ARGV[2] ttl_ms.
 _ACQUIRE = """
@@ -24,6 +54,31 @@ end
 local token = redis.call('INCR', KEYS[2])
 redis.call('SET', KEYS[1], ARGV[1] .. '|' .. token, 'PX', ARGV[2])
 return token
+"""
+
+# Fenced: take the key with the placeholder token 0 (the token comes from PostgreSQL next).
+# KEYS[1] lease key; ARGV[1] owner, ARGV[2] ttl_ms. Returns our token (0: reserved, fetch one), or false.
+_RESERVE = """
+local current = redis.call('GET', KEYS[1])
+if current then
+  local owner, token = string.match(current, '^(.*)|(%d+)$')
+  if owner == ARGV[1] then
+    redis.call('PEXPIRE', KEYS[1], ARGV[2])
+    return tonumber(token)
+  end
+  return false
+end
+redis.call('SET', KEYS[1], ARGV[1] .. '|0', 'PX', ARGV[2])
+return 0
+"""
+
+# KEYS[1] lease key; ARGV[1] owner|0, ARGV[2] owner|token, ARGV[3] ttl_ms.
+_CONFIRM = """
+if redis.call('GET', KEYS[1]) == ARGV[1] then
+  redis.call('SET', KEYS[1], ARGV[2], 'PX', ARGV[3])
+  return 1
+end
+return 0
 """
 
 # KEYS[1] lease key; ARGV[1] owner|token, ARGV[2] ttl_ms.
@@ -42,25 +97,116 @@ return 0
 """
 
 
-class RedisLease:
-    """Lease ``name`` for ``owner``; call ``renew`` well within ``ttl_ms``."""
+class StaleOwner(FailedPrecondition):
+    """A write stamped with a fencing token older than the resource's: another owner has taken over."""
 
-    def __init__(self, redis: Redis, name: str, owner: str, ttl_ms: int) -> None:
+
+class PgFence:
+    """The fencing token of ``name``, kept in a row of the owner's PostgreSQL database."""
+
+    def __init__(self, pool: AsyncConnectionPool, name: str) -> None:
+        self._pool = pool
+        self.name = name
+
+    @staticmethod
+    async def setup(conn: psycopg.AsyncConnection) -> None:
+        await run_ddl(conn, FENCE_SCHEMA)
+
+    async def next_token(self) -> int:
+        """A token greater than every token handed out before (waits for writes of older owners in flight)."""
+        async with self._pool.connection() as conn, conn.transaction():
+            await conn.execute(f"SET LOCAL lock_timeout = '{FENCE_LOCK_TIMEOUT}'")
+            cur = await conn.execute(
+                "INSERT INTO lease_fences (name, token) VALUES (%s, 1)"
+                " ON CONFLICT (name) DO UPDATE SET token = lease_fences.token + 1 RETURNING token",
+                (self.name,),
+            )
+            row = await cur.fetchone()
+        assert row is not None
+        return int(row[0])
+
+    async def current(self) -> int:
+        async with self._pool.connection() as conn:
+            cur = await conn.execute("SELECT token FROM lease_fences WHERE name = %s", (self.name,))
+            row = await cur.fetchone()
+        return int(row[0]) if row else 0
+
+    async def check(self, conn: psycopg.AsyncConnection, token: int) -> None:
+        """In the write's transaction: refuse it unless ``token`` is the newest (keeps a share lock to commit)."""
+        cur = await conn.execute("SELECT token FROM lease_fences WHERE name = %s FOR SHARE", (self.name,))
+        row = await cur.fetchone()
+        newest = int(row[0]) if row else 0
+        if token < newest:
+            raise StaleOwner(
+                "STALE_OWNER", f"{self.name}: fencing token {token} is older than the current owner's {newest}"
+            )
+
+
+_fenced: contextvars.ContextVar[tuple[PgFence, int] | None] = contextvars.ContextVar("fenced", default=None)
+
+
+@contextmanager
+def fenced(fence: PgFence, token: int) -> Iterator[None]:
+    """Writes in this context (and the tasks it starts) are made under ``fence`` with ``token``."""
+    reset = _fenced.set((fence, token))
+    try:
+        yield
+    finally:
+        _fenced.reset(reset)
+
+
+async def check_fence(conn: psycopg.AsyncConnection) -> None:
+    """Refuse the transaction's write if the current context acts for an owner that was superseded."""
+    current = _fenced.get()
+    if current is not None:
+        fence, token = current
+        await fence.check(conn, token)
+
+
+class RedisLease:
+    """Lease ``name`` for ``owner``; call ``renew`` well within ``ttl_ms``.
+
+    With ``fence`` the tokens come from PostgreSQL and never go backwards; without, from Redis.
+    """
+
+    def __init__(self, redis: Redis, name: str, owner: str, ttl_ms: int, *, fence: PgFence | None = None) -> None:
         if "|" in owner:
             raise ValueError("owner must not contain '|'")
         if ttl_ms <= 0:
             raise ValueError("ttl_ms must be positive")
         self._redis = redis
+        self.name = name
         self.key = f"niuniu:lease:{name}"
         self._fence_key = f"niuniu:fence:{name}"
         self.owner = owner
         self.ttl_ms = ttl_ms
+        self.fence = fence
         self.token: int | None = None
 
     async def acquire(self) -> int | None:
         """Take the lease if free (or already ours): the fencing token, else None."""
-        result = await self._redis.eval(_ACQUIRE, 2, self.key, self._fence_key, self.owner, self.ttl_ms)
-        self.token = int(result) if result else None
+        if self.fence is None:
+            result = await self._redis.eval(_ACQUIRE, 2, self.key, self._fence_key, self.owner, self.ttl_ms)
+            self.token = int(result) if result else None
+            return self.token
+        result = await self._redis.eval(_RESERVE, 1, self.key, self.owner, self.ttl_ms)
+        if result is None:
+            self.token = None
+            return None
+        token = int(result)
+        if token == 0:  # reserved: the token comes from PostgreSQL
+            try:
+                token = await self.fence.next_token()
+            except BaseException:
+                await self._redis.eval(_RELEASE, 1, self.key, f"{self.owner}|0")
+                raise
+            confirmed = await self._redis.eval(
+                _CONFIRM, 1, self.key, f"{self.owner}|0", f"{self.owner}|{token}", self.ttl_ms
+            )
+            if not confirmed:  # the reservation expired meanwhile (or Redis lost it): not ours
+                self.token = None
+                return None
+        self.token = token
         return self.token
 
     async def renew(self) -> bool:

@@ -1,7 +1,10 @@
 """The outbox relay: publishes committed events to Kafka, at least once, in store order.
 
 One relay per service publishes at a time (a Redis lease), so a stream's events
-reach its partition in version order. A relay that dies after Kafka
+reach its partition in version order. The lease's fencing token comes from the
+service's database (``backbone.lease.PgFence``) and every batch checks it in its
+own transaction: a relay that lost its lease without noticing (paused, or Redis
+lost the lease) cannot publish next to the new leader. A relay that dies after Kafka
 acknowledged a batch but before marking it published sends that batch again on
 restart; consumers recognise the duplicates by event id.
 """
@@ -20,7 +23,7 @@ from psycopg_pool import AsyncConnectionPool
 
 from backbone import metrics
 from backbone.eventstore import with_store_position
-from backbone.lease import RedisLease
+from backbone.lease import RedisLease, StaleOwner
 
 log = logging.getLogger(__name__)
 
@@ -64,6 +67,10 @@ class OutboxRelay:
     async def publish_once(self) -> int:
         """Publish one batch of unpublished events; returns how many."""
         async with self._pool.connection() as conn, conn.transaction():
+            if self._lease is not None and self._lease.fence is not None:
+                if self._lease.token is None:
+                    return 0
+                await self._lease.fence.check(conn, self._lease.token)  # StaleOwner: another relay leads now
             cur = await conn.execute(
                 "SELECT o.position, o.topic, o.record_key, e.envelope FROM outbox o"
                 " JOIN events e USING (position)"
@@ -119,6 +126,11 @@ class OutboxRelay:
                     sampled = time.monotonic()
                 if published == 0:
                     await _sleep_or_stop(stop, self._idle_sleep_s)
+            except StaleOwner as error:
+                log.warning("outbox relay superseded; standing by", extra={"error": str(error)})
+                if self._lease is not None:
+                    self._lease.token = None
+                await _sleep_or_stop(stop, 1.0)
             except Exception:
                 log.exception("outbox relay failed; retrying")
                 await _sleep_or_stop(stop, 1.0)

@@ -28,7 +28,7 @@ from backbone.db import create_schema, open_pool
 from backbone.eventstore import EventStore
 from backbone.grpcserver import BackgroundTask, RunningServer, serve_forever, start_server
 from backbone.kafka import ensure_topics, make_consumer, make_producer, use_identity
-from backbone.lease import RedisLease
+from backbone.lease import PgFence, RedisLease
 from backbone.metrics import serve_metrics
 from backbone.relay import OutboxRelay
 from backbone.topics import Topics
@@ -36,6 +36,8 @@ from backbone.topics import Topics
 log = logging.getLogger(__name__)
 
 RELAY_LEASE_TTL_MS = 10_000
+CONSUMER_LEASE_TTL_MS = 6_000
+"""A consumer's lease (see backbone/consumer.py): a restarted process resumes within this."""
 
 
 @dataclass
@@ -105,12 +107,14 @@ async def start(
     async with pool.connection() as conn:
         await store.setup(conn)
         await ExactlyOnceConsumer.setup(conn)
+        await PgFence.setup(conn)
         if spec.setup is not None:
             await spec.setup(conn)
     redis = Redis.from_url(settings.redis_url)
     ctx = ServiceContext(settings, topics, pool, store, redis, tokens)
     owner = f"{socket.gethostname()}-{os.getpid()}-{id(ctx)}"
-    lease = RedisLease(redis, f"relay:{topics.prefix}{spec.name}:{schema or ''}", owner, RELAY_LEASE_TTL_MS)
+    relay_lease = f"relay:{topics.prefix}{spec.name}:{schema or ''}"
+    lease = RedisLease(redis, relay_lease, owner, RELAY_LEASE_TTL_MS, fence=PgFence(pool, relay_lease))
     relay = OutboxRelay(
         spec.name, pool, make_producer(settings.kafka_bootstrap_servers, f"{spec.name}-relay"), lease=lease
     )
@@ -127,6 +131,7 @@ async def start(
             consumer_spec.handler(ctx),
             kafka,
             batch_size=consumer_spec.batch_size,
+            lease=RedisLease(redis, f"consumer:{group}:{schema or ''}", owner, CONSUMER_LEASE_TTL_MS),
         )
         tasks.append(consumer.run)
     tasks.extend(make(ctx) for make in spec.background)

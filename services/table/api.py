@@ -43,6 +43,10 @@ class TableServicer(BankerRpcs, table_pb2_grpc.TableServicer):
         await self._app.update_config(self._who(context), request.table_id, dict(request.config), request.limits)
         return await self._info(request.table_id)
 
+    async def CloseTable(self, request: table_pb2.CloseTableRequest, context: Context) -> table_pb2.TableInfo:
+        await self._app.close_table(self._who(context), request.table_id)
+        return await self._info(request.table_id)
+
     async def GetTable(self, request: table_pb2.GetTableRequest, context: Context) -> table_pb2.TableInfo:
         self._who(context)
         return await self._info(request.table_id)
@@ -163,6 +167,7 @@ class TableServicer(BankerRpcs, table_pb2_grpc.TableServicer):
             areas=variant.areas,
             hold_multiplier=str(multiplier) if multiplier.denominator == 1 else f"{float(multiplier):g}",
             bidding_closes_at_unix_ms=unix_ms(bidding_closes),
+            status="closed" if table["closed_at"] else "closing" if table["closing_at"] else "open",
         )
 
     async def _round_view(self, who: Principal, row: dict[str, Any]) -> table_pb2.RoundView:

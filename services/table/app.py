@@ -21,6 +21,7 @@ from psycopg_pool import AsyncConnectionPool
 from backbone.auth import Principal, Role, require
 from backbone.errors import AlreadyExists, DomainError, InvalidArgument
 from backbone.eventstore import EventStore, StoredEvent
+from backbone.lease import check_fence
 from bull.variants import VARIANTS, RoundShape, Variant
 from services.table.banker import BankerSeats
 from services.table.bets import Bets
@@ -136,8 +137,31 @@ class TableApp:
             table = await self.store.table(conn, table_id)
             return table, await self.store.current_round(conn, table)
 
-    async def list_tables(self) -> list[str]:
-        return await self.store.table_ids()
+    async def list_tables(self, *, open_only: bool = False) -> list[str]:
+        """Every table's id; ``open_only``: those not closed (the ones with rounds to run)."""
+        if not open_only:
+            return await self.store.table_ids()
+        async with self.store.read() as conn:
+            cur = await conn.execute("SELECT table_id FROM tables WHERE closed_at IS NULL ORDER BY table_id")
+            return [row[0] for row in await cur.fetchall()]
+
+    async def close_table(self, who: Principal, table_id: str) -> Row:
+        """Stop the table: bets are refused from now on, the round in play finishes, no round opens again.
+
+        The table's owner (``step``) then ends it: once its last round has ended (every hold of
+        it settled or released) the table is closed and its lease released. Idempotent.
+        """
+        require(who, Role.ADMIN)
+        async with self.store.transaction() as conn:
+            table = await self.store.table(conn, table_id, lock=True)
+            if table["closing_at"] is None:
+                await conn.execute("UPDATE tables SET closing_at = %s WHERE table_id = %s", (self.ctx.now(), table_id))
+                closing = ev.TableClosing(table_id=table_id, closed_by=who.subject)
+                await self.store.append(conn, table_stream(table_id), "table.closing", closing, correlation_id=table_id)
+                table = await self.store.table(conn, table_id)
+        log.info("table closing", extra={"table_id": table_id, "by": who.subject})
+        self.ctx.wake(table_id)
+        return table
 
     async def join(self, who: Principal, table_id: str) -> None:
         require(who, Role.PLAYER)
@@ -171,11 +195,16 @@ class TableApp:
 
     # ------------------------------------------------------------------ the round
 
-    async def step(self, table_id: str, fencing_token: int = 0) -> float:
-        """Advance the table's round by at most one step; returns seconds until the next step is due."""
+    async def step(self, table_id: str, fencing_token: int = 0) -> float | None:
+        """Advance the table's round by at most one step; returns seconds until the next step is due.
+
+        None: the table is closed (nothing will ever be due again).
+        """
         async with self.store.read() as conn:
             table = await self.store.table(conn, table_id)
             current = await self.store.current_round(conn, table)
+        if table["closed_at"] is not None:
+            return None
         machine = self.machine_for(variant_of(table["variant"]))
         if current is not None and current["phase"] not in Phase.ENDED:
             return await machine.step(table, current)
@@ -184,6 +213,9 @@ class TableApp:
             if not await self.reveal_seed(current) and now < current["ended_at"] + SEED_REVEAL_PATIENCE:
                 return 0.2
         await self._reveal_overdue_seeds(table_id, current)
+        if table["closing_at"] is not None:
+            await self._close(table_id, current)
+            return None
         pause = timedelta(milliseconds=limits_of(table).pause_between_rounds_ms)
         if await machine.redeal_of(table):
             pause = timedelta(0)  # a re-deal follows its voided round at once
@@ -191,6 +223,19 @@ class TableApp:
             return float((current["ended_at"] + pause - now).total_seconds())
         await machine.open(table, fencing_token)
         return 0.0
+
+    async def _close(self, table_id: str, last: Row | None) -> None:
+        """The closing table's last round has ended: the table is closed."""
+        async with self.store.transaction() as conn:
+            await check_fence(conn)
+            table = await self.store.table(conn, table_id, lock=True)
+            if table["closed_at"] is not None:
+                return
+            await conn.execute("UPDATE tables SET closed_at = %s WHERE table_id = %s", (self.ctx.now(), table_id))
+            closed = ev.TableClosed(table_id=table_id, last_round_id=last["round_id"] if last else "")
+            await self.store.append(conn, table_stream(table_id), "table.closed", closed, correlation_id=table_id)
+        log.info("table closed", extra={"table_id": table_id})
+        self.ctx.wake(table_id)
 
     async def void_round(self, table_id: str, round_id: str, reason: str) -> None:
         async with self.store.read() as conn:

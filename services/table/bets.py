@@ -41,7 +41,7 @@ from services.table.common import (
     variant_of,
 )
 from services.table.context import TableContext
-from services.table.round_base import RoundMachine, limits_of
+from services.table.round_base import RoundMachine, check_not_closing, limits_of
 from services.table.round_envelope import OneBetPerRound
 from services.table.store import Conn, Row
 
@@ -89,6 +89,7 @@ class Bets:
             if existing is not None:
                 return replay(existing, player, table_id, area, amount_minor)
             table = await self._store.table(conn, table_id)
+            check_not_closing(table)
             variant = variant_of(table["variant"])
             if area not in variant.areas:
                 raise InvalidArgument("AREA_UNKNOWN", f"area must be one of {', '.join(variant.areas)}")

@@ -48,7 +48,7 @@ from services.table.common import (
     variant_of,
 )
 from services.table.context import TableContext
-from services.table.round_base import limits_of
+from services.table.round_base import check_not_closing, limits_of
 from services.table.store import Row
 
 log = logging.getLogger(__name__)
@@ -104,6 +104,7 @@ class EnvelopeCommands:
             if existing is not None:
                 return replay_bid(existing, player, table_id, amount_minor)
             table = await self._store.table(conn, table_id)
+            check_not_closing(table)
             if variant_of(table["variant"]).shape is not RoundShape.BIDDING_DEALER:
                 raise FailedPrecondition("NO_BIDDING", f"table {table_id} ({table['variant']}) has no dealer bidding")
             current = await self._store.current_round(conn, table)

@@ -21,8 +21,10 @@ from typing import Any
 from niuniu.table.v1 import events_pb2 as ev
 
 from backbone.errors import FailedPrecondition
-from bull.money import JACKPOT_POOL
+from backbone.lease import check_fence
+from bull.money import JACKPOT_POOL, Settlement
 from bull.variants import Funding, SeatHand, TableBet, Variant
+from services.table import metrics
 from services.table.common import (
     ROUNDS,
     SETTLEMENT_SECONDS,
@@ -36,7 +38,22 @@ from services.table.context import TableContext
 from services.table.jackpot import JackpotPool
 from services.table.store import Conn, Row
 
-Step = Callable[[Row, Row], Awaitable[None]]
+Step = Callable[[Row, Row], Awaitable[float | None]]
+"""A step of the round: None when it ran, or seconds to wait before trying it again (a call failed)."""
+
+RNG_PATIENCE = timedelta(seconds=20)
+"""How long after betting closed a round waits for the rng to deal (or split) before it is voided.
+
+The rng is tried once per step (each call has its deadline, ``ports.CALL_TIMEOUT_S``), never in a
+loop inside a step, so a step stays well within the table's lease, and the round deals as soon
+as the rng answers again.
+"""
+RNG_RETRY_S = 0.5
+
+
+def rng_patience_left(current: Mapping[str, Any], now: datetime) -> bool:
+    """May the round still wait for the rng (else it is voided)?"""
+    return bool(now < current["betting_closes_at"] + RNG_PATIENCE)
 
 
 @dataclass
@@ -51,6 +68,12 @@ class Opening:
 
 def limits_of(row: Mapping[str, Any]) -> ev.TableLimits:
     return ev.TableLimits.FromString(row["limits"])
+
+
+def check_not_closing(table: Mapping[str, Any]) -> None:
+    """Refuse a bet or bid at a table an admin closed (CloseTable): its last round takes no new stakes."""
+    if table.get("closing_at") is not None:
+        raise FailedPrecondition("TABLE_CLOSED", f"table {table['table_id']} is closed")
 
 
 def reveal_interval(row: Mapping[str, Any]) -> timedelta:
@@ -90,8 +113,8 @@ class RoundMachine:
         step = self.steps().get(current["phase"])
         if step is None:
             raise FailedPrecondition("ROUND_PHASE_UNKNOWN", f"round {current['round_id']} is {current['phase']}")
-        await step(table, current)
-        return 0.0
+        retry = await step(table, current)
+        return retry or 0.0
 
     # ------------------------------------------------------------------ hooks of the shapes
 
@@ -152,6 +175,7 @@ class RoundMachine:
             if opening.record is not None:
                 await opening.record(conn)
             await self.append(conn, table_id, "table.round_opened", opened, round_id)
+        metrics.round_opened(locked, variant)
         self.ctx.wake(table_id)
 
     async def close_betting(self, table: Row, current: Row) -> None:
@@ -178,17 +202,18 @@ class RoundMachine:
             hands = await self.hands(conn, locked, variant, config)
             void = variant.void_reason(hands, config)
             if not void:
-                await self._settle_in(conn, table_id, locked, variant, config, hands)
+                settlement = await self._settle_in(conn, table_id, locked, variant, config, hands)
         if void:
             await self.redeal(table_id, round_id, void)
             return
         SETTLEMENT_SECONDS.labels(variant.variant_id).observe((self.ctx.now() - started).total_seconds())
         ROUNDS.labels(variant.variant_id, Phase.SETTLED).inc()
+        metrics.round_settled(table_id, variant, config, settlement, self.ctx.now())
         self.ctx.wake(table_id)
 
     async def _settle_in(
         self, conn: Conn, table_id: str, current: Row, variant: Variant, config: Any, hands: dict[str, SeatHand]
-    ) -> None:
+    ) -> Settlement:
         round_id = current["round_id"]
         bets = await self.ctx.store.round_bets(conn, round_id)
         live = [table_bet(b) for b in bets if b["status"] == "placed"]
@@ -216,6 +241,7 @@ class RoundMachine:
         settled.area_odds.update(odds)
         await self.ctx.store.end_round(conn, round_id, Phase.SETTLED, self.ctx.now())
         await self.append(conn, table_id, "table.round_settled", settled, round_id)
+        return settlement
 
     async def redeal(self, table_id: str, round_id: str, reason: str) -> None:
         """Void a round the hands cannot settle (a shape that re-deals opens the next one at once)."""
@@ -237,10 +263,17 @@ class RoundMachine:
             )
             await self.append(conn, table_id, "table.round_voided", voided, round_id)
         ROUNDS.labels(table["variant"], Phase.VOIDED).inc()
+        metrics.round_ended(table_id, self.ctx.now())
         self.ctx.wake(table_id)
 
     async def append(self, conn: Conn, table_id: str, event_type: str, payload: Any, round_id: str) -> None:
-        """An event on the table's stream; the round (or table) row lock orders the appends."""
+        """An event on the table's stream; the round (or table) row lock orders the appends.
+
+        Every step of the round writes through here, so this is where the owner's fencing
+        token is checked (``backbone.lease.check_fence``): a superseded owner's step is refused
+        and rolled back.
+        """
+        await check_fence(conn)
         await self.ctx.store.append(conn, table_stream(table_id), event_type, payload, correlation_id=round_id)
 
 

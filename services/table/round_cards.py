@@ -25,13 +25,17 @@ from bull.variants.base import decimal_text
 from services.table.banker import BankerSeats, stamp_opened
 from services.table.common import Phase, round_client_seed, variant_of
 from services.table.context import TableContext
-from services.table.round_base import Opening, RoundMachine, Step, reveal_interval
+from services.table.round_base import (
+    RNG_RETRY_S,
+    Opening,
+    RoundMachine,
+    Step,
+    reveal_interval,
+    rng_patience_left,
+)
 from services.table.store import Conn, Row
 
 log = logging.getLogger(__name__)
-
-RNG_DRAW_ATTEMPTS = 20
-RNG_RETRY_S = 0.5
 
 
 class HouseDealerRound(RoundMachine):
@@ -41,26 +45,23 @@ class HouseDealerRound(RoundMachine):
     async def hands(self, conn: Conn, current: Row, variant: Variant, config: Any) -> dict[str, SeatHand]:
         return variant.deal(parse_cards(current["deck"]), config)
 
-    async def deal(self, table: Row, current: Row) -> None:
+    async def deal(self, table: Row, current: Row) -> float | None:
         round_id, table_id = current["round_id"], current["table_id"]
         variant = variant_of(table["variant"])
         async with self.ctx.store.read() as conn:  # betting has closed: the bets are final
             client_seed, contributions = round_client_seed(await self.ctx.store.round_bets(conn, round_id))
-        deck: list[str] | None = None
-        for attempt in range(RNG_DRAW_ATTEMPTS):
-            try:
-                deck = await self.ctx.rng.draw(round_id, variant.deck_size, client_seed, client_seeds=contributions)
-                break
-            except DomainError as error:
-                log.warning("rng draw failed", extra={"round_id": round_id, "attempt": attempt, "error": str(error)})
-                await self.ctx.sleep(RNG_RETRY_S)
-        if deck is None:
+        try:  # one try per step: the next step tries again, so the round deals as soon as the rng answers
+            deck = await self.ctx.rng.draw(round_id, variant.deck_size, client_seed, client_seeds=contributions)
+        except DomainError as error:
+            log.warning("rng draw failed", extra={"round_id": round_id, "error": str(error)})
+            if rng_patience_left(current, self.ctx.now()):
+                return RNG_RETRY_S
             await self.void_round(table_id, round_id, "the rng service could not deal the round")
-            return
+            return None
         async with self.ctx.store.transaction() as conn:
             locked = await self.ctx.store.round(conn, round_id, lock=True)
             if locked["phase"] != Phase.DEALING:
-                return
+                return None
             next_at = self.ctx.now() + reveal_interval(current)
             await self.ctx.store.set_client_seed(conn, round_id, client_seed)
             await self.ctx.store.dealt(conn, round_id, Phase.REVEALING, deck, next_at)
@@ -76,6 +77,7 @@ class HouseDealerRound(RoundMachine):
                 dealt.drawn_card, dealt.first_seat = bbv.deal_facts(parse_cards(deck), config)
             await self.append(conn, table_id, "table.dealt", dealt, round_id)
         self.ctx.wake(table_id)
+        return None
 
     async def reveal_next(self, table: Row, current: Row) -> None:
         round_id, table_id = current["round_id"], current["table_id"]

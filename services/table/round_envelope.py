@@ -37,13 +37,18 @@ from bull.variants import EnvelopeSplit, Funding, SeatHand, Variant
 from bull.variants.red_envelope_bull import DEALER_SEAT, MIN_SHARE_MINOR, EnvelopeTableConfig
 from services.table.common import REDEALS, Phase, round_client_seed, unix_ms, variant_of
 from services.table.envelope_store import Grab
-from services.table.round_base import Opening, RoundMachine, Step, limits_of, reveal_interval
+from services.table.round_base import (
+    RNG_RETRY_S,
+    Opening,
+    RoundMachine,
+    Step,
+    limits_of,
+    reveal_interval,
+    rng_patience_left,
+)
 from services.table.store import Conn, Row
 
 log = logging.getLogger(__name__)
-
-SPLIT_ATTEMPTS = 10
-RNG_RETRY_S = 0.5
 
 
 class OneBetPerRound(FailedPrecondition):
@@ -168,7 +173,7 @@ class BiddingDealerRound(RoundMachine):
 
     # ------------------------------------------------------------------ the envelope
 
-    async def send(self, table: Row, current: Row) -> None:
+    async def send(self, table: Row, current: Row) -> float | None:
         """Betting closed: split the envelope among the dealer and the bettors, or void the round."""
         round_id, table_id = current["round_id"], current["table_id"]
         variant = variant_of(table["variant"])
@@ -178,14 +183,20 @@ class BiddingDealerRound(RoundMachine):
             bets = [b for b in await self.ctx.store.round_bets(conn, round_id) if b["status"] == "placed"]
         if not bets:
             await self.void_round(table_id, round_id, "NO_BETS: nobody bet against the dealer")
-            return
+            return None
         participants = [row["dealer"], *(b["player"] for b in bets)]
         seats = (DEALER_SEAT, *(b["bet_id"] for b in bets))
         client_seed, contributions = round_client_seed(bets)
-        hands = await self._split(variant, config, round_id, client_seed, seats, contributions)
+        try:  # one try per step: the next step tries again, so the envelope goes as soon as the rng answers
+            hands = await self._split(variant, config, round_id, client_seed, seats, contributions)
+        except Unavailable as error:
+            log.warning("rng split failed", extra={"round_id": round_id, "error": str(error)})
+            if rng_patience_left(current, self.ctx.now()):
+                return RNG_RETRY_S
+            hands = None
         if hands is None:
             await self.redeal(table_id, round_id, "ENVELOPE_ERROR: the red envelope could not be sent")
-            return
+            return None
         grabs = [
             Grab(k, seats.index(seat), participants[seats.index(seat)], "" if seat == DEALER_SEAT else seat,
                  hands[seat].amount_minor)
@@ -194,7 +205,7 @@ class BiddingDealerRound(RoundMachine):
         async with self.ctx.store.transaction() as conn:
             locked = await self.ctx.store.round(conn, round_id, lock=True)
             if locked["phase"] != Phase.DEALING:
-                return
+                return None
             await self.ctx.envelopes.insert_grabs(conn, round_id, grabs)
             await self.ctx.store.set_client_seed(conn, round_id, client_seed)
             await self.ctx.store.dealt(conn, round_id, Phase.REVEALING, None, self.ctx.now() + reveal_interval(current))
@@ -209,6 +220,7 @@ class BiddingDealerRound(RoundMachine):
             )
             await self.append(conn, table_id, "table.envelope_sent", sent, round_id)
         self.ctx.wake(table_id)
+        return None
 
     async def _split(
         self,
@@ -219,26 +231,25 @@ class BiddingDealerRound(RoundMachine):
         seats: tuple[str, ...],
         contributions: list[str],
     ) -> dict[str, SeatHand] | None:
-        """The envelope dealt by the variant; None for an envelope error (the rng failing, or a bad split).
+        """The envelope dealt by the variant; None for an envelope error (the rng refusing, or a bad split).
 
         ``client_seed`` combines the players' ``contributions`` (docs/fairness.md, section 10).
+        Raises ``Unavailable`` when the rng did not answer (the step tries again).
         """
         total = config.rules.envelope_total_minor
-        for attempt in range(SPLIT_ATTEMPTS):
-            try:
-                amounts, order = await self.ctx.rng.split_envelope(
-                    round_id, total, len(seats), MIN_SHARE_MINOR, client_seed, client_seeds=contributions
-                )
-                return variant.deal(EnvelopeSplit(seats, tuple(amounts), tuple(order)), config)
-            except ValueError as error:
-                log.error("envelope error", extra={"round_id": round_id, "error": str(error)})
-                return None
-            except DomainError as error:
-                log.warning("rng split failed", extra={"round_id": round_id, "attempt": attempt, "error": str(error)})
-                if not isinstance(error, Unavailable):
-                    return None
-                await self.ctx.sleep(RNG_RETRY_S)
-        return None
+        try:
+            amounts, order = await self.ctx.rng.split_envelope(
+                round_id, total, len(seats), MIN_SHARE_MINOR, client_seed, client_seeds=contributions
+            )
+            return variant.deal(EnvelopeSplit(seats, tuple(amounts), tuple(order)), config)
+        except ValueError as error:
+            log.error("envelope error", extra={"round_id": round_id, "error": str(error)})
+            return None
+        except Unavailable:
+            raise
+        except DomainError as error:
+            log.warning("rng refused the split", extra={"round_id": round_id, "error": str(error)})
+            return None
 
     async def grab_next(self, table: Row, current: Row) -> None:
         """Reveal the next grab; after the last one the round settles."""

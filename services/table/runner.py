@@ -1,10 +1,20 @@
 """Runs every table's rounds, one owner per table across replicas.
 
 Each replica's supervisor tries to take a Redis lease per table; the holder runs
-that table's round loop, renewing the lease as it goes. A replica that dies stops
-renewing, the lease expires, and another replica takes the table over and
-resumes from the stored round (every step re-reads its state, so nothing is done
-twice). The lease's fencing token is stamped on every round the owner opens.
+that table's round loop while a keeper renews the lease in the background. A
+replica that dies stops renewing, the lease expires, and another replica takes
+the table over and resumes from the stored round (every step re-reads its state,
+so nothing is done twice).
+
+The lease's fencing token comes from the table service's own database
+(``backbone.lease.PgFence``), so it grows with every new owner whatever Redis
+loses; it is stamped on every round the owner opens and checked in every step's
+transaction (``RoundMachine.append``): a stale owner (paused past its lease, or
+running on while Redis forgot it) has its writes refused and stops.
+
+Every step is bounded (the calls it makes have deadlines, ``ports.CALL_TIMEOUT_S``,
+and retry once per step), and a step still running when the lease is lost is
+cancelled.
 """
 
 from __future__ import annotations
@@ -12,19 +22,29 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+from collections.abc import Coroutine
+from typing import Any
 
 from redis.asyncio import Redis
 
 from backbone.errors import DomainError
-from backbone.lease import RedisLease
+from backbone.lease import PgFence, RedisLease, StaleOwner, fenced
+from services.table import metrics
 from services.table.app import TableApp
 
 log = logging.getLogger(__name__)
 
 LEASE_TTL_MS = 5_000
+RENEW_EVERY_S = 1.5
+"""The keeper renews the lease this often: three tries inside its time to live."""
 SUPERVISE_EVERY_S = 1.0
 MAX_STEP_SLEEP_S = 0.5
-ERROR_BACKOFF_S = 1.0
+ERROR_BACKOFF_S = 0.5
+"""After a failed step (e.g. the rng unreachable): short, so a round opens as soon as the rng answers again."""
+
+
+def lease_name(prefix: str, table_id: str) -> str:
+    return f"table:{prefix}{table_id}"
 
 
 class TableSupervisor:
@@ -52,32 +72,79 @@ class TableSupervisor:
                     await task
 
     async def _supervise(self, stop: asyncio.Event) -> None:
-        for table_id in await self._app.list_tables():
+        for table_id in await self._app.list_tables(open_only=True):
             task = self._loops.get(table_id)
             if task is not None and not task.done():
                 continue
-            lease = RedisLease(self._redis, f"table:{self._lease_prefix}{table_id}", self._owner, LEASE_TTL_MS)
+            name = lease_name(self._lease_prefix, table_id)
+            lease = RedisLease(self._redis, name, self._owner, LEASE_TTL_MS, fence=PgFence(self._app.pool, name))
             token = await lease.acquire()
             if token is not None:
                 log.info("took table", extra={"table_id": table_id, "fencing_token": token})
+                metrics.table_started(table_id, self._app.ctx.now())
                 self._loops[table_id] = asyncio.create_task(self._table_loop(table_id, lease, token, stop))
 
     async def _table_loop(self, table_id: str, lease: RedisLease, token: int, stop: asyncio.Event) -> None:
+        assert lease.fence is not None
+        lost = asyncio.Event()
+        keeper = asyncio.create_task(_keep(lease, lost, stop))
         try:
-            while not stop.is_set():
-                if not await lease.renew():
-                    log.warning("lost table lease", extra={"table_id": table_id})
-                    return
-                try:
-                    delay = await self._app.step(table_id, token)
-                except DomainError as error:
-                    log.warning("round step refused", extra={"table_id": table_id, "error": str(error)})
-                    delay = ERROR_BACKOFF_S
-                except Exception:
-                    log.exception("round step failed", extra={"table_id": table_id})
-                    delay = ERROR_BACKOFF_S
-                if delay > 0:
-                    with contextlib.suppress(TimeoutError):
-                        await asyncio.wait_for(stop.wait(), min(delay, MAX_STEP_SLEEP_S))
+            with fenced(lease.fence, token):
+                while not stop.is_set() and not lost.is_set():
+                    try:
+                        delay = await _unless(lost, self._app.step(table_id, token))
+                    except StaleOwner as error:
+                        log.warning("table taken over; stopping", extra={"table_id": table_id, "error": str(error)})
+                        return
+                    except DomainError as error:
+                        log.warning("round step refused", extra={"table_id": table_id, "error": str(error)})
+                        delay = ERROR_BACKOFF_S
+                    except Exception:
+                        log.exception("round step failed", extra={"table_id": table_id})
+                        delay = ERROR_BACKOFF_S
+                    if delay is None:  # the table is closed: nothing more to run
+                        log.info("table closed; releasing it", extra={"table_id": table_id})
+                        metrics.table_closed(table_id)
+                        return
+                    if delay > 0:
+                        with contextlib.suppress(TimeoutError):
+                            await asyncio.wait_for(stop.wait(), min(delay, MAX_STEP_SLEEP_S))
+            if lost.is_set():
+                log.warning("lost table lease", extra={"table_id": table_id})
         finally:
-            await lease.release()
+            keeper.cancel()
+            with contextlib.suppress(asyncio.CancelledError, Exception):
+                await keeper
+            with contextlib.suppress(Exception):
+                await lease.release()
+
+
+async def _keep(lease: RedisLease, lost: asyncio.Event, stop: asyncio.Event) -> None:
+    """Renew ``lease`` until stopped; set ``lost`` when it could not be renewed."""
+    while not stop.is_set():
+        try:
+            renewed = await asyncio.wait_for(lease.renew(), RENEW_EVERY_S)
+        except Exception:
+            log.warning("lease renewal failed", extra={"lease": lease.name}, exc_info=True)
+            renewed = False
+        if not renewed:
+            lost.set()
+            return
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(stop.wait(), RENEW_EVERY_S)
+
+
+async def _unless(lost: asyncio.Event, work: Coroutine[Any, Any, float | None]) -> float | None:
+    """Run the step ``work``; cancel it when the lease is lost (its transaction rolls back)."""
+    step = asyncio.create_task(work)
+    watcher = asyncio.create_task(lost.wait())
+    try:
+        await asyncio.wait({step, watcher}, return_when=asyncio.FIRST_COMPLETED)
+    finally:
+        watcher.cancel()
+    if not step.done():
+        step.cancel()
+        with contextlib.suppress(asyncio.CancelledError, Exception):
+            await step
+        return 0.0
+    return step.result()

@@ -7,6 +7,8 @@ betting window) a single indexed read.
 
 from __future__ import annotations
 
+from backbone.lease import FENCE_SCHEMA
+
 DDL = (
     """
     CREATE TABLE IF NOT EXISTS tables (
@@ -170,4 +172,9 @@ DDL = (
     " WHERE status = 'placed' AND area = 'dealer'",
     # The player's client seed contribution ('' for none), combined into the round's client seed.
     "ALTER TABLE bets ADD COLUMN IF NOT EXISTS client_seed TEXT NOT NULL DEFAULT ''",
+    # CloseTable: asked (no bet accepted, no round opened from then on), then done (its last round ended).
+    "ALTER TABLE tables ADD COLUMN IF NOT EXISTS closing_at TIMESTAMPTZ",
+    "ALTER TABLE tables ADD COLUMN IF NOT EXISTS closed_at TIMESTAMPTZ",
+    # The fencing tokens of the tables' leases (backbone/lease.py; also created by every service's start).
+    *FENCE_SCHEMA,
 )

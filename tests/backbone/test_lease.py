@@ -3,12 +3,20 @@
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator
+import contextlib
+import shutil
+import socket
+import subprocess
+import time
+from collections.abc import AsyncIterator, Iterator
+from pathlib import Path
 
 import pytest
+from psycopg_pool import AsyncConnectionPool
 from redis.asyncio import Redis
 
-from backbone.lease import RedisLease
+from backbone.db import open_pool
+from backbone.lease import PgFence, RedisLease, StaleOwner, check_fence, fenced
 
 pytestmark = pytest.mark.integration
 
@@ -61,3 +69,165 @@ async def test_many_contenders_exactly_one_wins(redis: Redis, unique: str) -> No
 def test_owner_with_separator_is_rejected() -> None:
     with pytest.raises(ValueError):
         RedisLease(None, "x", "a|b", ttl_ms=10)  # type: ignore[arg-type]
+
+
+# ---------------------------------------------------------------------------------- fencing through PostgreSQL
+
+
+class PrivateRedis:
+    """A Redis of the test's own (no persistence): wiped or restarted without touching the shared one."""
+
+    def __init__(self, server: str, workdir: Path) -> None:
+        with socket.socket() as probe:
+            probe.bind(("127.0.0.1", 0))
+            self.port = probe.getsockname()[1]
+        self._server = server
+        self._workdir = workdir
+        self._process = self._start()
+        self.url = f"redis://127.0.0.1:{self.port}/0"
+
+    def _start(self) -> subprocess.Popen[bytes]:
+        process = subprocess.Popen(
+            [self._server, "--port", str(self.port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no"],
+            cwd=self._workdir,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+        )
+        deadline = time.monotonic() + 10
+        while time.monotonic() < deadline:
+            with socket.socket() as probe, contextlib.suppress(OSError):
+                probe.connect(("127.0.0.1", self.port))
+                return process
+            time.sleep(0.05)
+        process.kill()
+        raise RuntimeError("the private redis-server did not start")
+
+    def restart(self) -> None:
+        """Kill -9 and start again: every key is gone (no persistence)."""
+        self.stop()
+        self._process = self._start()
+
+    def stop(self) -> None:
+        self._process.kill()
+        self._process.wait()
+
+
+@pytest.fixture
+def private_redis(tmp_path: Path) -> Iterator[PrivateRedis]:
+    server = shutil.which("redis-server")
+    if server is None:
+        pytest.skip("redis-server is not installed (scripts/infra installs it)")
+    redis = PrivateRedis(server, tmp_path)
+    try:
+        yield redis
+    finally:
+        redis.stop()
+
+
+@pytest.fixture
+async def fence_pool(dsn: str, schema: str) -> AsyncIterator[AsyncConnectionPool]:
+    pool = await open_pool(dsn, schema=schema, min_size=1, max_size=4)
+    async with pool.connection() as conn:
+        await PgFence.setup(conn)
+    yield pool
+    await pool.close()
+
+
+async def test_wiping_redis_never_yields_a_smaller_token(
+    private_redis: PrivateRedis, fence_pool: AsyncConnectionPool
+) -> None:
+    redis = Redis.from_url(private_redis.url)
+    try:
+        tokens = []
+        for owner in ("a", "b", "c"):
+            lease = RedisLease(redis, "table:t1", owner, ttl_ms=5_000, fence=PgFence(fence_pool, "table:t1"))
+            token = await lease.acquire()
+            assert token is not None
+            tokens.append(token)
+            assert await lease.holder() == (owner, token)
+            await redis.flushall()  # Redis loses everything: the lease and any counter it kept
+            assert await lease.renew() is False  # the owner learns it lost the lease
+        private_redis.restart()  # and a restart without persistence loses it again
+        await redis.aclose()
+        redis = Redis.from_url(private_redis.url)
+        after_restart = await RedisLease(
+            redis, "table:t1", "d", ttl_ms=5_000, fence=PgFence(fence_pool, "table:t1")
+        ).acquire()
+        assert after_restart is not None
+        tokens.append(after_restart)
+        assert tokens == sorted(set(tokens)), tokens  # strictly growing: 1, 2, 3, 4
+    finally:
+        await redis.aclose()
+
+
+async def test_a_fenced_lease_is_still_exclusive_and_keeps_its_token(
+    private_redis: PrivateRedis, fence_pool: AsyncConnectionPool
+) -> None:
+    redis = Redis.from_url(private_redis.url)
+    try:
+        a = RedisLease(redis, "relay:x", "a", ttl_ms=300, fence=PgFence(fence_pool, "relay:x"))
+        b = RedisLease(redis, "relay:x", "b", ttl_ms=300, fence=PgFence(fence_pool, "relay:x"))
+        first = await a.acquire()
+        assert first is not None
+        assert await b.acquire() is None
+        assert await a.acquire() == first
+        await asyncio.sleep(0.45)
+        second = await b.acquire()
+        assert second is not None and second > first
+        assert await a.renew() is False
+        contenders = [
+            RedisLease(redis, "relay:y", f"o{i}", ttl_ms=5_000, fence=PgFence(fence_pool, "relay:y")) for i in range(10)
+        ]
+        won = await asyncio.gather(*(lease.acquire() for lease in contenders))
+        assert sum(token is not None for token in won) == 1
+    finally:
+        await redis.aclose()
+
+
+async def test_a_stale_owners_write_is_refused(private_redis: PrivateRedis, fence_pool: AsyncConnectionPool) -> None:
+    """Owner a keeps running after Redis forgot its lease; b takes over: a's next fenced write is refused."""
+    redis = Redis.from_url(private_redis.url)
+    try:
+        async with fence_pool.connection() as conn:
+            await conn.execute("CREATE TABLE writes (token BIGINT NOT NULL, what TEXT NOT NULL)")
+            await conn.commit()
+
+        async def write(token: int, what: str) -> None:
+            async with fence_pool.connection() as conn, conn.transaction():
+                await conn.execute("INSERT INTO writes VALUES (%s, %s)", (token, what))
+                with fenced(PgFence(fence_pool, "table:t2"), token):
+                    await check_fence(conn)
+
+        a = RedisLease(redis, "table:t2", "a", ttl_ms=5_000, fence=PgFence(fence_pool, "table:t2"))
+        token_a = await a.acquire()
+        assert token_a is not None
+        await write(token_a, "a1")
+        await redis.flushall()
+        b = RedisLease(redis, "table:t2", "b", ttl_ms=5_000, fence=PgFence(fence_pool, "table:t2"))
+        token_b = await b.acquire()
+        assert token_b is not None and token_b > token_a
+        with pytest.raises(StaleOwner) as refused:
+            await write(token_a, "a2")
+        assert refused.value.reason == "STALE_OWNER"
+        await write(token_b, "b1")
+        async with fence_pool.connection() as conn:
+            cur = await conn.execute("SELECT what FROM writes ORDER BY what")
+            assert [row[0] for row in await cur.fetchall()] == ["a1", "b1"]  # a2 was rolled back
+    finally:
+        await redis.aclose()
+
+
+async def test_a_new_owner_waits_for_the_old_owners_write_in_flight(fence_pool: AsyncConnectionPool) -> None:
+    """The increment waits for a fenced write in flight, so the old owner's write commits before the new token."""
+    fence = PgFence(fence_pool, "table:t3")
+    first = await fence.next_token()
+    order: list[str] = []
+    async with fence_pool.connection() as conn, conn.transaction():
+        await fence.check(conn, first)  # the old owner's write holds the fence row shared
+        taking_over = asyncio.create_task(fence.next_token())
+        await asyncio.sleep(0.3)
+        assert not taking_over.done()  # the new owner waits for it
+        order.append("old write committed")
+    second = await taking_over
+    order.append("new token")
+    assert second == first + 1 and order == ["old write committed", "new token"]

@@ -11,11 +11,13 @@ import pytest
 from credits_projection import CREDITS_DDL, apply_credit, credited, credits
 from kafka import KafkaConsumer, TopicPartition
 from psycopg_pool import AsyncConnectionPool
+from redis.asyncio import Redis
 
 from backbone.consumer import ExactlyOnceConsumer, handling
 from backbone.db import open_pool, run_ddl
 from backbone.eventstore import EventStore, NewEvent
 from backbone.kafka import TopicSpec, ensure_topics, make_consumer, make_producer
+from backbone.lease import PgFence, RedisLease, StaleOwner
 from backbone.relay import OutboxRelay, PendingRecord
 
 pytestmark = pytest.mark.integration
@@ -210,3 +212,79 @@ async def test_a_selective_consumer_skips_other_event_types_without_tracking_the
         cur = await conn.execute("SELECT count(*) FROM processed_events")
         assert await cur.fetchone() == (10,)  # the 20 skipped events left no tracking row
     kafka.close()
+
+
+async def test_a_leased_consumer_killed_mid_stream_is_replaced_within_the_lease_and_applies_once(
+    pool: AsyncConnectionPool, store: EventStore, topic: str, kafka_servers: str, unique: str, redis_url: str
+) -> None:
+    """No group coordinator to wait for: the successor assigns itself the partitions once the lease expires."""
+    await append_credits(pool, store, 60)
+    await OutboxRelay("test", pool, make_producer(kafka_servers, "relay")).publish_once()
+    name = f"g-{unique}"
+    redis = Redis.from_url(redis_url)
+    try:
+
+        def leased(owner: str) -> ExactlyOnceConsumer:
+            kafka = make_consumer(kafka_servers, name, f"{name}-{owner}")
+            lease = RedisLease(redis, f"consumer:{name}", owner, ttl_ms=1_500)
+            return ExactlyOnceConsumer(name, [topic], pool, apply_credit, kafka, lease=lease)
+
+        first, standby = leased("first"), leased("second")
+        seen = 0
+
+        async def die_after_some(record: Any) -> None:
+            nonlocal seen
+            seen += 1
+            if seen == 17:
+                raise Crash("killed between the database commit and the Kafka commit")
+
+        first.after_commit = die_after_some
+        with pytest.raises(Crash):
+            for _ in range(100):
+                await first.poll_once()
+                assert await standby.poll_once() == 0  # the lease holder alone applies
+        first._kafka.close(autocommit=False)  # a dead process commits nothing more and never renews
+
+        killed_at = time.monotonic()
+        async with pool.connection() as conn:
+            applied_before = sum(applied for _, applied in (await credits(conn)).values())
+        assert applied_before >= 17
+        await drain(standby, pool, 60)
+        took_over_in = time.monotonic() - killed_at
+        for _ in range(3):
+            await standby.poll_once()
+        async with pool.connection() as conn:
+            assert await credits(conn) == expected_totals(60)
+        print(f"successor applied the rest {took_over_in:.1f}s after the kill (lease ttl 1.5s)")
+        assert took_over_in < DEADLINE_S
+        standby._kafka.close()
+    finally:
+        await redis.aclose()
+
+
+async def test_a_superseded_relay_publishes_nothing(
+    pool: AsyncConnectionPool, store: EventStore, topic: str, kafka_servers: str, unique: str, redis_url: str
+) -> None:
+    """Redis forgets the relay's lease; another relay leads: the first one's next batch is refused (fencing)."""
+    async with pool.connection() as conn:
+        await PgFence.setup(conn)
+    await append_credits(pool, store, 5)
+    redis = Redis.from_url(redis_url)
+    name = f"relay:{unique}"
+    try:
+        old = RedisLease(redis, name, "old", ttl_ms=10_000, fence=PgFence(pool, name))
+        assert await old.acquire() is not None
+        await redis.delete(old.key)  # Redis lost the lease (a restart without persistence, a FLUSHALL)
+        new = RedisLease(redis, name, "new", ttl_ms=10_000, fence=PgFence(pool, name))
+        new_token = await new.acquire()
+        assert new_token is not None and old.token is not None and new_token > old.token
+        stale = OutboxRelay("test", pool, make_producer(kafka_servers, "relay-old"), lease=old)
+        with pytest.raises(StaleOwner):
+            await stale.publish_once()
+        assert records_on_topic(kafka_servers, topic) == 0
+        leader = OutboxRelay("test", pool, make_producer(kafka_servers, "relay-new"), lease=new)
+        assert await leader.publish_once() == 5
+        assert records_on_topic(kafka_servers, topic) == 5
+        await new.release()
+    finally:
+        await redis.aclose()
