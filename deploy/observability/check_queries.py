@@ -2,9 +2,10 @@
 
 1. Each query parses: they are written as recording rules into a scratch rules file and
    `promtool check rules` parses it (Grafana's $__rate_interval etc. substituted first).
-2. Each metric name a query uses is one the services export. The exported set is read
-   from prometheus_client's registry after importing every module of backbone/ and
-   services/ that uses prometheus_client, so it follows the code as metrics are added.
+2. Each metric name a query uses is one the services export, or one a recording rule of
+   alerts.rules.yml makes. The exported set is read from prometheus_client's registry
+   after importing every module of backbone/ and services/ that uses prometheus_client,
+   so it follows the code as metrics are added.
 3. Each label a query names (matchers, by/without) exists on one of the metrics it uses
    or is one Prometheus adds (job, instance, ...).
 
@@ -165,7 +166,21 @@ def names_in(expr: str) -> tuple[set[str], set[str]]:
     return metrics, labels
 
 
+def recorded_series(exported: dict[str, set[str]]) -> dict[str, set[str]]:
+    """Series the recording rules make: name -> the labels of what they read plus their own labels."""
+    series: dict[str, set[str]] = {}
+    for group in yaml.safe_load(RULES.read_text(encoding="utf-8"))["groups"]:
+        for rule in group["rules"]:
+            if "record" in rule:
+                metrics, _ = names_in(rule["expr"])
+                labels = set().union(*(exported.get(m, set()) | series.get(m, set()) for m in metrics))
+                series.setdefault(rule["record"], set()).update(labels | set(rule.get("labels", {})))
+    return series
+
+
 def name_errors(queries: list[Query], exported: dict[str, set[str]]) -> list[str]:
+    """Unknown metrics and stray labels; the recording rules' series count as known."""
+    exported = exported | recorded_series(exported)
     errors = []
     for q in queries:
         metrics, labels = names_in(substitute(q.expr))

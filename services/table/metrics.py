@@ -30,8 +30,9 @@ dies in between loses that round's increments (never counts one twice).
 
 from __future__ import annotations
 
-from collections import defaultdict
+import contextlib
 from collections.abc import Mapping
+from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
@@ -104,24 +105,40 @@ def config_label(variant: Variant, config: Any) -> str:
     return DEFAULT_CONFIG if variant.config_settings(config) == default else CUSTOM_CONFIG
 
 
-def round_settled(table_id: str, variant: Variant, config: Any, settlement: Settlement, at: datetime) -> None:
-    """Count a committed settlement's bets (refunds are not play) and mark the table's round as ended."""
-    label = config_label(variant, config)
-    stakes: dict[str, int] = defaultdict(int)
-    won: dict[str, int] = defaultdict(int)
-    lost: dict[str, int] = defaultdict(int)
+@dataclass
+class Tally:
+    """One round's settled bets of one bet type: the increments of the four counters."""
+
+    stake_minor: int = 0
+    won_minor: int = 0
+    lost_minor: int = 0
+
+    @property
+    def stake_square(self) -> int:
+        return self.stake_minor * self.stake_minor
+
+
+def tally(variant_id: str, settlement: Settlement) -> dict[str, Tally]:
+    """Bet type -> what the round's settled bets add (refunds are not play and count nowhere)."""
+    out: dict[str, Tally] = {}
     for bet in settlement.bets:
         if bet.outcome is Outcome.REFUND:
             continue
-        kind = bet_type(variant.variant_id, bet.area)
-        stakes[kind] += bet.stake_minor
-        won[kind] += max(bet.net_minor, 0)
-        lost[kind] += max(-bet.net_minor, 0)
-    for kind, stake in stakes.items():
-        SETTLED_STAKE.labels(variant.variant_id, kind, label).inc(stake)
-        SETTLED_WON.labels(variant.variant_id, kind, label).inc(won[kind])
-        SETTLED_LOST.labels(variant.variant_id, kind, label).inc(lost[kind])
-        SETTLED_STAKE_SQUARES.labels(variant.variant_id, kind, label).inc(stake * stake)
+        counts = out.setdefault(bet_type(variant_id, bet.area), Tally())
+        counts.stake_minor += bet.stake_minor
+        counts.won_minor += max(bet.net_minor, 0)
+        counts.lost_minor += max(-bet.net_minor, 0)
+    return out
+
+
+def round_settled(table_id: str, variant: Variant, config: Any, settlement: Settlement, at: datetime) -> None:
+    """Count a committed settlement's bets and mark the table's round as ended."""
+    labels = (variant.variant_id, config_label(variant, config))
+    for kind, counts in tally(variant.variant_id, settlement).items():
+        SETTLED_STAKE.labels(labels[0], kind, labels[1]).inc(counts.stake_minor)
+        SETTLED_WON.labels(labels[0], kind, labels[1]).inc(counts.won_minor)
+        SETTLED_LOST.labels(labels[0], kind, labels[1]).inc(counts.lost_minor)
+        SETTLED_STAKE_SQUARES.labels(labels[0], kind, labels[1]).inc(counts.stake_square)
     round_ended(table_id, at)
 
 
@@ -132,6 +149,13 @@ def round_ended(table_id: str, at: datetime) -> None:
 def table_started(table_id: str, at: datetime) -> None:
     """This process took the table: it has until the alert's margin to end a round."""
     round_ended(table_id, at)
+
+
+def table_closed(table_id: str) -> None:
+    """The table is closed: no rounds are expected any more, so its series go (no stalled alert)."""
+    for gauge in (LAST_ROUND_ENDED, ROUND_WAIT):
+        with contextlib.suppress(KeyError):
+            gauge.remove(table_id)
 
 
 def round_opened(table: Mapping[str, Any], variant: Variant) -> None:
