@@ -219,9 +219,25 @@ class EnvelopeCommands:
         return BetReceipt(bet_id, bet["round_id"], bet["area"], amount_minor, new_hold, "placed", False)
 
     async def _restake(self, bet: Row, command_id: str, amount_minor: int, new_hold: int) -> int:
-        """One transaction, the round row shared then the bet row locked (the settlement's order):
-        changes and cancels of one bet take turns, and betting cannot close half-way. Returns the old hold."""
+        """Change the bet's stake; returns the old hold.
+
+        A bigger hold is asked of the wallet first, outside any transaction (no remote call while
+        a row is locked: a slow wallet must not hold up the round's close or settlement). Then one
+        transaction, the round row shared then the bet row locked (the settlement's order), records
+        the change only if the bet is still as it was read: changes and cancels of one bet take
+        turns, and betting cannot close half-way. A change refused after the wallet grew the hold
+        leaves the hold larger than the bet until the round's settlement or void releases it (never
+        smaller: a repeated change with the same id finds the wallet's answer unchanged).
+        """
         bet_id, table_id = bet["bet_id"], bet["table_id"]
+        async with self._store.read() as conn:
+            read = await self._store.bet(conn, bet_id)
+        assert read is not None
+        if read["status"] != "placed":
+            raise FailedPrecondition("BET_NOT_OPEN", f"bet {bet_id} is {read['status']}")
+        old_stake, old_hold = int(read["stake_minor"]), int(read["hold_minor"])
+        if new_hold > old_hold:  # the wallet first: a refusal changes nothing
+            await self._ctx.wallet.resize_hold(f"change.{command_id}", read["hold_id"], new_hold)
         async with self._store.transaction() as conn:
             if not window_open(await self._store.window(conn, bet["round_id"]), self._ctx.now()):
                 raise FailedPrecondition("BETTING_CLOSED", "a bet can be changed only during the betting window")
@@ -231,9 +247,8 @@ class EnvelopeCommands:
                 raise FailedPrecondition("BET_NOT_OPEN", f"bet {bet_id} is {locked['status']}")
             if await self._store.change(conn, command_id) is not None:
                 raise FailedPrecondition("CHANGE_IN_PROGRESS", "this change is being applied; repeat it to see it")
-            old_stake, old_hold = int(locked["stake_minor"]), int(locked["hold_minor"])
-            if new_hold > old_hold:  # the wallet first: a refusal changes nothing
-                await self._ctx.wallet.resize_hold(f"change.{command_id}", locked["hold_id"], new_hold)
+            if (int(locked["stake_minor"]), int(locked["hold_minor"])) != (old_stake, old_hold):
+                raise FailedPrecondition("CHANGE_CONFLICT", "the bet was changed meanwhile; repeat your change")
             await self._store.restake(conn, bet_id, amount_minor, new_hold)
             await self._store.insert_change(conn, command_id, bet_id, amount_minor, self._ctx.now())
             changed = ev.BetChanged(

@@ -27,7 +27,10 @@ from backbone.errors import (
     Unavailable,
 )
 
-CALL_TIMEOUT_S = 5.0
+CALL_TIMEOUT_S = 3.0
+"""The deadline of every call to the wallet and the rng. A round step makes at most one try of a
+call (``round_base.RNG_PATIENCE``), so a step ends well inside the table's 5 s lease
+(``runner.LEASE_TTL_MS``, renewed every 1.5 s in the background)."""
 
 
 @dataclass(frozen=True, slots=True)
