@@ -1,23 +1,40 @@
 """``niuniu-audit``: rebuild the journal from Kafka and reconcile it; verify a round; benchmark the replay.
 
-  niuniu-audit replay [--no-wallet] [--wallet HOST:PORT] [--keep] [--replay-schema NAME]
-      Rebuild the whole journal from offset 0 of the wallet and table topics into a fresh
-      schema, then compare it with the live journal entry by entry (ids, fields, lines),
+  niuniu-audit replay [--no-wallet] [--wallet HOST:PORT] [--username NAME] [--password-file F]
+                      [--scratch-dsn DSN] [--keep] [--replay-schema NAME]
+      Take the wallet's balances (ListBalances, each page exact as of a wallet event
+      position), wait until Kafka holds every wallet event up to that position, rebuild
+      the whole journal from offset 0 of the wallet and table topics into a scratch
+      store, then compare it with the live journal entry by entry (ids, fields, lines),
       check both trial balances are zero, check each balances table against its lines,
-      and compare every account with the wallet's ListBalances. Prints a reconciliation
-      report; progress goes to stderr.
+      and compare every account with the wallet's balances at the same cut (the rebuilt
+      journal as of the page's wallet position), so play going on meanwhile is never a
+      difference. Prints a reconciliation report; progress goes to stderr.
   niuniu-audit verify-round ROUND
       Show the round's journal and check it against the table's RoundSettled: every
       transfer has its movement, every hold of the round is resolved.
   niuniu-audit bench-replay [--events N]
       Replay speed (events/s) on N synthetic wallet and table events in scratch topics.
 
-Connections come from the environment, each overridable by a flag: NIUNIU_LEDGER_DSN
-(or DATABASE_URL), NIUNIU_LEDGER_SCHEMA or NIUNIU_DB_SCHEMA (the live journal's schema,
-default public),
-KAFKA_BOOTSTRAP_SERVERS, NIUNIU_TOPIC_PREFIX, NIUNIU_WALLET_ADDR (default
-127.0.0.1:NIUNIU_WALLET_GRPC_PORT or 50053), NIUNIU_AUDITOR_TOKEN or the issuer key
-(NIUNIU_ISSUER_KEY_FILE; see backbone.auth.operator_token) for the auditor token.
+Connections come from the environment, each overridable by a flag: NIUNIU_AUDITOR_DSN
+(a read-only role is enough; else NIUNIU_LEDGER_DSN or DATABASE_URL), NIUNIU_LEDGER_SCHEMA
+or NIUNIU_DB_SCHEMA (the live journal's schema, default public), KAFKA_BOOTSTRAP_SERVERS
+(as the auditor's principal NIUNIU_AUDITOR_KAFKA_USER: read-only ACLs suffice),
+NIUNIU_TOPIC_PREFIX, NIUNIU_WALLET_ADDR (default 127.0.0.1:NIUNIU_WALLET_GRPC_PORT or 50053).
+
+The scratch store: NIUNIU_AUDIT_SCRATCH_DSN / --scratch-dsn names a database of the
+auditor's own (e.g. a local PostgreSQL) in which the replay gets a fresh schema, dropped
+at the end. Without it the audit creates a database niuniu_audit_<time>_<hex> on the
+live server (its role needs CREATEDB and nothing else: it owns only what it creates),
+closed to PUBLIC, and drops it at the end (--keep keeps it). A role that may not create
+databases falls back to a schema in the live database (the report says so).
+
+The wallet is read with an auditor token obtained by logging in through the wallet's
+Login: --username / NIUNIU_AUDITOR_USERNAME with --password-file, NIUNIU_AUDITOR_PASSWORD
+or a prompt (an auditor account is made with ``python -m services.wallet.admin create
+--role auditor``), or NIUNIU_AUDITOR_TOKEN (a token from an earlier Login). Only in
+development mode (NIUNIU_ENV=development, development keys) is a token minted from the
+local issuer key when no login is given.
 
 Exit status: 0 everything reconciles; 1 a difference was found (each one is printed
 with the entry or account and both values); 2 bad usage, or the audit could not be
@@ -28,21 +45,27 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
+import getpass
 import os
 import sys
 import time
 import uuid
-from collections.abc import Callable, Coroutine, Sequence
+from collections.abc import AsyncIterator, Callable, Coroutine, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
+from pathlib import Path
 from typing import Any, TextIO, TypeVar
 
+import grpc
 import psycopg
 from kafka import TopicPartition
+from niuniu.v1 import events_pb2
 from psycopg import sql
+from psycopg.conninfo import conninfo_to_dict, make_conninfo
 
-from backbone.auth import Role, operator_token
+from backbone.auth import DEVELOPMENT, ENV_MODE, Role, operator_token
 from backbone.config import DEFAULT_KAFKA
 from backbone.eventstore import build_envelope
 from backbone.kafka import TopicSpec, ensure_topics, make_admin, make_consumer, make_producer, use_identity
@@ -74,6 +97,9 @@ DEFAULT_DSN = "postgresql://niuniu@127.0.0.1:54329/niuniu_ledger"
 DEFAULT_WALLET_PORT = 50053
 DEFAULT_BENCH_EVENTS = 20_000
 PROGRESS_STEP_PERCENT = 5
+DEFAULT_CUT_TIMEOUT_S = 60.0
+LOGIN_TIMEOUT_S = 10.0
+SCRATCH_DATABASE_PREFIX = "niuniu_audit_"
 
 PartitionKey = tuple[str, int]
 
@@ -86,6 +112,14 @@ class AuditConfig:
     live_schema: str
     replay_schema: str
     keep_replay: bool = False
+    # Where the replay is rebuilt: "" = a database created for it next to the live one.
+    scratch_dsn: str = ""
+    # How long to wait for Kafka to hold every wallet event up to the wallet's snapshot.
+    cut_timeout_s: float = DEFAULT_CUT_TIMEOUT_S
+
+
+class AuditError(Exception):
+    """The audit could not be completed (exit 2)."""
 
 
 @dataclass
@@ -99,6 +133,9 @@ class AuditReport:
     differences: list[Difference] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
     wallet_error: str = ""
+    # The wallet event position the wallet comparison was made at (0: no wallet comparison).
+    cut_position: int = 0
+    scratch: str = ""
 
     @property
     def ok(self) -> bool:
@@ -106,15 +143,6 @@ class AuditReport:
 
 
 # --- replay ----------------------------------------------------------------------------------------------
-
-
-def end_offsets(kafka: str, topics: Sequence[str]) -> dict[PartitionKey, int]:
-    consumer = make_consumer(kafka, None, "niuniu-audit-offsets")
-    try:
-        parts = [TopicPartition(t, p) for t in topics for p in sorted(consumer.partitions_for_topic(t) or ())]
-        return {(tp.topic, tp.partition): int(o) for tp, o in consumer.end_offsets(parts).items()} if parts else {}
-    finally:
-        consumer.close()
 
 
 async def _connect(dsn: str, schema: str) -> psycopg.AsyncConnection:
@@ -191,31 +219,135 @@ async def audit_replay(
     *,
     progress: Callable[[int, int], None] | None = None,
 ) -> AuditReport:
-    """Replay, then reconcile live vs replay vs wallet. ``wallet`` None skips the wallet comparison."""
+    """Replay, then reconcile live vs replay vs wallet. ``wallet`` None skips the wallet comparison.
+
+    The wallet's balances are taken first (each page exact as of a wallet position); the
+    replay starts once Kafka holds every wallet event up to the highest of them, so the
+    rebuilt journal as of each page's position is the consistent cut to compare with.
+    """
     topic_names = [config.topics.wallet_events, config.topics.table_events]
-    ends_before = end_offsets(config.kafka, [config.topics.wallet_events])
-    replayed = await replay(config.dsn, config.kafka, topic_names, JOURNAL, config.replay_schema, progress=progress)
-    try:
+    listed: dict[str, WalletBalance] | None = None
+    wallet_error = ""
+    if wallet is not None:
+        try:
+            listed = await wallet.balances()
+        except WalletUnavailable as error:
+            wallet_error = str(error)
+    cut = max((b.as_of_position for b in (listed or {}).values()), default=0)
+    if cut > 0:
+        reached = await asyncio.to_thread(
+            wait_for_wallet_position, config.kafka, config.topics.wallet_events, cut, config.cut_timeout_s
+        )
+        if reached < cut:
+            raise AuditError(
+                f"Kafka holds wallet events up to position {reached} only, {config.cut_timeout_s:.0f} s after the"
+                f" wallet's snapshot at position {cut}: is the wallet's relay publishing?"
+            )
+    async with scratch_store(config) as (scratch_dsn, scratch_label):
+        replayed = await replay(
+            scratch_dsn, config.kafka, topic_names, JOURNAL, config.replay_schema, progress=progress
+        )
         live_conn = await _connect(config.dsn, config.live_schema)
-        replay_conn = await _connect(config.dsn, config.replay_schema)
+        replay_conn = await _connect(scratch_dsn, config.replay_schema)
         async with live_conn, replay_conn:
-            report = await _reconcile(live_conn, replay_conn, replayed, wallet)
-        if wallet is not None and end_offsets(config.kafka, [config.topics.wallet_events]) != ends_before:
-            report.notes.append("wallet events arrived during the audit: wallet differences may be timing; rerun")
-        return report
+            report = await _reconcile(live_conn, replay_conn, replayed, listed)
+    report.wallet_error = wallet_error
+    report.cut_position = cut
+    report.scratch = scratch_label
+    return report
+
+
+@contextlib.asynccontextmanager
+async def scratch_store(config: AuditConfig) -> AsyncIterator[tuple[str, str]]:
+    """The DSN the replay writes to, and how to describe it; removed afterwards unless ``keep_replay``.
+
+    ``config.scratch_dsn``: a fresh schema in that database. Otherwise a database created on
+    the live server (CREATEDB is the only privilege it takes; the creator owns it), or, for
+    a role that may not create databases, a schema in the live database.
+    """
+    if config.scratch_dsn:
+        label = f"schema {config.replay_schema} of the scratch database {_dbname(config.scratch_dsn)}"
+        async with _dropping_schema(config.scratch_dsn, config.replay_schema, config.keep_replay):
+            yield config.scratch_dsn, label
+        return
+    name = f"{SCRATCH_DATABASE_PREFIX}{datetime.now(UTC):%Y%m%d%H%M%S}_{uuid.uuid4().hex[:6]}"
+    async with await psycopg.AsyncConnection.connect(config.dsn, autocommit=True) as conn:
+        try:
+            await conn.execute(sql.SQL("CREATE DATABASE {}").format(sql.Identifier(name)))
+        except psycopg.errors.InsufficientPrivilege:
+            created = False
+        else:
+            created = True
+            await conn.execute(sql.SQL("REVOKE ALL ON DATABASE {} FROM PUBLIC").format(sql.Identifier(name)))
+    if not created:
+        label = f"schema {config.replay_schema} of the live database (this role may not create a scratch database)"
+        async with _dropping_schema(config.dsn, config.replay_schema, config.keep_replay):
+            yield config.dsn, label
+        return
+    try:
+        yield make_conninfo(config.dsn, dbname=name), f"database {name} (created for this audit, then dropped)"
     finally:
         if not config.keep_replay:
             async with await psycopg.AsyncConnection.connect(config.dsn, autocommit=True) as conn:
-                await conn.execute(
-                    sql.SQL("DROP SCHEMA IF EXISTS {} CASCADE").format(sql.Identifier(config.replay_schema))
-                )
+                await conn.execute(sql.SQL("DROP DATABASE IF EXISTS {} WITH (FORCE)").format(sql.Identifier(name)))
+
+
+@contextlib.asynccontextmanager
+async def _dropping_schema(dsn: str, schema: str, keep: bool) -> AsyncIterator[None]:
+    try:
+        yield
+    finally:
+        if not keep:
+            async with await psycopg.AsyncConnection.connect(dsn, autocommit=True) as conn:
+                await conn.execute(sql.SQL("DROP SCHEMA IF EXISTS {} CASCADE").format(sql.Identifier(schema)))
+
+
+def _dbname(dsn: str) -> str:
+    return str(conninfo_to_dict(dsn).get("dbname", "?"))
+
+
+def wallet_position_in_kafka(kafka: str, topic: str) -> int:
+    """The highest wallet store position among the last record of each partition of ``topic``.
+
+    The relay publishes in store order, so every wallet event up to that position is in Kafka.
+    """
+    consumer = make_consumer(kafka, None, "niuniu-audit-cut")
+    try:
+        parts = [TopicPartition(topic, p) for p in sorted(consumer.partitions_for_topic(topic) or ())]
+        ends = {tp: int(o) for tp, o in consumer.end_offsets(parts).items() if int(o) > 0} if parts else {}
+        if not ends:
+            return 0
+        consumer.assign(list(ends))
+        for tp, offset in ends.items():
+            consumer.seek(tp, offset - 1)
+        highest, pending = 0, set(ends)
+        deadline = time.monotonic() + 30
+        while pending and time.monotonic() < deadline:
+            for tp, records in consumer.poll(timeout_ms=500).items():
+                for record in records:
+                    if record.offset >= ends[tp] - 1:
+                        highest = max(highest, int(events_pb2.EventEnvelope.FromString(record.value).store_position))
+                        pending.discard(tp)
+        return highest
+    finally:
+        consumer.close()
+
+
+def wait_for_wallet_position(kafka: str, topic: str, position: int, timeout_s: float) -> int:
+    """Wait until Kafka holds the wallet's events up to ``position``; returns the highest position seen."""
+    deadline = time.monotonic() + timeout_s
+    while True:
+        seen = wallet_position_in_kafka(kafka, topic)
+        if seen >= position or time.monotonic() >= deadline:
+            return seen
+        time.sleep(0.2)
 
 
 async def _reconcile(
     live_conn: psycopg.AsyncConnection,
     replay_conn: psycopg.AsyncConnection,
     replayed: ReplayReport,
-    wallet: BalanceSource | None,
+    listed: dict[str, WalletBalance] | None,
 ) -> AuditReport:
     replay_cut, live_next = await _replay_cut(replay_conn), await _live_positions(live_conn)
     live_scope, replay_scope = _in_live_scope(replay_cut), _in_replay_scope(live_next)
@@ -251,30 +383,17 @@ async def _reconcile(
     else:
         live_balances = await queries.balances_table(live_conn)
         report.differences.extend(compare_balance_maps("balances", live_balances, replay_balances, "replay"))
-    if wallet is not None:
-        try:
-            listed = await wallet.balances()
-        except WalletUnavailable as error:
-            report.wallet_error = str(error)
-        else:
-            report.wallet = compare_with_wallet(
-                replay_balances, listed, await _replayed_as_of(replay_conn, listed, report)
-            )
-            report.differences.extend(report.wallet.differences)
+    if listed is not None:
+        report.wallet = compare_with_wallet(replay_balances, listed, await _replayed_as_of(replay_conn, listed))
+        report.differences.extend(report.wallet.differences)
     return report
 
 
 async def _replayed_as_of(
-    replay_conn: psycopg.AsyncConnection, listed: dict[str, WalletBalance], report: AuditReport
+    replay_conn: psycopg.AsyncConnection, listed: dict[str, WalletBalance]
 ) -> dict[int, dict[tuple[str, str], int]]:
-    """The replayed balances as of each wallet snapshot position, so a moving wallet compares exactly."""
+    """The replayed balances as of each wallet snapshot position: the same cut on both sides."""
     positions = sorted({b.as_of_position for b in listed.values() if b.as_of_position > 0})
-    if positions and positions[-1] > report.replay_trial.last_wallet_position:
-        report.notes.append(
-            f"the wallet's snapshot (position {positions[-1]}) is newer than the last journaled wallet event "
-            f"(position {report.replay_trial.last_wallet_position}); if events arrived after the replay started, "
-            "differences may be timing: rerun"
-        )
     as_of: dict[int, dict[tuple[str, str], int]] = {}
     for position in positions:
         trial = await queries.trial_balance(replay_conn, as_of_position=position)
@@ -291,6 +410,8 @@ def print_report(report: AuditReport, out: TextIO, *, wallet_skipped: bool) -> N
         f" ({rate:.0f} events/s) into schema {r.schema}",
         file=out,
     )
+    if report.scratch:
+        print(f"  scratch    {report.scratch}", file=out)
     print(
         f"  journal    live {j.live_entries} entries, replayed {j.replayed_entries}, compared {j.compared};"
         f" not compared: {j.live_out_of_scope} live, {j.replayed_out_of_scope} replayed",
@@ -314,6 +435,12 @@ def print_report(report: AuditReport, out: TextIO, *, wallet_skipped: bool) -> N
             f" (system accounts the wallet does not list: {not_listed})",
             file=out,
         )
+        if report.cut_position:
+            print(
+                f"  cut        the wallet's balances at wallet position {report.cut_position}, the replayed journal"
+                " as of the same position (later events: not compared with the wallet)",
+                file=out,
+            )
     for note in report.notes:
         print(f"  note: {note}", file=out)
     print(f"differences: {len(report.differences)}", file=out)
@@ -347,15 +474,68 @@ async def _run_replay(args: argparse.Namespace, out: TextIO, err: TextIO) -> int
         live_schema=args.schema,
         replay_schema=args.replay_schema or f"ledger_replay_{datetime.now(UTC):%Y%m%d%H%M%S}",
         keep_replay=args.keep,
+        scratch_dsn=args.scratch_dsn,
+        cut_timeout_s=args.cut_timeout,
     )
     wallet = None
     if not args.no_wallet:
-        wallet = GrpcWalletBalances(args.wallet, operator_token(Role.AUDITOR, "audit"))
-    report = await audit_replay(config, wallet, progress=None if args.no_progress else _Progress(err))
+        wallet = GrpcWalletBalances(args.wallet, await auditor_token(args, err))
+    try:
+        report = await audit_replay(config, wallet, progress=None if args.no_progress else _Progress(err))
+    except AuditError as error:
+        print(f"niuniu-audit: error: {error}", file=err)
+        return EXIT_ERROR
     print_report(report, out, wallet_skipped=args.no_wallet)
     if report.differences:
         return EXIT_DIFFERENCES
     return EXIT_ERROR if report.wallet_error else EXIT_OK
+
+
+async def login(address: str, username: str, password: str) -> str:
+    """An auditor token from the wallet's Login (the role in the token is checked)."""
+    from niuniu.wallet.v1 import wallet_pb2, wallet_pb2_grpc
+
+    async with grpc.aio.insecure_channel(address) as channel:
+        try:
+            reply = await wallet_pb2_grpc.WalletStub(channel).Login(
+                wallet_pb2.LoginRequest(username=username, password=password), timeout=LOGIN_TIMEOUT_S
+            )
+        except grpc.aio.AioRpcError as error:
+            raise AuditError(f"login as {username} at {address}: {error.code().name}: {error.details()}") from None
+    if reply.role != Role.AUDITOR.value:
+        raise AuditError(f"{username} is a {reply.role or 'unknown role'} account, not an auditor")
+    return str(reply.token)
+
+
+async def auditor_token(args: argparse.Namespace, err: TextIO) -> str:
+    """Login with the auditor's name and password; else NIUNIU_AUDITOR_TOKEN; else, in development only, minted."""
+    if args.username:
+        return await login(args.wallet, args.username, _password(args.password_file, args.username))
+    token = os.environ.get("NIUNIU_AUDITOR_TOKEN", "")
+    if token:
+        return token
+    if os.environ.get(ENV_MODE) == DEVELOPMENT:
+        print("niuniu-audit: development mode: auditor token minted from the local issuer key", file=err)
+        return operator_token(Role.AUDITOR, "audit")
+    raise AuditError(
+        "no auditor credentials: log in with --username (or NIUNIU_AUDITOR_USERNAME) and a password"
+        " (--password-file, NIUNIU_AUDITOR_PASSWORD or the prompt), or set NIUNIU_AUDITOR_TOKEN; --no-wallet skips"
+        " the wallet"
+    )
+
+
+def _password(path: str | None, username: str) -> str:
+    if path:
+        try:
+            return Path(path).read_text().splitlines()[0]
+        except (OSError, IndexError) as error:
+            raise AuditError(f"cannot read a password from {path}: {error}") from None
+    password = os.environ.get("NIUNIU_AUDITOR_PASSWORD", "")
+    if password:
+        return password
+    if not sys.stdin.isatty():
+        raise AuditError(f"no password for {username}: --password-file or NIUNIU_AUDITOR_PASSWORD")
+    return getpass.getpass(f"password of {username}: ")
 
 
 # --- verify-round ----------------------------------------------------------------------------------------
@@ -456,8 +636,9 @@ def build_parser() -> argparse.ArgumentParser:
     common = argparse.ArgumentParser(add_help=False)
     common.add_argument(
         "--dsn",
-        default=env.get("NIUNIU_LEDGER_DSN") or env.get("DATABASE_URL") or DEFAULT_DSN,
-        help="the ledger's PostgreSQL (default: $NIUNIU_LEDGER_DSN, $DATABASE_URL)",
+        default=env.get("NIUNIU_AUDITOR_DSN") or env.get("NIUNIU_LEDGER_DSN") or env.get("DATABASE_URL") or DEFAULT_DSN,
+        help="the ledger's PostgreSQL, read-only is enough (default: $NIUNIU_AUDITOR_DSN, $NIUNIU_LEDGER_DSN,"
+        " $DATABASE_URL)",
     )
     common.add_argument(
         "--schema",
@@ -483,8 +664,26 @@ def build_parser() -> argparse.ArgumentParser:
         "--wallet", default=_default_wallet_address(), help="wallet gRPC address (default: $NIUNIU_WALLET_ADDR)"
     )
     rep.add_argument("--no-wallet", action="store_true", help="skip the comparison with the wallet's balances")
+    rep.add_argument(
+        "--username",
+        default=env.get("NIUNIU_AUDITOR_USERNAME", ""),
+        help="log in to the wallet as this auditor (default: $NIUNIU_AUDITOR_USERNAME)",
+    )
+    rep.add_argument("--password-file", help="the auditor's password: first line of this file")
+    rep.add_argument(
+        "--scratch-dsn",
+        default=env.get("NIUNIU_AUDIT_SCRATCH_DSN", ""),
+        help="rebuild in a fresh schema of this database (default: $NIUNIU_AUDIT_SCRATCH_DSN, else a database"
+        " created for the audit on the live server)",
+    )
+    rep.add_argument(
+        "--cut-timeout",
+        type=float,
+        default=DEFAULT_CUT_TIMEOUT_S,
+        help="seconds to wait for Kafka to hold the wallet's events up to its snapshot (default: 60)",
+    )
     rep.add_argument("--replay-schema", default="", help="schema to rebuild into (default: ledger_replay_<time>)")
-    rep.add_argument("--keep", action="store_true", help="keep the replayed schema for inspection")
+    rep.add_argument("--keep", action="store_true", help="keep the scratch database (or schema) for inspection")
     rep.add_argument("--no-progress", action="store_true", help="no progress line on stderr")
     ver = commands.add_parser("verify-round", parents=[common], help="check a round's journal against its settlement")
     ver.add_argument("round_id", metavar="ROUND")
@@ -533,6 +732,9 @@ def main(argv: Sequence[str] | None = None, *, out: TextIO | None = None, err: T
             code = _run_bench(args, out)
     except (psycopg.Error, OSError) as error:
         print(f"niuniu-audit: error: {type(error).__name__}: {error}", file=err)
+        return EXIT_ERROR
+    except AuditError as error:
+        print(f"niuniu-audit: error: {error}", file=err)
         return EXIT_ERROR
     except Exception as error:  # Kafka client errors and the like: the audit could not run
         if type(error).__module__.startswith("kafka"):

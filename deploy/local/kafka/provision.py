@@ -14,7 +14,8 @@ Who may do what (principal ``User:<name>``; a request no ACL allows is refused):
 - ``niuniu_<svc>`` (rng, table, wallet, ledger): WRITE, CREATE, DESCRIBE on ``niuniu.<svc>.*``
   (its own topics); READ, DESCRIBE on the topics it consumes; READ on groups ``<svc>-*``.
 - ``niuniu_auditor``: READ, DESCRIBE on ``niuniu.*`` (every system topic, the audit topic
-  too); READ on groups ``audit*``.
+  too); READ on groups ``audit*``; on this local broker also READ, DESCRIBE on ``audited-*``
+  (the test systems its read-only path is tested on, tests/ledger/test_audit_auditor.py).
 - ``niuniu_test``: everything on any topic, group and transactional id, except DENY on the
   topics ``niuniu.*`` and on the services' groups.
 - ``niuniu_admin``: super user (``super.users``): the broker itself and this script.
@@ -52,6 +53,7 @@ from backbone.topics import Topics
 SYSTEM = Topics()
 SYSTEM_PREFIX = "niuniu."
 AUDITOR = "niuniu_auditor"
+AUDITED_TEST_PREFIX = "audited-"
 TEST = "niuniu_test"
 # What each service consumes (its ConsumerSpecs). kafka-python's consumer skips a topic it may
 # not describe without an error: a new consumer needs its line here (the full-stack run of
@@ -108,6 +110,10 @@ def desired_acls() -> list[Grant]:
     for op in (ACLOperation.READ, ACLOperation.DESCRIBE):
         grants.append(Grant(AUDITOR, topic, SYSTEM_PREFIX, PREFIXED, op))
     grants.append(Grant(AUDITOR, group, "audit", PREFIXED, ACLOperation.READ))
+    # Local broker only: a test system under the prefix ``audited-<id>.`` (run as niuniu_test)
+    # is readable by the auditor, so its read-only path is tested without the system's topics.
+    for op in (ACLOperation.READ, ACLOperation.DESCRIBE):
+        grants.append(Grant(AUDITOR, topic, AUDITED_TEST_PREFIX, PREFIXED, op))
     for resource in (topic, group, ResourceType.TRANSACTIONAL_ID):
         grants.append(Grant(TEST, resource, "*", LITERAL, ACLOperation.ALL))
     grants.append(Grant(TEST, topic, SYSTEM_PREFIX, PREFIXED, ACLOperation.ALL, DENY))
