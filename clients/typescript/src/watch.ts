@@ -15,10 +15,11 @@
  * - surfaces OUT_OF_RANGE as a `ResumeGapError` (reload the table with GetTable/GetRound
  *   and watch again from 0), and other refusals (NOT_FOUND, PERMISSION_DENIED...) as is.
  */
+import { clone, toBinary } from "@bufbuild/protobuf";
 import { Code, ConnectError } from "@connectrpc/connect";
 
 import type { NiuniuClient } from "./client.js";
-import type { TableUpdate } from "./gen/niuniu/table/v1/table_pb.js";
+import { TableUpdateSchema, type TableUpdate } from "./gen/niuniu/table/v1/table_pb.js";
 
 export interface WatchOptions {
   /** Resume after this position (0n: from the current round's opening). */
@@ -83,11 +84,21 @@ export function serverTimeOf(update: TableUpdate): bigint | undefined {
 }
 
 /**
- * Next update to deliver given the last position delivered: pure, so unit-testable.
- * Returns false for a duplicate or stale update (at or below `last`).
+ * Whether an update is new given the last position delivered: pure, so unit-testable.
+ * Strictly after `last` is new; before it is a duplicate. At `last` itself (a server that
+ * gives several updates one position, as before the stream contract) it is new unless the
+ * same update was already delivered there (`seenAtLast`: their `updateKey`s).
  */
-export function isNew(update: TableUpdate, last: bigint): boolean {
-  return update.position > last;
+export function isNew(update: TableUpdate, last: bigint, seenAtLast: ReadonlySet<string> = new Set()): boolean {
+  if (update.position !== last) return update.position > last;
+  return last > 0n && seenAtLast.size > 0 && !seenAtLast.has(updateKey(update));
+}
+
+/** An update's content without its delivery time: equal for two deliveries of one update. */
+export function updateKey(update: TableUpdate): string {
+  const c = clone(TableUpdateSchema, update);
+  Reflect.set(c, "serverTimeUnixMs", 0n);
+  return Array.from(toBinary(TableUpdateSchema, c), (b) => b.toString(16).padStart(2, "0")).join("");
 }
 
 export interface WatchState {
@@ -114,6 +125,7 @@ async function* run(client: NiuniuClient, tableId: string, options: WatchOptions
   const initialBackoff = options.backoffInitialMs ?? 200;
   const maxBackoff = options.backoffMaxMs ?? 3000;
   let failures = 0;
+  const seenAtLast = new Set<string>();
   while (!options.signal?.aborted) {
     const attempt = new AbortController();
     const stop = (): void => attempt.abort(options.signal?.reason);
@@ -142,10 +154,12 @@ async function* run(client: NiuniuClient, tableId: string, options: WatchOptions
           if (options.yieldKeepalives) yield update;
           continue;
         }
-        if (!isNew(update, state.lastPosition)) {
+        if (!isNew(update, state.lastPosition, seenAtLast)) {
           state.duplicatesDropped++;
           continue;
         }
+        if (update.position !== state.lastPosition) seenAtLast.clear();
+        seenAtLast.add(updateKey(update));
         state.lastPosition = update.position;
         yield update;
       }

@@ -8,7 +8,7 @@ import { Code, ConnectError, createRouterTransport, type HandlerContext } from "
 
 import { NiuniuClient } from "../../src/client.js";
 import { PhaseChangedSchema, Table, TableUpdateSchema, type TableUpdate, type WatchTableRequest } from "../../src/gen/niuniu/table/v1/table_pb.js";
-import { isNew, ResumeGapError, watchTable } from "../../src/watch.js";
+import { isNew, ResumeGapError, updateKey, watchTable } from "../../src/watch.js";
 
 const N = 12;
 const LOG: TableUpdate[] = Array.from({ length: N }, (_, i) =>
@@ -159,10 +159,33 @@ describe("watchTable resume", () => {
     assert.equal(calls.length, 1);
   });
 
-  it("isNew: strictly after the last position only", () => {
+  it("isNew: after the last position, or another update at the last position", () => {
     const u = LOG[4] as TableUpdate;
     assert.equal(isNew(u, 4n), true);
-    assert.equal(isNew(u, 5n), false);
     assert.equal(isNew(u, 6n), false);
+    assert.equal(isNew(u, 5n), false, "nothing delivered at 5 yet is known: a resume after 5 excludes 5");
+    assert.equal(isNew(u, 5n, new Set([updateKey(u)])), false, "the same update again");
+    const other = create(TableUpdateSchema, { ...u, update: { case: "phaseChanged", value: create(PhaseChangedSchema, { phase: "other" }) } });
+    assert.equal(isNew(other, 5n, new Set([updateKey(u)])), true, "a second update sharing position 5");
+  });
+
+  it("updates sharing a position (an older server) are all delivered, once each across a resume", async () => {
+    const shared = [LOG[0], LOG[1], { ...LOG[1], update: { case: "phaseChanged" as const, value: create(PhaseChangedSchema, { phase: "x" }) } }, LOG[2]].map((u) =>
+      create(TableUpdateSchema, u as TableUpdate),
+    );
+    const { client } = clientFor(async function* (req, call) {
+      // the first link drops after the first update at position 2; the resume (after 2) repeats none of them
+      for (const u of shared.filter((x) => x.position > req.afterPosition)) {
+        yield u;
+        if (call === 1 && u.position === 2n) throw new ConnectError("drop", Code.Unavailable);
+      }
+    });
+    const got = await collect(watchTable(client, "t1", { backoffInitialMs: 1 }), 3);
+    assert.deepEqual(got, [1n, 2n, 3n], "the second update at 2 is lost by the server's resume, but nothing is duplicated");
+    const { client: again } = clientFor(async function* () {
+      yield* shared;
+    });
+    const all4 = await collect(watchTable(again, "t1", { backoffInitialMs: 1 }), 4);
+    assert.deepEqual(all4, [1n, 2n, 2n, 3n], "both updates at position 2 delivered on an unbroken stream");
   });
 });
