@@ -116,10 +116,12 @@ def _panels(panels: list[dict[str, Any]]) -> Iterator[dict[str, Any]]:
         yield from _panels(panel.get("panels", []))
 
 
-def rule_queries() -> Iterator[Query]:
+def rule_queries(kind: str = "alert") -> Iterator[Query]:
+    """The alert expressions (``kind="record"``: the recording rules' expressions)."""
     for group in yaml.safe_load(RULES.read_text(encoding="utf-8"))["groups"]:
         for rule in group["rules"]:
-            yield Query(f"{RULES.name}: {rule.get('alert') or rule.get('record')}", rule["expr"])
+            if kind in rule:
+                yield Query(f"{RULES.name}: {rule[kind]}", rule["expr"])
 
 
 def substitute(expr: str) -> str:
@@ -195,7 +197,7 @@ def name_errors(queries: list[Query], exported: dict[str, set[str]]) -> list[str
 
 
 def all_queries() -> list[Query]:
-    return [*dashboard_queries(), *rule_queries()]
+    return [*dashboard_queries(), *rule_queries(), *rule_queries("record")]
 
 
 def main() -> int:

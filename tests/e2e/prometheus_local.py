@@ -23,6 +23,7 @@ import yaml
 from stack import free_port
 
 PROMETHEUS = "/usr/bin/prometheus"
+RULES = Path(__file__).resolve().parents[2] / "deploy" / "observability" / "alerts.rules.yml"  # recorded series too
 READY_TIMEOUT_S = 30.0
 
 
@@ -48,6 +49,7 @@ class LocalPrometheus:
         interval = f"{self.scrape_interval_s}s"
         return {
             "global": {"scrape_interval": interval, "scrape_timeout": interval, "evaluation_interval": interval},
+            "rule_files": [str(RULES)],
             "scrape_configs": [
                 {"job_name": job, "static_configs": [{"targets": [f"127.0.0.1:{port}"]}]}
                 for job, port in sorted(self.targets.items())
