@@ -1,9 +1,28 @@
-"""Connection settings from the environment, the same names locally and under Kubernetes."""
+"""Connection settings from the environment, the same names locally and under Kubernetes.
+
+Every wait on a dependency is bounded; the bounds are settings too (defaults in brackets):
+
+- ``NIUNIU_DB_CONNECT_TIMEOUT_S`` [5]: connecting to PostgreSQL;
+- ``NIUNIU_DB_STATEMENT_TIMEOUT_MS`` [10000]: any one SQL statement (``statement_timeout``);
+- ``NIUNIU_DB_LOCK_TIMEOUT_MS`` [3000]: waiting for a row or table lock (``lock_timeout``),
+  shorter than the table's lease so a blocked round gives up before its lease runs out;
+- ``NIUNIU_DB_IDLE_IN_TRANSACTION_TIMEOUT_MS`` [60000]: a transaction left open and idle
+  (``idle_in_transaction_session_timeout``);
+- ``NIUNIU_DB_POOL_TIMEOUT_S`` [5]: a request waiting for a pooled connection;
+- ``NIUNIU_REDIS_TIMEOUT_MS`` [2000]: connecting to Redis and each Redis command;
+- ``NIUNIU_HEALTH_PROBE_INTERVAL_MS`` [1000] and ``NIUNIU_HEALTH_PROBE_TIMEOUT_MS`` [1000]:
+  how often the health monitor probes PostgreSQL, Redis and Kafka, and how long each probe
+  may take (backbone/healthcheck.py). Health turns NOT_SERVING after the first failed
+  round, so within interval + timeout of a dependency going away.
+
+A value that is not a positive integer is a ``ConfigError`` (the service refuses to start).
+"""
 
 from __future__ import annotations
 
 import os
-from dataclasses import dataclass
+from collections.abc import Mapping
+from dataclasses import dataclass, field
 
 DEFAULT_KAFKA = "127.0.0.1:9092"
 DEFAULT_REDIS = "redis://127.0.0.1:63799/0"
@@ -14,6 +33,70 @@ DEFAULT_BIND_HOST = "127.0.0.1"
 
 class ConfigError(ValueError):
     """A required setting is missing or malformed."""
+
+
+def _positive(env: Mapping[str, str], key: str, default: int) -> int:
+    raw = env.get(key)
+    if raw is None or raw == "":
+        return default
+    try:
+        value = int(raw)
+    except ValueError:
+        raise ConfigError(f"{key} must be a whole number, not {raw!r}") from None
+    if value <= 0:
+        raise ConfigError(f"{key} must be > 0, not {value}")
+    return value
+
+
+@dataclass(frozen=True, slots=True)
+class DbTimeouts:
+    """The bounds on every PostgreSQL wait (see the module docstring for the variables)."""
+
+    connect_timeout_s: int = 5
+    statement_timeout_ms: int = 10_000
+    lock_timeout_ms: int = 3_000
+    idle_in_transaction_timeout_ms: int = 60_000
+    pool_timeout_s: int = 5
+    # Opening the pool at start-up (PostgreSQL may still be starting next to the service).
+    startup_timeout_s: float = 30.0
+
+    @classmethod
+    def from_env(cls, env: Mapping[str, str] | None = None) -> DbTimeouts:
+        env = os.environ if env is None else env
+        d = cls()
+        return cls(
+            connect_timeout_s=_positive(env, "NIUNIU_DB_CONNECT_TIMEOUT_S", d.connect_timeout_s),
+            statement_timeout_ms=_positive(env, "NIUNIU_DB_STATEMENT_TIMEOUT_MS", d.statement_timeout_ms),
+            lock_timeout_ms=_positive(env, "NIUNIU_DB_LOCK_TIMEOUT_MS", d.lock_timeout_ms),
+            idle_in_transaction_timeout_ms=_positive(
+                env, "NIUNIU_DB_IDLE_IN_TRANSACTION_TIMEOUT_MS", d.idle_in_transaction_timeout_ms
+            ),
+            pool_timeout_s=_positive(env, "NIUNIU_DB_POOL_TIMEOUT_S", d.pool_timeout_s),
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class HealthSettings:
+    """How the dependency monitor probes (see the module docstring)."""
+
+    probe_interval_ms: int = 1_000
+    probe_timeout_ms: int = 1_000
+
+    @classmethod
+    def from_env(cls, env: Mapping[str, str] | None = None) -> HealthSettings:
+        env = os.environ if env is None else env
+        d = cls()
+        return cls(
+            probe_interval_ms=_positive(env, "NIUNIU_HEALTH_PROBE_INTERVAL_MS", d.probe_interval_ms),
+            probe_timeout_ms=_positive(env, "NIUNIU_HEALTH_PROBE_TIMEOUT_MS", d.probe_timeout_ms),
+        )
+
+
+DEFAULT_REDIS_TIMEOUT_MS = 2_000
+
+
+def redis_timeout_ms(env: Mapping[str, str] | None = None) -> int:
+    return _positive(os.environ if env is None else env, "NIUNIU_REDIS_TIMEOUT_MS", DEFAULT_REDIS_TIMEOUT_MS)
 
 
 @dataclass(frozen=True, slots=True)
@@ -28,6 +111,9 @@ class Settings:
     schema: str | None = None
     # Where gRPC and /metrics listen: NIUNIU_<SERVICE>_BIND_HOST, else NIUNIU_BIND_HOST, else loopback.
     bind_host: str = DEFAULT_BIND_HOST
+    db_timeouts: DbTimeouts = field(default_factory=DbTimeouts.from_env)
+    redis_timeout_ms: int = field(default_factory=redis_timeout_ms)
+    health: HealthSettings = field(default_factory=HealthSettings.from_env)
 
     @classmethod
     def from_env(cls, service: str, *, grpc_port: int, metrics_port: int) -> Settings:

@@ -3,8 +3,12 @@
 Handlers raise these; the error interceptor turns them into a status with the
 reason in the message and in trailing metadata (``niuniu-reason``), so a
 frontend can branch on a stable reason code and a person can read the message.
-Anything else that escapes a handler is a bug: it becomes INTERNAL, never
-UNKNOWN, and is logged with its traceback.
+A dependency that fails under a request (PostgreSQL, Redis or Kafka unreachable, a
+statement or lock wait that ran out, a downstream service unavailable) is not a bug:
+``dependency_failure`` names it, and the caller gets UNAVAILABLE (ABORTED for a
+transaction PostgreSQL rolled back to break a conflict), a retryable status; commands
+carry the caller's id, so a retry never applies twice. Anything else that escapes a
+handler is a bug: it becomes INTERNAL, never UNKNOWN, and is logged with its traceback.
 """
 
 from __future__ import annotations
@@ -12,6 +16,10 @@ from __future__ import annotations
 import re
 
 import grpc
+import kafka.errors
+import psycopg
+import psycopg.errors
+import redis.exceptions
 
 MAX_ECHO_CHARS = 80
 """At most this much of a caller's value (an id, a key, a text) is echoed into an error."""
@@ -101,3 +109,60 @@ class Unavailable(DomainError):
 
 
 REASON_METADATA_KEY = "niuniu-reason"
+
+
+MAX_CAUSE_DEPTH = 8
+"""How far down an exception's cause/context chain ``dependency_failure`` looks."""
+
+
+def dependency_failure(error: BaseException) -> DomainError | None:
+    """The retryable status for a failed dependency behind ``error`` (or its causes); None if it is none.
+
+    The message names the dependency and the kind of failure, never the driver's text
+    (which can carry host names, ports and SQL).
+    """
+    seen: set[int] = set()
+    current: BaseException | None = error
+    for _ in range(MAX_CAUSE_DEPTH):
+        if current is None or id(current) in seen:
+            return None
+        seen.add(id(current))
+        mapped = _classify(current)
+        if mapped is not None:
+            return mapped
+        current = current.__cause__ or current.__context__
+    return None
+
+
+_DOWNSTREAM_RETRYABLE = (grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.DEADLINE_EXCEEDED)
+
+
+def _classify(error: BaseException) -> DomainError | None:
+    if isinstance(error, psycopg.errors.LockNotAvailable):
+        return Unavailable("DATABASE_LOCK_TIMEOUT", "a lock wait ran out (lock_timeout); retry with the same id")
+    if isinstance(error, psycopg.errors.QueryCanceled):
+        return Unavailable("DATABASE_TIMEOUT", "a database statement ran out of time; retry with the same id")
+    if isinstance(error, psycopg.errors.IdleInTransactionSessionTimeout):
+        return Unavailable("DATABASE_TIMEOUT", "a transaction stayed open too long; retry with the same id")
+    if isinstance(error, psycopg.errors.TransactionRollback):  # serialization failure, deadlock
+        return Aborted("DATABASE_CONFLICT", "a concurrent change won; retry with the same id")
+    if isinstance(error, psycopg.OperationalError | psycopg.InterfaceError):
+        # Connection refused or lost, pool timeout, shutdown, too many connections...
+        return Unavailable("DATABASE_UNAVAILABLE", "the database is unreachable; retry later")
+    if isinstance(error, redis.exceptions.ConnectionError | redis.exceptions.TimeoutError):
+        return Unavailable("REDIS_UNAVAILABLE", "redis is unreachable; retry later")
+    if isinstance(error, kafka.errors.KafkaError) and (
+        error.retriable or isinstance(error, kafka.errors.KafkaConnectionError | kafka.errors.BrokerNotAvailableError)
+    ):
+        return Unavailable("KAFKA_UNAVAILABLE", "kafka is unreachable; retry later")
+    if isinstance(error, grpc.aio.AioRpcError | grpc.RpcError) and _rpc_code(error) in _DOWNSTREAM_RETRYABLE:
+        return Unavailable("UPSTREAM_UNAVAILABLE", "a service this call needs is unavailable; retry later")
+    return None
+
+
+def _rpc_code(error: grpc.RpcError) -> grpc.StatusCode | None:
+    code = getattr(error, "code", None)
+    if not callable(code):
+        return None
+    value = code()
+    return value if isinstance(value, grpc.StatusCode) else None

@@ -34,7 +34,9 @@ from backbone.errors import (
     DomainError,
     InvalidArgument,
     bounded,
+    dependency_failure,
 )
+from backbone.healthcheck import DependencyMonitor
 
 log = logging.getLogger(__name__)
 
@@ -90,6 +92,11 @@ def _rpc_type(handler: MethodHandler) -> str:
 
 
 async def _abort_for(error: BaseException, context: grpc.aio.ServicerContext[Any, Any]) -> None:
+    failure = None if isinstance(error, DomainError) else dependency_failure(error)
+    if failure is not None:
+        # An operating error, not a bug: one line without a traceback, and a retryable status.
+        log.warning("dependency failed during an RPC", extra={"reason": failure.reason, "error": repr(error)[:200]})
+        error = failure
     if isinstance(error, DomainError):
         # Bounded again here: a subclass or a handler may have built its text around DomainError's own bound.
         reason = bounded(error.reason, MAX_REASON_CHARS)
@@ -261,6 +268,12 @@ class RunningServer:
     stop_event: asyncio.Event = field(default_factory=asyncio.Event)
     tasks: list[asyncio.Task[None]] = field(default_factory=list)
 
+    async def set_serving(self, serving: bool) -> None:
+        """Report every service of this server SERVING or NOT_SERVING (ignored once shutting down)."""
+        status = health_pb2.HealthCheckResponse.SERVING if serving else health_pb2.HealthCheckResponse.NOT_SERVING
+        for name in ["", *self.service_names]:
+            await self.health.set(name, status)
+
     async def stop(self, grace_s: float = 5.0) -> None:
         """Flip health to NOT_SERVING, stop background work, then let in-flight RPCs finish."""
         await self.health.enter_graceful_shutdown()
@@ -281,11 +294,13 @@ async def start_server(
     reflection_enabled: bool = True,
     hidden_methods: Sequence[str] = (),
     credentials: grpc.ServerCredentials | None = None,
+    dependencies: DependencyMonitor | None = None,
 ) -> RunningServer:
     """Start a server with the project's interceptors; ``port=0`` picks a free port (tests).
 
     Reflection describes the services without ``hidden_methods`` (full names such as
     ``niuniu.rng.v1.Rng.SetTestDeck``); ``credentials`` (TLS) replace the plaintext port.
+    ``dependencies`` turns health NOT_SERVING while a dependency it probes is unreachable.
     """
     server = grpc.aio.server(interceptors=[MetricsInterceptor(), ErrorInterceptor()], options=SERVER_OPTIONS)
     names = list(register(server))
@@ -301,6 +316,8 @@ async def start_server(
         await health_servicer.set(name, health_pb2.HealthCheckResponse.SERVING)
     running = RunningServer(server, bound, health_servicer, names)
     running.tasks = [asyncio.create_task(task(running.stop_event)) for task in background]
+    if dependencies is not None:
+        running.tasks.append(asyncio.create_task(dependencies.run(running.stop_event, running.set_serving)))
     return running
 
 

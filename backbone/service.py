@@ -24,9 +24,10 @@ from backbone import logs, tls
 from backbone.auth import Tokens
 from backbone.config import ConfigError, Settings
 from backbone.consumer import ExactlyOnceConsumer, Handler
-from backbone.db import create_schema, open_pool
+from backbone.db import connect, create_schema, open_pool
 from backbone.eventstore import EventStore
 from backbone.grpcserver import BackgroundTask, RunningServer, serve_forever, start_server
+from backbone.healthcheck import DependencyMonitor, KafkaProbe, PostgresProbe, Probe, RedisProbe
 from backbone.kafka import ensure_topics, make_consumer, make_producer, use_identity
 from backbone.lease import PgFence, RedisLease
 from backbone.metrics import serve_metrics
@@ -80,6 +81,9 @@ class ServiceSpec:
     issues_user_tokens: bool = False
     # Full method names reflection must not advertise (test-only hooks when they are off).
     hidden_methods: Callable[[ServiceContext], Sequence[str]] | None = None
+    # What health probes: every service keeps its events in PostgreSQL, leads its relay with a
+    # Redis lease and publishes to Kafka, so by default all three.
+    health_dependencies: Sequence[str] = ("postgres", "redis", "kafka")
 
 
 async def start(
@@ -100,9 +104,9 @@ async def start(
         tokens = Tokens.from_env(spec.name, issuer=spec.issues_user_tokens)
     ensure_topics(settings.kafka_bootstrap_servers, topics.specs())
     if schema is not None:
-        async with await psycopg.AsyncConnection.connect(settings.dsn, autocommit=True) as conn:
+        async with await connect(settings.dsn, autocommit=True, timeouts=settings.db_timeouts) as conn:
             await create_schema(conn, schema)
-    pool = await open_pool(settings.dsn, schema=schema)
+    pool = await open_pool(settings.dsn, schema=schema, timeouts=settings.db_timeouts)
     store = EventStore(spec.name, spec.default_topic(topics))
     async with pool.connection() as conn:
         await store.setup(conn)
@@ -110,7 +114,8 @@ async def start(
         await PgFence.setup(conn)
         if spec.setup is not None:
             await spec.setup(conn)
-    redis = Redis.from_url(settings.redis_url)
+    redis_timeout_s = settings.redis_timeout_ms / 1000
+    redis = Redis.from_url(settings.redis_url, socket_timeout=redis_timeout_s, socket_connect_timeout=redis_timeout_s)
     ctx = ServiceContext(settings, topics, pool, store, redis, tokens)
     owner = f"{socket.gethostname()}-{os.getpid()}-{id(ctx)}"
     relay_lease = f"relay:{topics.prefix}{spec.name}:{schema or ''}"
@@ -143,8 +148,24 @@ async def start(
         reflection_enabled=os.environ.get("NIUNIU_GRPC_REFLECTION", "1") != "0",
         hidden_methods=spec.hidden_methods(ctx) if spec.hidden_methods else (),
         credentials=tls.server_credentials(spec.name),
+        dependencies=dependency_monitor(spec, settings),
     )
     return running, ctx
+
+
+def dependency_monitor(spec: ServiceSpec, settings: Settings) -> DependencyMonitor:
+    """The health monitor of ``spec``: one bounded probe per dependency it names."""
+    timeout_s = settings.health.probe_timeout_ms / 1000
+    makers: dict[str, Callable[[], Probe]] = {
+        "postgres": lambda: PostgresProbe(settings.dsn, settings.db_timeouts),
+        "redis": lambda: RedisProbe(settings.redis_url, timeout_s),
+        "kafka": lambda: KafkaProbe(settings.kafka_bootstrap_servers),
+    }
+    unknown = set(spec.health_dependencies) - set(makers)
+    if unknown:
+        raise ConfigError(f"unknown health dependencies {sorted(unknown)}; known: {sorted(makers)}")
+    probes = {name: makers[name]() for name in spec.health_dependencies}
+    return DependencyMonitor(spec.name, probes, settings.health)
 
 
 async def _run(spec: ServiceSpec) -> None:
