@@ -190,7 +190,8 @@ class ExactlyOnceConsumer:
             await self._commit_hints()
         if now - self._lag_sampled_at >= LAG_SAMPLE_INTERVAL_S:
             self._lag_sampled_at = now
-            self._record_lag()
+            # position() can wait on the broker (1 s a partition while it is down): never on the loop.
+            await asyncio.to_thread(self._record_lag)
         return applied
 
     async def _hold_lease(self) -> bool:
