@@ -34,9 +34,10 @@ sys.path[:0] = [str(ROOT), str(ROOT / "gen")]
 
 from bull import fairness  # noqa: E402
 from bull.cards import Card  # noqa: E402
+from bull.rules import bai_buu as bu  # noqa: E402
+from bull.rules import baibian_bull as bb  # noqa: E402
 from bull.rules import golden_bull as gb  # noqa: E402
-from bull.variants import Funding, TableBet  # noqa: E402
-from bull.variants.golden_bull import GOLDEN_BULL  # noqa: E402
+from bull.variants import VARIANTS, Funding, TableBet  # noqa: E402
 from services.table import metrics  # noqa: E402
 
 RULES = HERE / "alerts.rules.yml"
@@ -178,35 +179,52 @@ def _rigged(deck: Sequence[Card]) -> tuple[Card, ...]:
     raise AssertionError("no Bull Bull among 20 cards")
 
 
-def simulate(rounds: int, *, rigged: bool) -> list[Counters]:
-    """Cumulative counters after each of ``rounds`` Golden Bull rounds (index 0: before the first)."""
-    server_seed = hashlib.sha256(f"{SEED} rigged={rigged}".encode()).digest()
-    players = random.Random(f"{SEED} players rigged={rigged}")  # who bets what; the cards are the shuffle's
-    config = GOLDEN_BULL.parse_config({})
-    total = Counters()
-    out = [Counters()]
+# The judged variants played in the fair run: (variant, areas bet on, the round's funding).
+FAIR_GAMES = (
+    ("golden_bull", gb.AREAS, Funding()),
+    ("bai_buu", bu.MAIN_AREAS, Funding()),  # the jackpot areas are not judged
+    ("baibian_bull", bb.AREAS, Funding(dealer="player:banker", dealer_hold_id="hold-banker", dealer_hold_minor=10**9)),
+)
+
+
+def simulate(rounds: int, *, rigged: bool = False, variant_id: str = "golden_bull") -> dict[str, list[Counters]]:
+    """Bet type -> cumulative counters after each of ``rounds`` rounds of one table (index 0: before the first).
+
+    The deck of each round is ``bull.fairness.shuffle`` of a fixed server seed and the round id; ``rigged``
+    (Golden Bull only) then gives the dealer a Bull Bull. Who bets what comes from a seeded ``random``.
+    """
+    variant = VARIANTS[variant_id]
+    areas, funding = next((a, f) for v, a, f in FAIR_GAMES if v == variant_id)
+    server_seed = hashlib.sha256(f"{SEED} {variant_id} rigged={rigged}".encode()).digest()
+    players = random.Random(f"{SEED} {variant_id} players rigged={rigged}")
+    config = variant.parse_config({})
+    totals: dict[str, Counters] = {}
+    out: dict[str, list[Counters]] = {bet: [Counters()] for bet in {metrics.bet_type(variant_id, a) for a in areas}}
     for n in range(1, rounds + 1):
-        round_id = f"{TABLE}-r{n}"
-        deck = fairness.shuffle(server_seed, round_id)
+        round_id = f"{variant_id}-r{n}"
+        deck = fairness.shuffle(server_seed, round_id, "", variant.deck_size)
         if rigged:
+            assert variant_id == "golden_bull"
             deck = _rigged(deck)
-        hands = GOLDEN_BULL.deal(deck, config)
+        hands = variant.deal(deck, config)
         if rigged:
             assert hands["dealer"].category == gb.Category.BULL_BULL
         bets = [
-            TableBet(f"{round_id}-{area}-{k}", f"p{players.randrange(50)}", area, stake, f"hold-{area}-{k}")
-            for area in gb.AREAS
+            TableBet(f"{round_id}-{area}-{k}", f"player:p{players.randrange(50)}", area, stake, f"hold-{area}-{k}")
+            for area in areas
             for k in range(players.choice((0, 1, 1, 2, 3, 4)))
             for stake in [players.choices(CHIPS, CHIP_WEIGHTS)[0]]
         ]
-        settlement = GOLDEN_BULL.settle(hands, bets, config, Funding()).check()
-        for kind, counts in metrics.tally(GOLDEN_BULL.variant_id, settlement).items():
-            assert kind == "area"
+        settlement = variant.settle(hands, bets, config, funding).check()
+        for kind, counts in metrics.tally(variant_id, settlement).items():
+            total = totals.setdefault(kind, Counters())
             total.stake += counts.stake_minor
             total.won += counts.won_minor
             total.lost += counts.lost_minor
             total.squares += counts.stake_square
-        out.append(Counters(total.stake, total.won, total.lost, total.squares))
+        for kind, history in out.items():
+            total = totals.get(kind, Counters())
+            history.append(Counters(total.stake, total.won, total.lost, total.squares))
     return out
 
 
@@ -219,8 +237,8 @@ def _series(name: str, values: Sequence[int | float], **labels: str) -> list[str
     return [f"      - series: '{name}{{{text}}}'", f"        values: '{' '.join(str(v) for v in values)}'"]
 
 
-def _counter_series(history: Sequence[Counters], tail: int = 0) -> list[str]:
-    labels = {"job": "table", "instance": "table-0", "variant": "golden_bull", "bet": "area", "config": "default"}
+def _counter_series(history: Sequence[Counters], variant: str = "golden_bull", bet: str = "area") -> list[str]:
+    labels = {"job": "table", "instance": "table-0", "variant": variant, "bet": bet, "config": "default"}
     lines = []
     for name, field in (
         ("niuniu_table_settled_stake_minor_total", "stake"),
@@ -228,7 +246,7 @@ def _counter_series(history: Sequence[Counters], tail: int = 0) -> list[str]:
         ("niuniu_table_settled_lost_minor_total", "lost"),
         ("niuniu_table_settled_stake_squares_total", "squares"),
     ):
-        values = [getattr(c, field) for c in history] + [getattr(history[-1], field)] * tail
+        values = [getattr(c, field) for c in history]
         lines += _series(name, values, **labels)
     return lines
 
@@ -242,27 +260,35 @@ def _minutes(rounds: int) -> int:
 
 
 def tests_block() -> list[str]:
-    fair = simulate(FAIR_ROUNDS, rigged=False)
-    rigged = simulate(RIGGED_ROUNDS, rigged=True)
+    fair = {
+        (variant, bet): history
+        for variant, *_ in FAIR_GAMES
+        for bet, history in simulate(FAIR_ROUNDS, variant_id=variant).items()
+    }
+    rigged = simulate(RIGGED_ROUNDS, rigged=True)["area"]
     end = _minutes(FAIR_ROUNDS)
     quiet_at = [30, *range(60, end + 1, 60), end]
+    judged = sorted(fair)
     lines = [
         "  # --- game integrity (generated: real rules engine, real shuffle) ----------------------",
-        f"  - name: {FAIR_ROUNDS} fair Golden Bull rounds stay inside the RTP band at every minute",
-        "    # Dealt by bull.fairness.shuffle from a fixed server seed, settled by bull.variants;",
-        f"    # one round every {ROUND_SECONDS} s. Over all {FAIR_ROUNDS} rounds the players got back "
-        f"{rtp(fair[-1]):.4%} of {fair[-1].stake} minor units staked.",
+        f"  - name: {FAIR_ROUNDS} fair rounds of each judged bet type stay inside the RTP band at every minute",
+        "    # Dealt by bull.fairness.shuffle from a fixed server seed per variant, settled by bull.variants,",
+        f"    # one round every {ROUND_SECONDS} s per table. Over all {FAIR_ROUNDS} rounds the players got back:",
+        *[
+            f"    #   {variant} {bet}: {rtp(history[-1]):.4%} of {history[-1].stake} minor units staked"
+            for (variant, bet), history in sorted(fair.items())
+        ],
         f"    interval: {ROUND_SECONDS}s",
         "    input_series:",
-        *_counter_series(fair),
-        # Another variant's series, pre-created at 0 and never played: no RTP, no alert.
+        *[line for (variant, bet), history in sorted(fair.items()) for line in _counter_series(history, variant, bet)],
+        # A variant's series pre-created at 0 and never played: no RTP, no alert.
         *_series(
             "niuniu_table_settled_stake_minor_total",
             [0] * (FAIR_ROUNDS + 1),
             job="table",
             instance="table-0",
-            variant="bai_buu",
-            bet="banker",
+            variant="red_envelope_bull",
+            bet="player",
             config="default",
         ),
         "    alert_rule_test:",
@@ -273,14 +299,21 @@ def tests_block() -> list[str]:
             "        alertname: NiuniuTableRtpOutOfBand",
             "        exp_alerts: []",
         ]
+
+    def each(value: int) -> list[str]:
+        return [
+            line
+            for variant, bet in judged
+            for line in (f'          - labels: \'{{variant="{variant}",bet="{bet}"}}\'', f"            value: {value}")
+        ]
+
     lines += [
         "    promql_expr_test:",
-        "      # The hour's RTP was judged at every minute of the run (from the first round on)...",
+        "      # The hour's RTP of each was judged at every minute of the run (from the first round on)...",
         f"      - expr: count_over_time(niuniu:table_rtp_deviation:bands1h[{end}m:1m])",
         f"        eval_time: {end}m",
         "        exp_samples:",
-        '          - labels: \'{variant="golden_bull",bet="area"}\'',
-        f"            value: {end}",
+        *each(end),
         "      # ...and was never outside its band (a deviation of more than 1 band), nor the alert pending.",
         f"      - expr: count_over_time((abs(niuniu:table_rtp_deviation:bands1h) > 1)[{end}m:1m])",
         f"        eval_time: {end}m",
@@ -292,8 +325,7 @@ def tests_block() -> list[str]:
         "      - expr: niuniu:table_rtp_samples:1h >= bool 30",
         f"        eval_time: {end}m",
         "        exp_samples:",
-        '          - labels: \'{variant="golden_bull",bet="area"}\'',
-        "            value: 1",
+        *each(1),
         "",
         "  - name: a table whose dealer is always dealt Bull Bull trips the RTP alert within the hour",
         "    # The same shuffle, then the first Bull Bull among the deck's first 20 cards moved to the",

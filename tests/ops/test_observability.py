@@ -188,13 +188,15 @@ def test_a_changed_figure_makes_the_rules_stale(tmp_path: Path, monkeypatch: pyt
 
 
 def test_simulated_rounds_are_the_real_engines() -> None:
-    fair = integrity.simulate(200, rigged=False)
-    rigged = integrity.simulate(60, rigged=True)
-    assert fair == integrity.simulate(200, rigged=False)  # fixed seed: the committed series are reproducible
+    fair = integrity.simulate(200)["area"]
+    rigged = integrity.simulate(60, rigged=True)["area"]
+    assert fair == integrity.simulate(200)["area"]  # fixed seed: the committed series are reproducible
     assert [c.stake for c in fair] == sorted(c.stake for c in fair)  # cumulative
     assert all(c.squares >= 0 and c.won >= 0 and c.lost >= 0 for c in fair)
     assert abs(integrity.rtp(fair[-1]) - 1) < 0.5
     assert integrity.rtp(rigged[-1]) < -1  # the dealer's Bull Bull takes x3 from almost every bet
+    bai_buu = integrity.simulate(100, variant_id="bai_buu")
+    assert set(bai_buu) == {"banker", "player"} and all(len(h) == 101 for h in bai_buu.values())
 
 
 def test_the_table_tally_counts_settled_bets_by_bet_type_and_skips_refunds() -> None:
