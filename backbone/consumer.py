@@ -89,6 +89,7 @@ COMMIT_HINT_INTERVAL_S = 1.0
 LAG_SAMPLE_INTERVAL_S = 1.0
 PARTITION_CHECK_INTERVAL_S = 10.0
 """With a lease: how often the consumer looks for partitions added to its topics."""
+REDIS_WARN_INTERVAL_S = 30.0
 
 _RECORD_PROCESSED = (
     'INSERT INTO processed_events (consumer, event_id, topic, partition, "offset")'
@@ -152,6 +153,8 @@ class ExactlyOnceConsumer:
         self._lease = lease
         self._renewed_at = 0.0
         self._partitions_checked_at = 0.0
+        self._redis_warned_at = 0.0
+        self._held = False
         # Test seam: called after a record's transaction committed.
         self.after_commit: Callable[[Any], Awaitable[None]] | None = None
 
@@ -195,12 +198,25 @@ class ExactlyOnceConsumer:
         return applied
 
     async def _hold_lease(self) -> bool:
-        """Keep (or take) the lease; when it is lost, give the partitions up."""
+        """Keep (or take) the lease; when it is lost, give the partitions up.
+
+        The lease only divides the work: the database keeps every effect exactly once whoever
+        applies it. So while Redis cannot be reached the consumer goes on applying rather than
+        stopping the service's consumption with it (two replicas may then both read; one of
+        them applies each event, the other finds it applied).
+        """
         assert self._lease is not None
         now = time.monotonic()
-        if self._lease.token is not None and now - self._renewed_at < self._lease.ttl_ms / 3000:
+        if self._held and now - self._renewed_at < self._lease.ttl_ms / 3000:
             return True
-        held = await self._lease.renew() or await self._lease.acquire() is not None
+        try:
+            held = await self._lease.renew() or await self._lease.acquire() is not None
+        except Exception as error:  # Redis unreachable: not a reason to stop applying
+            if now - self._redis_warned_at > REDIS_WARN_INTERVAL_S:
+                self._redis_warned_at = now
+                log.warning("consumer lease unreachable; applying anyway", extra={"error": repr(error)})
+            held = True
+        self._held = held
         if held:
             self._renewed_at = now
         elif self._subscribed:

@@ -50,7 +50,7 @@ class OutboxRelay:
         lease: RedisLease | None = None,
         batch_size: int = 500,
         idle_sleep_s: float = 0.05,
-        send_timeout_s: float = 60.0,
+        send_timeout_s: float = 15.0,
     ) -> None:
         if not 0 < batch_size <= MAX_BATCH_EVENTS:
             raise ValueError(f"batch_size must be 1..{MAX_BATCH_EVENTS}")

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import socket
 import time
 from collections.abc import AsyncIterator
 from typing import Any
@@ -286,5 +287,29 @@ async def test_a_superseded_relay_publishes_nothing(
         assert await leader.publish_once() == 5
         assert records_on_topic(kafka_servers, topic) == 5
         await new.release()
+    finally:
+        await redis.aclose()
+
+
+async def test_a_leased_consumer_goes_on_applying_while_redis_is_unreachable(
+    pool: AsyncConnectionPool, store: EventStore, topic: str, kafka_servers: str, unique: str
+) -> None:
+    """The lease only divides the work (the database keeps effects exactly once): no Redis, no stall."""
+    await append_credits(pool, store, 30)
+    await OutboxRelay("test", pool, make_producer(kafka_servers, "relay")).publish_once()
+    with socket.socket() as probe:  # a port nobody listens on
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    redis = Redis.from_url(f"redis://127.0.0.1:{port}/0", socket_connect_timeout=0.2, socket_timeout=0.2)
+    try:
+        name = f"g-{unique}"
+        lease = RedisLease(redis, f"consumer:{name}", "only", ttl_ms=3_000)
+        consumer = ExactlyOnceConsumer(
+            name, [topic], pool, apply_credit, make_consumer(kafka_servers, name, f"{name}-c"), lease=lease
+        )
+        await drain(consumer, pool, 30)
+        async with pool.connection() as conn:
+            assert await credits(conn) == expected_totals(30)
+        consumer._kafka.close()
     finally:
         await redis.aclose()
