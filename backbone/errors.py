@@ -144,7 +144,7 @@ def _classify(error: BaseException) -> DomainError | None:
         return Unavailable("DATABASE_TIMEOUT", "a database statement ran out of time; retry with the same id")
     if isinstance(error, psycopg.errors.IdleInTransactionSessionTimeout):
         return Unavailable("DATABASE_TIMEOUT", "a transaction stayed open too long; retry with the same id")
-    if isinstance(error, psycopg.errors.TransactionRollback):  # serialization failure, deadlock
+    if isinstance(error, psycopg.Error) and (error.sqlstate or "").startswith("40"):  # serialization, deadlock
         return Aborted("DATABASE_CONFLICT", "a concurrent change won; retry with the same id")
     if isinstance(error, psycopg.OperationalError | psycopg.InterfaceError):
         # Connection refused or lost, pool timeout, shutdown, too many connections...

@@ -3,17 +3,24 @@
 from __future__ import annotations
 
 import asyncio
+import socket
 from collections.abc import AsyncIterator, Sequence
 from typing import Any
 
 import grpc
+import kafka.errors
+import psycopg
+import psycopg.errors
 import pytest
 from grpc_health.v1 import health_pb2
 from grpc_reflection.v1alpha import reflection_pb2
 from prometheus_client import REGISTRY
+from redis.asyncio import Redis
 
-from backbone.errors import REASON_METADATA_KEY, InvalidArgument, NotFound
+from backbone.config import HealthSettings
+from backbone.errors import REASON_METADATA_KEY, InvalidArgument, NotFound, dependency_failure
 from backbone.grpcserver import RunningServer, start_server
+from backbone.healthcheck import DependencyMonitor
 
 SERVICE = "test.Probe"
 
@@ -45,10 +52,57 @@ async def forever(request: bytes, context: Any) -> AsyncIterator[bytes]:
         await asyncio.sleep(0.01)
 
 
+def _refusing_port() -> int:
+    """A loopback port that refuses connections (bound, never listening) for as long as the module runs."""
+    _HELD.bind(("127.0.0.1", 0))
+    return int(_HELD.getsockname()[1])
+
+
+_HELD = socket.socket()
+DEAD_PORT = _refusing_port()
+
+
+async def no_database(request: bytes, context: Any) -> bytes:
+    await psycopg.AsyncConnection.connect(f"postgresql://nobody@127.0.0.1:{DEAD_PORT}/none", connect_timeout=2)
+    return b""
+
+
+async def no_redis(request: bytes, context: Any) -> bytes:
+    client = Redis.from_url(f"redis://127.0.0.1:{DEAD_PORT}/0", socket_connect_timeout=2)
+    try:
+        await client.ping()
+    finally:
+        await client.aclose()
+    return b""
+
+
+async def wrapped(request: bytes, context: Any) -> bytes:
+    try:
+        await no_database(request, context)
+    except psycopg.Error as error:
+        raise RuntimeError("could not load the account") from error
+    return b""
+
+
+async def downstream(request: bytes, context: Any) -> bytes:
+    async with grpc.aio.insecure_channel(f"127.0.0.1:{DEAD_PORT}") as channel:
+        unary: grpc.aio.UnaryUnaryMultiCallable[bytes, bytes] = channel.unary_unary(f"/{SERVICE}/Ok")
+        return await unary(b"x", timeout=2)
+
+
 def register(server: grpc.aio.Server) -> Sequence[str]:
+    handlers = {
+        "Ok": ok,
+        "BadInput": bad_input,
+        "Missing": missing,
+        "Bug": bug,
+        "NoDatabase": no_database,
+        "NoRedis": no_redis,
+        "Wrapped": wrapped,
+        "Downstream": downstream,
+    }
     unary: dict[str, grpc.RpcMethodHandler[bytes, bytes]] = {
-        name: grpc.unary_unary_rpc_method_handler(fn)
-        for name, fn in {"Ok": ok, "BadInput": bad_input, "Missing": missing, "Bug": bug}.items()
+        name: grpc.unary_unary_rpc_method_handler(fn) for name, fn in handlers.items()
     }
     unary["Stream"] = grpc.unary_stream_rpc_method_handler(stream)
     unary["Forever"] = grpc.unary_stream_rpc_method_handler(forever)
@@ -180,3 +234,132 @@ async def test_a_client_leaving_a_stream_is_cancelled_not_a_server_error(running
         await asyncio.sleep(0.02)
     assert counter("grpc_server_handled_total", **labels, grpc_code="CANCELLED") == before + 1
     assert counter("grpc_server_handled_total", **labels, grpc_code="INTERNAL") == 0
+
+
+@pytest.mark.parametrize(
+    ("method", "reason"),
+    [
+        ("NoDatabase", "DATABASE_UNAVAILABLE"),
+        ("NoRedis", "REDIS_UNAVAILABLE"),
+        ("Wrapped", "DATABASE_UNAVAILABLE"),
+        ("Downstream", "UPSTREAM_UNAVAILABLE"),
+    ],
+)
+async def test_an_unreachable_dependency_is_unavailable_with_a_reason(
+    running: RunningServer, method: str, reason: str
+) -> None:
+    _, error = await call(running.port, method)
+    assert error is not None
+    assert error.code() == grpc.StatusCode.UNAVAILABLE, error.details()
+    assert (REASON_METADATA_KEY, reason) in tuple(error.trailing_metadata() or ())
+    assert str(DEAD_PORT) not in (error.details() or "")  # the driver's text (hosts, ports) is not sent
+
+
+@pytest.mark.parametrize(
+    ("error", "code", "reason"),
+    [
+        (psycopg.errors.LockNotAvailable("lock"), grpc.StatusCode.UNAVAILABLE, "DATABASE_LOCK_TIMEOUT"),
+        (psycopg.errors.QueryCanceled("statement"), grpc.StatusCode.UNAVAILABLE, "DATABASE_TIMEOUT"),
+        (psycopg.errors.DeadlockDetected("deadlock"), grpc.StatusCode.ABORTED, "DATABASE_CONFLICT"),
+        (psycopg.errors.AdminShutdown("shutdown"), grpc.StatusCode.UNAVAILABLE, "DATABASE_UNAVAILABLE"),
+        (kafka.errors.KafkaConnectionError("down"), grpc.StatusCode.UNAVAILABLE, "KAFKA_UNAVAILABLE"),
+        (kafka.errors.KafkaTimeoutError("slow"), grpc.StatusCode.UNAVAILABLE, "KAFKA_UNAVAILABLE"),
+    ],
+)
+def test_dependency_failures_are_classified(error: Exception, code: grpc.StatusCode, reason: str) -> None:
+    mapped = dependency_failure(error)
+    assert mapped is not None and (mapped.code, mapped.reason) == (code, reason)
+
+
+@pytest.mark.parametrize(
+    "error",
+    [
+        KeyError("bug"),
+        psycopg.errors.UniqueViolation("a bug too: the handler should have known"),
+        kafka.errors.KafkaError("not retriable"),
+    ],
+)
+def test_bugs_are_not_taken_for_dependency_failures(error: Exception) -> None:
+    assert dependency_failure(error) is None
+
+
+class Switch:
+    """A probe whose dependency is up, down (raises) or silent (never answers) as the test says."""
+
+    def __init__(self) -> None:
+        self.state = "up"
+
+    async def __call__(self) -> None:
+        if self.state == "down":
+            raise ConnectionRefusedError("refused")
+        if self.state == "silent":
+            await asyncio.Event().wait()
+
+
+FAST_PROBES = HealthSettings(probe_interval_ms=50, probe_timeout_ms=200)
+
+
+@pytest.fixture
+async def monitored() -> AsyncIterator[tuple[RunningServer, Switch]]:
+    switch = Switch()
+    server = await start_server(register, dependencies=DependencyMonitor("test", {"switch": switch}, FAST_PROBES))
+    yield server, switch
+    await server.stop(0.1)
+
+
+async def _health(port: int) -> int:
+    async with grpc.aio.insecure_channel(f"127.0.0.1:{port}") as channel:
+        check: grpc.aio.UnaryUnaryMultiCallable[health_pb2.HealthCheckRequest, health_pb2.HealthCheckResponse] = (
+            channel.unary_unary(
+                "/grpc.health.v1.Health/Check",
+                request_serializer=health_pb2.HealthCheckRequest.SerializeToString,
+                response_deserializer=health_pb2.HealthCheckResponse.FromString,
+            )
+        )
+        reply = await check(health_pb2.HealthCheckRequest(service=SERVICE), timeout=1)
+        return reply.status
+
+
+async def _becomes(port: int, status: int) -> None:
+    for _ in range(200):  # bounded: 200 x 25 ms
+        if await _health(port) == status:
+            return
+        await asyncio.sleep(0.025)
+    raise AssertionError(f"health never became {health_pb2.HealthCheckResponse.ServingStatus.Name(status)}")
+
+
+@pytest.mark.parametrize("failure", ["down", "silent"])
+async def test_health_follows_the_dependencies(monitored: tuple[RunningServer, Switch], failure: str) -> None:
+    server, switch = monitored
+    await _becomes(server.port, health_pb2.HealthCheckResponse.SERVING)
+    switch.state = failure
+    await _becomes(server.port, health_pb2.HealthCheckResponse.NOT_SERVING)
+    reply, _ = await call(server.port, "Ok", b"still")  # the server itself goes on answering
+    assert reply == b"STILL"
+    switch.state = "up"
+    await _becomes(server.port, health_pb2.HealthCheckResponse.SERVING)
+
+
+async def test_a_dependency_returning_during_shutdown_does_not_make_it_serving(
+    monitored: tuple[RunningServer, Switch],
+) -> None:
+    server, switch = monitored
+    switch.state = "down"
+    await _becomes(server.port, health_pb2.HealthCheckResponse.NOT_SERVING)
+    await server.health.enter_graceful_shutdown()
+    switch.state = "up"
+    await asyncio.sleep(0.3)  # several probe rounds
+    assert await _health(server.port) == health_pb2.HealthCheckResponse.NOT_SERVING
+
+
+async def test_the_monitor_names_what_is_down_and_why() -> None:
+    up, down, silent = Switch(), Switch(), Switch()
+    down.state, silent.state = "down", "silent"
+    monitor = DependencyMonitor("test", {"up": up, "down": down, "silent": silent}, FAST_PROBES)
+    failing = await monitor.probe_once()
+    assert set(failing) == {"down", "silent"}
+    assert "ConnectionRefusedError" in failing["down"]
+    assert failing["silent"] == "no answer within 0.2 s"
+    assert not monitor.healthy
+    assert REGISTRY.get_sample_value("niuniu_dependency_up", {"service": "test", "dependency": "up"}) == 1
+    assert REGISTRY.get_sample_value("niuniu_dependency_up", {"service": "test", "dependency": "silent"}) == 0
