@@ -77,7 +77,7 @@ class Rig:
     async def step(self, table_id: str) -> float:
         delay = await self.app.step(table_id)
         await self.deliver(table_id)
-        return delay
+        return 0.0 if delay is None else delay  # None: the table is closed
 
     async def deliver(self, table_id: str) -> None:
         """The wallet's consumer: apply every ended round's settlement or void once."""
