@@ -148,7 +148,13 @@ async def test_two_players_at_the_web_table(stack: Stack, gateway: str, web_page
                 assert reference_verifies(view), f"bull.fairness does not verify {round_id}"
                 # Hands (Golden Bull) or envelope grabs (68 NiuNiu) revealed, in order.
                 if table["variant"] == "golden_bull":
-                    assert [h.split(":")[0] for h in page["hands"]] == ["dealer", "area_1", "area_2", "area_3"]
+                    # Every seat's five cards as the round records them, in the stream's reveal order
+                    # (the areas, then the dealer), the same on both pages.
+                    cards = {h.seat: " ".join(h.cards) for h in view.hands}
+                    shown = {h.split(":")[0]: h.split(": ")[1].split(" —")[0] for h in page["hands"]}
+                    assert shown == cards, (page["hands"], cards)
+                    assert [h.split(":")[0] for h in page["hands"]] == ["area_1", "area_2", "area_3", "dealer"]
+                    assert page["hands"] == seen["players"][players[0].username]["hands"]
                 else:
                     assert len(page["grabs"]) == 3, page["grabs"]  # the dealer and the two players
                     assert [g.split(":")[0] for g in page["grabs"]] == [f"grab {n}" for n in (1, 2, 3)]

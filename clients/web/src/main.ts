@@ -56,6 +56,7 @@ interface RoundUi {
 }
 
 const state = {
+  username: "",
   table: undefined as TableInfo | undefined,
   roundId: "",
   phase: "",
@@ -71,7 +72,7 @@ const state = {
 async function showBalance(): Promise<bigint | undefined> {
   try {
     const b = await client.wallet.getBalance({});
-    $("who").textContent = `${client.session?.account ?? ""} · balance ${money(b.availableMinor)}` + (b.heldMinor > 0n ? ` (held ${money(b.heldMinor)})` : "");
+    $("who").textContent = `${state.username} · balance ${money(b.availableMinor)}` + (b.heldMinor > 0n ? ` (held ${money(b.heldMinor)})` : "");
     $("who").dataset.balance = b.availableMinor.toString();
     return b.availableMinor;
   } catch (error) {
@@ -85,7 +86,8 @@ $("login-form").addEventListener("submit", (event) => {
   void (async () => {
     $("login-error").textContent = "";
     try {
-      await client.login($<HTMLInputElement>("username").value, $<HTMLInputElement>("password").value);
+      state.username = $<HTMLInputElement>("username").value;
+      await client.login(state.username, $<HTMLInputElement>("password").value);
       $("who").dataset.state = "logged-in";
       $("login-panel").hidden = true;
       $("tables-panel").hidden = false;
@@ -291,6 +293,8 @@ function handle(u: TableUpdate): void {
     case "roundOpened": {
       const o = u.update.value;
       const bidding = o.biddingClosesAtUnixMs > 0n;
+      $("round-no").textContent = o.roundNo.toString();
+      for (const t of document.querySelectorAll(".area .total")) t.textContent = "";
       setPhase(u.roundId, bidding ? "bidding" : "betting", bidding ? o.biddingClosesAtUnixMs : o.bettingClosesAtUnixMs);
       ui?.section.querySelector("h4")?.replaceChildren(`round ${o.roundNo} · commitment ${o.commitment.slice(0, 16)}…`);
       if (ui) ui.section.dataset.commitment = o.commitment;
