@@ -102,7 +102,33 @@ END
 $$
 """
 
-SCHEMA = (*SCHEMA, APPEND_FUNCTION)
+# The same append for callers that do not read its result before they commit (pipeline mode, or the
+# call inside a larger statement): a stream not at ``p_expected`` raises serialization_failure (40001),
+# so the caller's transaction aborts instead of committing its other writes without the events.
+STRICT_APPEND_FUNCTION = """
+CREATE OR REPLACE FUNCTION niuniu_append_events_strict(
+    p_stream TEXT, p_domain TEXT, p_expected BIGINT, p_ids UUID[], p_types TEXT[], p_correlations TEXT[],
+    p_occurred TIMESTAMPTZ[], p_envelopes BYTEA[], p_topics TEXT[]
+) RETURNS BIGINT[] LANGUAGE plpgsql VOLATILE AS $$
+DECLARE
+    positions BIGINT[];
+BEGIN
+    positions := niuniu_append_events(p_stream, p_domain, p_expected, p_ids, p_types, p_correlations, p_occurred,
+                                      p_envelopes, p_topics);
+    IF positions IS NULL THEN
+        RAISE EXCEPTION 'stream % is no longer at version %', p_stream, p_expected USING ERRCODE = '40001';
+    END IF;
+    RETURN positions;
+END
+$$
+"""
+
+SCHEMA = (*SCHEMA, APPEND_FUNCTION, STRICT_APPEND_FUNCTION)
+
+_APPEND_ARGS = (
+    "%({p}stream)s, %({p}domain)s, %({p}expected)s, %({p}ids)s::uuid[], %({p}types)s::text[],"
+    " %({p}correlations)s::text[], %({p}occurred)s::timestamptz[], %({p}envelopes)s::bytea[], %({p}topics)s::text[]"
+)
 
 _WAIT_FOR_APPENDS = f"SELECT pg_advisory_xact_lock(hashtext('{STORE_LOCK_KEY}'))"
 _STORE_POSITION_TAG = b"\x48"  # EventEnvelope.store_position: field 9, varint
@@ -250,6 +276,45 @@ class EventStore:
             envelope.store_position = position
             stored.append(StoredEvent(int(position), envelope))
         return stored
+
+    def append_call(
+        self, stream_id: str, expected_version: int, events: Sequence[NewEvent], *, prefix: str = "a_"
+    ) -> tuple[str, dict[str, object]]:
+        """A strict append as an SQL expression and its named parameters, to queue or embed in a statement.
+
+        The expression (``niuniu_append_events_strict(...)``, the positions as an array) takes
+        the same locks and checks as ``append``; a stream not at ``expected_version`` raises
+        ``psycopg.errors.SerializationFailure`` and aborts the caller's transaction. For
+        callers that do not wait for the result before they commit: a pipeline (``append_queued``)
+        or a statement that appends only when its other writes happened.
+        """
+        envelopes = [self._envelope(stream_id, expected_version + i, event) for i, event in enumerate(events, 1)]
+        params: dict[str, object] = {
+            f"{prefix}stream": stream_id,
+            f"{prefix}domain": ordering_domain(stream_id),
+            f"{prefix}expected": expected_version,
+            f"{prefix}ids": [e.event_id for e in envelopes],
+            f"{prefix}types": [e.event_type for e in envelopes],
+            f"{prefix}correlations": [e.correlation_id for e in envelopes],
+            f"{prefix}occurred": [e.occurred_at.ToDatetime(tzinfo=UTC) for e in envelopes],
+            f"{prefix}envelopes": [e.SerializeToString() for e in envelopes],
+            f"{prefix}topics": [event.topic or self.default_topic for event in events],
+        }
+        return "niuniu_append_events_strict(" + _APPEND_ARGS.format(p=prefix) + ")", params
+
+    async def append_queued(
+        self, conn: psycopg.AsyncConnection, stream_id: str, expected_version: int, events: Sequence[NewEvent]
+    ) -> None:
+        """``append`` without reading its result: in pipeline mode it travels with the commit.
+
+        In the caller's transaction; a stream not at ``expected_version`` raises
+        ``psycopg.errors.SerializationFailure`` when the pipeline syncs (the transaction then
+        rolls back: retry it).
+        """
+        if not events:
+            return
+        call, params = self.append_call(stream_id, expected_version, events)
+        await conn.execute("SELECT " + call, params)
 
     def _envelope(self, stream_id: str, version: int, event: NewEvent) -> events_pb2.EventEnvelope:
         return build_envelope(

@@ -24,6 +24,7 @@ from backbone.errors import (
     Unavailable,
     clip,
 )
+from backbone.eventstore import NewEvent
 from bull.variants import Variant
 from services.table.common import (
     BET_STAKES,
@@ -46,6 +47,7 @@ from services.table.round_envelope import OneBetPerRound
 from services.table.store import Conn, Row
 
 HOLD_GRACE_S = 3_600
+CONFIG_CACHE_SIZE = 4_096
 
 
 class WindowClosed(FailedPrecondition):
@@ -66,6 +68,7 @@ class Bets:
         self._ctx = ctx
         self._store = ctx.store
         self._machine_for = machine_for
+        self._configs: dict[tuple[str, str, int], Any] = {}
 
     async def place(
         self,
@@ -85,25 +88,29 @@ class Bets:
         player = player_account(who)
         bet_id = scoped_id(player, command_id)
         async with self._store.read() as conn:
-            existing = await self._store.bet(conn, bet_id) or await self._legacy(conn, command_id, player)
+            # One round trip for the bet (under either id), the table, its round and the player's stakes there.
+            stored, table, current, staked = await self._store.bet_context(conn, table_id, (bet_id, command_id), player)
+            by_id = {row["bet_id"]: row for row in stored}
+            legacy = by_id.get(command_id)  # placed before command ids were per player: only the player's own
+            existing = by_id.get(bet_id) or (legacy if legacy is not None and legacy["player"] == player else None)
             if existing is not None:
                 return replay(existing, player, table_id, area, amount_minor)
-            table = await self._store.table(conn, table_id)
+            if table is None:
+                raise NotFound("TABLE_NOT_FOUND", f"no table {clip(table_id)}")
             check_not_closing(table)
             variant = variant_of(table["variant"])
             if area not in variant.areas:
                 raise InvalidArgument("AREA_UNKNOWN", f"area must be one of {', '.join(variant.areas)}")
-            current = await self._store.current_round(conn, table)
             self._check_open(current, round_id)
             assert current is not None
-            config = variant.parse_config(current["config"])
+            config = self.config_of(variant, current)
             fixed = variant.fixed_stake_minor(area, config)
             if fixed is not None and amount_minor != fixed:
                 BETS_REFUSED.labels("FIXED_STAKE_REQUIRED").inc()
                 raise InvalidArgument("FIXED_STAKE_REQUIRED", f"a bet on {area} costs exactly {fixed}")
-            await self.check_stake(conn, current, player, amount_minor, fixed=fixed is not None)
+            await self.check_stake(conn, current, player, amount_minor, fixed=fixed is not None, staked=staked)
             machine = self._machine_for(variant)
-            await machine.check_bet(conn, config, current["round_id"], player, amount_minor)
+            await machine.check_bet(conn, config, current["round_id"], player, amount_minor)  # none for most shapes
             hold = variant.hold_minor(amount_minor, config)
         bet = {
             "bet_id": bet_id,
@@ -137,6 +144,20 @@ class Bets:
         self._ctx.wake(table_id)
         return receipt
 
+    def config_of(self, variant: Variant, current: Row) -> Any:
+        """The round's parsed configuration, parsed once per (table, variant, config version).
+
+        A round stores the table's configuration and its version as they were when it opened;
+        a table's configuration changes only with a new version, so the key names one text.
+        """
+        key = (current["table_id"], variant.variant_id, current["config_version"])
+        config = self._configs.get(key)
+        if config is None:
+            if len(self._configs) >= CONFIG_CACHE_SIZE:
+                self._configs.clear()
+            config = self._configs[key] = variant.parse_config(current["config"])
+        return config
+
     async def _legacy(self, conn: Conn, command_id: str, player: str) -> Row | None:
         """A bet placed before command ids were per player (stored under the id as sent), if it is ``player``'s."""
         bet = await self._store.bet(conn, command_id)
@@ -151,11 +172,20 @@ class Bets:
             raise FailedPrecondition("ROUND_MISMATCH", f"round {round_id} is not the round taking bets")
 
     async def check_stake(
-        self, conn: Conn, current: Row, player: str, amount: int, *, fixed: bool = False, replacing: str = ""
+        self,
+        conn: Conn,
+        current: Row,
+        player: str,
+        amount: int,
+        *,
+        fixed: bool = False,
+        replacing: str = "",
+        staked: int | None = None,
     ) -> None:
         """Table minimum and chips (not for a fixed-price side bet), and the per-player maximum (for all).
 
         ``replacing``: the bet this amount replaces (a changed bet), not counted as staked.
+        ``staked``: the player's stakes of the round when the caller read them already.
         """
         limits = limits_of(current)
         if not fixed and amount < limits.min_bet_minor:
@@ -165,7 +195,8 @@ class Bets:
         if not fixed and amount % smallest_chip:
             BETS_REFUSED.labels("NOT_A_CHIP_AMOUNT").inc()
             raise InvalidArgument("NOT_A_CHIP_AMOUNT", f"a bet is made of chips: a multiple of {smallest_chip}")
-        staked = await self._store.staked_minor(conn, current["round_id"], player, replacing)
+        if staked is None:
+            staked = await self._store.staked_minor(conn, current["round_id"], player, replacing)
         if staked + amount > limits.max_bet_minor:
             BETS_REFUSED.labels("ABOVE_TABLE_MAXIMUM").inc()
             raise FailedPrecondition(
@@ -174,28 +205,34 @@ class Bets:
             )
 
     async def _record(self, bet: dict[str, Any], machine: RoundMachine, client_seed: str = "") -> BetReceipt:
-        async with self._store.transaction() as conn:
-            if not window_open(await self._store.window(conn, bet["round_id"]), self._ctx.now()):
+        """The bet and its event: one statement that re-checks the window under a share lock on the round
+        row, inserts the bet and appends BetPlaced only if it inserted it. Where the shape does not count
+        stakes in the bet's transaction (no ``reserve``) the COMMIT travels with it (pipeline mode): the
+        table's ordering lock, taken by the append, is then held for no client round trip at all.
+        """
+        placed = ev.BetPlaced(**bet)
+        event = NewEvent("table.bet_placed", placed, correlation_id=bet["round_id"], causation_id=bet["bet_id"])
+        append = self._store.events.append_call(bet_stream(bet["table_id"], bet["bet_id"]), 0, [event])
+        reserves = type(machine).reserve is not RoundMachine.reserve
+        now = self._ctx.now()
+        async with self._store.pool.connection() as conn:
+            async with conn.pipeline(), conn.transaction():
+                recorded = await self._store.record_bet(conn, bet, now, client_seed, append)
+                if reserves:
+                    window, inserted = await self._store.bet_recorded(recorded)
+                    if inserted:
+                        await machine.reserve(conn, bet["round_id"], bet["player"], bet["stake_minor"], bet["hold_id"])
+            if not reserves:  # read after the pipeline's one sync, the COMMIT's
+                window, inserted = await self._store.bet_recorded(recorded)
+            if inserted:
+                return BetReceipt.of({**bet, "status": "placed"}, replayed=False)
+            if not window_open(window, now):
                 BETS_REFUSED.labels("BETTING_CLOSED").inc()
                 raise WindowClosed("BETTING_CLOSED", "betting closed before the bet could be recorded")
-            if not await self._store.insert_bet(conn, bet, self._ctx.now(), client_seed):  # the same command raced
-                existing = await self._store.bet(conn, bet["bet_id"])
-                if existing is None:  # no: a red-envelope player's other bet (one per round) won
-                    raise OneBetPerRound("ALREADY_BET", "you have bet this round: change that bet with ChangeBet")
-                return replay(existing, bet["player"], bet["table_id"], bet["area"], bet["stake_minor"])
-            await machine.reserve(conn, bet["round_id"], bet["player"], bet["stake_minor"], bet["hold_id"])
-            placed = ev.BetPlaced(**bet)
-            stream = bet_stream(bet["table_id"], bet["bet_id"])
-            await self._store.append(
-                conn,
-                stream,
-                "table.bet_placed",
-                placed,
-                correlation_id=bet["round_id"],
-                causation_id=bet["bet_id"],
-                new_stream=True,
-            )
-        return BetReceipt.of({**bet, "status": "placed"}, replayed=False)
+            existing = await self._store.bet(conn, bet["bet_id"])  # the same command raced
+            if existing is None:  # no: a red-envelope player's other bet (one per round) won
+                raise OneBetPerRound("ALREADY_BET", "you have bet this round: change that bet with ChangeBet")
+            return replay(existing, bet["player"], bet["table_id"], bet["area"], bet["stake_minor"])
 
     async def cancel(self, who: Principal, table_id: str, bet_id: str, *, cause: str = "player") -> BetReceipt:
         require(who, Role.PLAYER)

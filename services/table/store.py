@@ -275,6 +275,73 @@ class TableStore:
         )
         return cur.rowcount == 1
 
+    async def bet_context(
+        self, conn: Conn, table_id: str, bet_ids: Sequence[str], player: str
+    ) -> tuple[list[Row], Row | None, Row | None, int]:
+        """What PlaceBet checks before the wallet's hold, in one round trip (pipeline mode, its COMMIT included):
+        the bets stored under any of ``bet_ids``, the table, its current round and ``player``'s staked sum there.
+        """
+        async with conn.pipeline():
+            bets = conn.cursor(row_factory=dict_row)
+            table = conn.cursor(row_factory=dict_row)
+            current = conn.cursor(row_factory=dict_row)
+            staked = conn.cursor()
+            await bets.execute("SELECT * FROM bets WHERE bet_id = ANY(%s)", (list(bet_ids),))
+            await table.execute("SELECT * FROM tables WHERE table_id = %s", (table_id,))
+            await current.execute(
+                "SELECT r.* FROM tables t JOIN rounds r ON r.round_id = t.current_round_id WHERE t.table_id = %s",
+                (table_id,),
+            )
+            await staked.execute(
+                "SELECT coalesce(sum(b.stake_minor), 0) FROM tables t JOIN bets b ON b.round_id = t.current_round_id"
+                " WHERE t.table_id = %s AND b.player = %s AND b.status = 'placed'",
+                (table_id, player),
+            )
+            await conn.commit()  # queued with the reads: the one sync
+            sum_row = await staked.fetchone()
+            return (
+                list(await bets.fetchall()),
+                await table.fetchone(),
+                await current.fetchone(),
+                int(sum_row[0]) if sum_row else 0,
+            )
+
+    async def record_bet(
+        self, conn: Conn, bet: Mapping[str, Any], now: datetime, client_seed: str, append: tuple[str, dict[str, object]]
+    ) -> psycopg.AsyncCursor[Any]:
+        """One statement: the round's window under a share lock; when it is open, the bet and (only if the bet
+        was inserted) its event through ``append`` (``EventStore.append_call``). Nothing is written when the
+        window is closed or the bet id (or the round's one bet of a player, where that holds) is taken, so the
+        caller may queue its COMMIT before it reads the outcome with ``bet_recorded``.
+        """
+        call, append_params = append
+        return await conn.execute(
+            "WITH w AS (SELECT phase, betting_closes_at FROM rounds WHERE round_id = %(round_id)s FOR SHARE),"
+            " ins AS (INSERT INTO bets (bet_id, round_id, table_id, player, area, stake_minor, hold_minor, hold_id,"
+            "  status, placed_at, client_seed)"
+            "  SELECT %(bet_id)s, %(round_id)s, %(table_id)s, %(player)s, %(area)s, %(stake_minor)s, %(hold_minor)s,"
+            "  %(hold_id)s, 'placed', %(now)s, %(client_seed)s"
+            "  FROM w WHERE w.phase = 'betting' AND %(now)s < w.betting_closes_at"
+            "  ON CONFLICT DO NOTHING RETURNING 1)"
+            " SELECT w.phase, w.betting_closes_at, i.n > 0, CASE WHEN i.n > 0 THEN " + call + " END"
+            " FROM (SELECT count(*) AS n FROM ins) i LEFT JOIN w ON true",
+            {
+                **{k: bet[k] for k in ("bet_id", "round_id", "table_id", "player", "area", "stake_minor")},
+                "hold_minor": bet["hold_minor"],
+                "hold_id": bet["hold_id"],
+                "now": now,
+                "client_seed": client_seed,
+                **append_params,
+            },
+        )
+
+    @staticmethod
+    async def bet_recorded(cur: psycopg.AsyncCursor[Any]) -> tuple[tuple[str, datetime] | None, bool]:
+        """``record_bet``'s outcome: (the round's phase and betting deadline, whether the bet was inserted)."""
+        row = await cur.fetchone()
+        assert row is not None
+        return ((str(row[0]), row[1]) if row[0] is not None else None), bool(row[2])
+
     async def cancel_bet(self, conn: Conn, bet_id: str) -> None:
         await conn.execute("UPDATE bets SET status = 'cancelled' WHERE bet_id = %s", (bet_id,))
 

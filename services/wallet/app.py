@@ -137,6 +137,23 @@ class WalletApp:
                 await asyncio.sleep(RETRY_BACKOFF_S * attempt)
         raise AssertionError("unreachable")
 
+    async def _pipelined(self, work: Callable[[psycopg.AsyncConnection], Awaitable[T]]) -> T:
+        """``_transaction`` in pipeline mode: statements whose results ``work`` does not read travel
+        together, and the writes after its last read go with the COMMIT (errors surface there and are
+        retried like the others)."""
+        for attempt in range(1, MAX_ATTEMPTS + 1):
+            try:
+                async with self._pool.connection() as conn:
+                    async with conn.pipeline(), conn.transaction():
+                        result = await work(conn)
+                    return result
+            except _RETRYABLE as error:
+                if attempt == MAX_ATTEMPTS:
+                    log.warning("gave up after concurrent updates", extra={"error": str(error)})
+                    raise Aborted("CONCURRENT_UPDATE", "too many concurrent updates; retry with the same id") from None
+                await asyncio.sleep(RETRY_BACKOFF_S * attempt)
+        raise AssertionError("unreachable")
+
     async def _append_account(
         self, conn: psycopg.AsyncConnection, locked: repo.LockedAccount, new_events: list[NewEvent]
     ) -> None:
@@ -310,22 +327,33 @@ class WalletApp:
     async def place_hold(self, request: HoldRequest) -> Decision:
         domain.check_hold_request(request)
 
+        # Two round trips (pipeline mode): the account locked with the hold id's earlier use and the
+        # account's settings; then the hold, its movement, its event and the COMMIT. The losses of a
+        # window are read (a third) only when a loss limit is in force.
         async def work(conn: psycopg.AsyncConnection) -> Decision:
-            locked = await self._lock(conn, [request.account])
-            target = locked[request.account]
-            existing = await repo.hold(conn, request.hold_id)
+            loaded = await repo.hold_context(conn, request.account, request.hold_id)
+            target, existing = loaded.account, loaded.existing
+            if target is None:
+                raise NotFound("ACCOUNT_NOT_FOUND", f"no account {request.account}")
             now = self.clock()
-            play = ResponsiblePlay() if existing else await self._play(conn, request.account, now)
+            play = ResponsiblePlay()
+            if existing is None:
+                play = ResponsiblePlay(loaded.limits, loaded.exclusion)
+                if domain.loss_limit_in_force(play, now):
+                    used = await repo.window_sums(conn, request.account, now)
+                    play = ResponsiblePlay(loaded.limits, loaded.exclusion, used)
             decision = domain.decide_place_hold(request, existing, target.state, play, now)
             if decision.replayed:
                 return decision
             domain.apply_movements({request.account: target.state}, decision.movements)
             await repo.insert_hold(conn, decision.hold)
             await repo.save_movements(conn, decision.movements, "hold", now)
-            await self._append_account(conn, target, [events.hold_placed(decision.hold, decision.movements[0])])
+            placed = events.hold_placed(decision.hold, decision.movements[0])
+            await self._store.append_queued(conn, events.account_stream(request.account), target.version, [placed])
+            await repo.bump_version(conn, request.account, target.version + 1)
             return decision
 
-        decision = await self._transaction(work)
+        decision = await self._pipelined(work)
         if not decision.replayed:
             metrics.HOLDS_PLACED.inc()
             metrics.HOLDS_OPEN.inc()

@@ -381,6 +381,11 @@ def check_may_deposit(play: ResponsiblePlay, amount_minor: int, now: datetime) -
             )
 
 
+def loss_limit_in_force(play: ResponsiblePlay, now: datetime) -> bool:
+    """Whether ``check_may_hold`` reads the losses of a window (without a loss limit it never does)."""
+    return any(play.setting(kind).in_force(now) for kind in (LimitKind.DAILY_LOSS, LimitKind.WEEKLY_LOSS))
+
+
 def check_may_hold(play: ResponsiblePlay, account: AccountState, amount_minor: int, now: datetime) -> None:
     """Self-exclusion, then loss limits: net losses in the window plus everything held may not pass the limit."""
     if play.exclusion.active(now):
