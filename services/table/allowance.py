@@ -90,7 +90,7 @@ class Allowance:
             self.table_staked = sum(update.area_totals.totals_minor.values())
             return self._update(update) if self.betting else None
         elif kind == "phase_changed":
-            self.betting = False
+            self.betting = update.phase_changed.phase == "betting"  # the stream announces betting with its deadline
         return None
 
     def _start(self, round_id: str, banker: str, capital: int, cap: int) -> None:

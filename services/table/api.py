@@ -13,11 +13,10 @@ from backbone.auth import Principal, Role, Tokens
 from backbone.errors import InvalidArgument, clip
 from backbone.eventstore import EventStore, StoredEvent
 from bull.money import JACKPOT_POOL
-from services.table.allowance import with_allowance
 from services.table.app import TableApp
 from services.table.banker_api import BankerRpcs
 from services.table.common import BetReceipt, player_account, unix_ms, variant_of
-from services.table.watch import Notifier, watch
+from services.table.watch import Notifier, watch_table
 
 Context = grpc.aio.ServicerContext[Any, Any]
 MAX_ROUNDS_LISTED = 100
@@ -119,11 +118,9 @@ class TableServicer(BankerRpcs, table_pb2_grpc.TableServicer):
         self, request: table_pb2.WatchTableRequest, context: Context
     ) -> AsyncIterator[table_pb2.TableUpdate]:
         who = self._who(context)
-        if request.after_position < 0:
-            raise InvalidArgument("POSITION_INVALID", "after_position must be >= 0")
         table, _ = await self._app.get_table(request.table_id)  # NOT_FOUND before streaming starts
-        updates = watch(self._app.pool, self._notifier, who, request.table_id, request.after_position)
-        async for update in with_allowance(self._app.ctx, updates, who, table):  # banked tables: BetAllowance
+        # OUT_OF_RANGE for an unknown or expired position, before anything is sent (watch.py).
+        async for update in watch_table(self._app.ctx, self._notifier, who, table, request.after_position):
             yield update
 
     async def GetJackpot(self, request: table_pb2.GetJackpotRequest, context: Context) -> table_pb2.Jackpot:
@@ -184,6 +181,12 @@ class TableServicer(BankerRpcs, table_pb2_grpc.TableServicer):
                 event.unpack(settled)
             else:
                 envelope.fold(event)
+        variant = await self._variant_of_table(row["table_id"])
+        # Deal order, the order the cards left the deck (the dealer or banker first): the
+        # reveal order shows the dealer last (docs/api/frontend/stream.md, card-to-seat order).
+        reveal: tuple[str, ...] = tuple(getattr(variant_of(variant), "reveal_order", ()))  # red envelope: no hands
+        deal = {seat: n for n, seat in enumerate(reveal[-1:] + reveal[:-1])}
+        hands.sort(key=lambda hand: deal.get(hand.seat, len(deal)))  # stable: parts stay in order
         bets = await self._app.round_bets(row["round_id"])
         totals: dict[str, int] = {}
         for bet in bets:
@@ -218,7 +221,7 @@ class TableServicer(BankerRpcs, table_pb2_grpc.TableServicer):
             client_seed=row["client_seed"] if row["server_seed"] else "",
             area_outcomes=settled.area_outcomes,
             area_odds=settled.area_odds,
-            variant=await self._variant_of_table(row["table_id"]),
+            variant=variant,
             config=row["config"],
             dealer=envelope.dealer,
             dealer_pool_minor=envelope.pool_minor,

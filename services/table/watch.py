@@ -6,6 +6,20 @@ this watcher may see: everyone sees phases, area totals, revealed hands and area
 results; only the bettor sees their own bets and amounts. No event of the table
 carries a card before its reveal, so no update can. Redis pub/sub wakes watchers
 when a table moves; without it they poll, so Redis stays a convenience.
+
+The stream contract (docs/api/frontend/stream.md):
+
+- Positions. One event gives a watcher a few updates (a bet: the bettor's own bet, the
+  new area totals, a banked table's allowance), so an update's position is
+  ``event position x SLOTS + its index among that event's updates``: unique, strictly
+  increasing, and a resume after any of them delivers exactly the rest. The updates of
+  an event are a function of the event and of the round's events before it, so the
+  watcher's state is always folded from the opening of the round the resume point is in.
+- A position that names no event of this table, or an event older than the last
+  ``RESUME_ROUNDS`` openings, is OUT_OF_RANGE before anything is sent.
+- Every update carries the server's clock; a heartbeat follows ``HEARTBEAT_S`` of silence.
+- A watcher with a stake in a settled or voided round gets a ``balance`` update after the
+  result, once the wallet has applied the round's settlement.
 """
 
 from __future__ import annotations
@@ -13,24 +27,41 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import time
 from collections import defaultdict
-from collections.abc import AsyncIterator
+from collections.abc import AsyncGenerator, AsyncIterator, Mapping
 from typing import Any
 
+import grpc
 from niuniu.table.v1 import events_pb2 as ev
 from niuniu.table.v1 import table_pb2
 from psycopg_pool import AsyncConnectionPool
 from redis.asyncio import Redis
 
 from backbone.auth import Principal
+from backbone.errors import DomainError
 from backbone.eventstore import StoredEvent, stored_event
-from services.table.common import player_account, table_stream
+from services.table.allowance import with_allowance
+from services.table.banker import is_banked
+from services.table.common import player_account, table_stream, unix_ms
+from services.table.context import TableContext
 
 log = logging.getLogger(__name__)
 
 POLL_FALLBACK_S = 1.0
 READ_BATCH = 500
 CHANNEL_PREFIX = "niuniu:table-events:"
+SLOTS = 16
+"""Positions per event: an event gives one watcher at most a handful of updates (asserted)."""
+HEARTBEAT_S = 5.0
+RESUME_ROUNDS = 20
+"""A resume point must lie in one of the table's last RESUME_ROUNDS rounds (or after them)."""
+SETTLEMENT_WAIT_S = 30.0
+SETTLEMENT_POLL_S = 0.05
+
+
+class OutOfRange(DomainError):
+    code = grpc.StatusCode.OUT_OF_RANGE
 
 
 class Notifier:
@@ -78,13 +109,18 @@ class Notifier:
                     await asyncio.wait_for(stop.wait(), 1.0)
 
 
-async def read_table_events(pool: AsyncConnectionPool, table_id: str, after: int, limit: int) -> list[StoredEvent]:
+def _table_streams(table_id: str) -> tuple[str, str]:
     stream = table_stream(table_id)
+    return stream, stream.replace("_", r"\_") + ".%"
+
+
+async def read_table_events(pool: AsyncConnectionPool, table_id: str, after: int, limit: int) -> list[StoredEvent]:
+    stream, bets = _table_streams(table_id)
     async with pool.connection() as conn:
         cur = await conn.execute(
             "SELECT position, envelope FROM events WHERE (stream_id = %s OR stream_id LIKE %s) AND position > %s"
             " ORDER BY position LIMIT %s",
-            (stream, stream.replace("_", r"\_") + ".%", after, limit),
+            (stream, bets, after, limit),
         )
         rows = await cur.fetchall()
     return [stored_event(row) for row in rows]
@@ -101,6 +137,42 @@ async def current_round_start(pool: AsyncConnectionPool, table_id: str) -> int:
     return int(row[0]) - 1 if row and row[0] else 0
 
 
+async def resume_start(pool: AsyncConnectionPool, table_id: str, after_position: int) -> int:
+    """The event position to read after so that the fold starts at the opening of the round
+    ``after_position`` lies in. OUT_OF_RANGE for a position this table never gave or no longer keeps."""
+    if after_position == 0:
+        return await current_round_start(pool, table_id)
+    if after_position < 0:
+        raise OutOfRange("POSITION_UNKNOWN", "after_position must be 0 or a position the stream sent")
+    event_position = after_position // SLOTS
+    stream, bets = _table_streams(table_id)
+    async with pool.connection() as conn:
+        cur = await conn.execute(
+            "SELECT 1 FROM events WHERE position = %s AND (stream_id = %s OR stream_id LIKE %s)",
+            (event_position, stream, bets),
+        )
+        if await cur.fetchone() is None:
+            raise OutOfRange("POSITION_UNKNOWN", "this table's stream never sent that position: watch again from 0")
+        cur = await conn.execute(
+            "SELECT position FROM events WHERE stream_id = %s AND event_type = 'table.round_opened'"
+            " ORDER BY position DESC OFFSET %s LIMIT 1",
+            (stream, RESUME_ROUNDS - 1),
+        )
+        oldest_kept = await cur.fetchone()
+        if oldest_kept is not None and event_position < int(oldest_kept[0]):
+            raise OutOfRange(
+                "POSITION_TOO_OLD",
+                f"resume works within the last {RESUME_ROUNDS} rounds: watch again from 0 and read GetRound",
+            )
+        cur = await conn.execute(
+            "SELECT max(position) FROM events WHERE stream_id = %s AND event_type = 'table.round_opened'"
+            " AND position <= %s",
+            (stream, event_position),
+        )
+        row = await cur.fetchone()
+    return int(row[0]) - 1 if row and row[0] else 0
+
+
 class WatchState:
     """Folds the table's events into what one watcher may see."""
 
@@ -110,6 +182,7 @@ class WatchState:
         self.totals: dict[str, int] = defaultdict(int)
         self.bets = 0
         self.stakes: dict[str, tuple[str, int]] = {}
+        self.involved = False  # the watcher has money in the round: a bet, a bid, the banker or dealer seat
 
     def updates(self, event: StoredEvent) -> list[table_pb2.TableUpdate]:
         kind = event.event_type
@@ -130,7 +203,12 @@ class WatchState:
         self.totals.clear()
         self.stakes.clear()
         self.bets = 0
-        return [{"round_opened": opened}]
+        self.involved = opened.banker == self.watcher
+        if opened.bidding_closes_at_unix_ms:  # red envelope: the dealer seat is bid for first
+            phase = table_pb2.PhaseChanged(phase="bidding", deadline_unix_ms=opened.bidding_closes_at_unix_ms)
+        else:
+            phase = table_pb2.PhaseChanged(phase="betting", deadline_unix_ms=opened.betting_closes_at_unix_ms)
+        return [{"round_opened": opened}, {"phase_changed": phase}]
 
     def _bet_placed(self, event: StoredEvent) -> list[dict[str, Any]]:
         placed = ev.BetPlaced()
@@ -140,6 +218,7 @@ class WatchState:
         self.bets += 1
         made: list[dict[str, Any]] = []
         if placed.player == self.watcher:
+            self.involved = True
             made.append({"my_bet_placed": placed})
         made.append({"area_totals": table_pb2.AreaTotals(totals_minor=self.totals, bets=self.bets)})
         return made
@@ -172,11 +251,13 @@ class WatchState:
     def _bid_placed(self, event: StoredEvent) -> list[dict[str, Any]]:
         bid = ev.BidPlaced()
         event.unpack(bid)  # bids are public: everyone sees the amount to beat
+        self.involved = self.involved or bid.player == self.watcher
         return [{"bid_placed": bid}]
 
     def _dealer_chosen(self, event: StoredEvent) -> list[dict[str, Any]]:
         chosen = ev.DealerChosen()
         event.unpack(chosen)
+        self.involved = self.involved or chosen.dealer == self.watcher
         phase = table_pb2.PhaseChanged(phase="betting", deadline_unix_ms=chosen.betting_closes_at_unix_ms)
         return [{"phase_changed": phase}, {"dealer_chosen": chosen}]
 
@@ -207,21 +288,26 @@ class WatchState:
         settled = ev.RoundSettled()
         event.unpack(settled)
         mine = [b for b in settled.bets if b.player == self.watcher]
+        net = sum(b.net_minor for b in mine)
         result = table_pb2.RoundResult(
-            status="settled",
-            area_outcomes=settled.area_outcomes,
-            my_bets=mine,
-            my_net_minor=sum(b.net_minor for b in mine),
+            status="settled", area_outcomes=settled.area_outcomes, my_bets=mine, my_net_minor=net
         )
-        return [{"phase_changed": table_pb2.PhaseChanged(phase="settled")}, {"result": result}]
+        paid = any(self.watcher in (t.payer, t.payee) for t in settled.transfers)
+        made: list[dict[str, Any]] = [{"phase_changed": table_pb2.PhaseChanged(phase="settled")}, {"result": result}]
+        return made + self._balance(net) if self.involved or mine or paid else made
 
     def _round_voided(self, event: StoredEvent) -> list[dict[str, Any]]:
         voided = ev.RoundVoided()
         event.unpack(voided)
-        return [
+        made: list[dict[str, Any]] = [
             {"phase_changed": table_pb2.PhaseChanged(phase="voided")},
             {"result": table_pb2.RoundResult(status="voided", void_reason=voided.reason)},
         ]
+        return made + self._balance(0) if self.involved else made
+
+    def _balance(self, net_minor: int) -> list[dict[str, Any]]:
+        # Filled in (the wallet's balance once it has applied the settlement) only if it is sent.
+        return [{"balance": table_pb2.BalanceChanged(account=self.watcher, net_minor=net_minor)}]
 
     def _seed_revealed(self, event: StoredEvent) -> list[dict[str, Any]]:
         seed = ev.SeedRevealed()
@@ -229,22 +315,97 @@ class WatchState:
         return [{"seed_revealed": seed}]
 
 
+def _heartbeat(table_id: str) -> table_pb2.TableUpdate:
+    return table_pb2.TableUpdate(table_id=table_id, heartbeat=table_pb2.Heartbeat(interval_seconds=int(HEARTBEAT_S)))
+
+
 async def watch(
-    pool: AsyncConnectionPool, notifier: Notifier | None, watcher: Principal, table_id: str, after_position: int
+    pool: AsyncConnectionPool,
+    notifier: Notifier | None,
+    watcher: Principal,
+    table_id: str,
+    start: int,
+    heartbeat_s: float = HEARTBEAT_S,
 ) -> AsyncIterator[table_pb2.TableUpdate]:
-    """Updates after ``after_position``, folding from the round's opening so totals are right on resume."""
-    start = await current_round_start(pool, table_id)
-    position = min(start, after_position) if after_position else start
+    """Every update of the events after ``start`` (each with its event's position), and a
+    heartbeat whenever nothing was sent for ``heartbeat_s``."""
+    position = start
     state = WatchState(watcher, table_id)
+    last_sent = time.monotonic()
     while True:
         events = await read_table_events(pool, table_id, position, READ_BATCH)
         for event in events:
             position = event.position
             for update in state.updates(event):
-                if update.position > after_position:
-                    yield update
+                last_sent = time.monotonic()
+                yield update
         if len(events) < READ_BATCH:
+            quiet_s = time.monotonic() - last_sent
+            if quiet_s >= heartbeat_s:
+                last_sent = time.monotonic()
+                yield _heartbeat(table_id)
+                quiet_s = 0.0
+            wait_s = min(POLL_FALLBACK_S if notifier is not None else POLL_FALLBACK_S / 4, heartbeat_s - quiet_s)
             if notifier is not None:
-                await notifier.wait(table_id, POLL_FALLBACK_S)
+                await notifier.wait(table_id, wait_s)
             else:
-                await asyncio.sleep(POLL_FALLBACK_S / 4)
+                await asyncio.sleep(wait_s)
+
+
+async def watch_table(
+    ctx: TableContext,
+    notifier: Notifier | None,
+    watcher: Principal,
+    table: Mapping[str, Any],
+    after_position: int,
+) -> AsyncGenerator[table_pb2.TableUpdate, None]:
+    """The WatchTable stream: numbered updates after ``after_position`` (module docstring)."""
+    table_id = str(table["table_id"])
+    start = await resume_start(ctx.store.pool, table_id, after_position)
+    updates = watch(ctx.store.pool, notifier, watcher, table_id, start, HEARTBEAT_S)
+    if is_banked(table["variant"]):
+        updates = with_allowance(ctx, updates, watcher, table)  # BetAllowance after openings and bets
+    event, index, last = -1, 0, after_position
+    async for source in updates:
+        update = table_pb2.TableUpdate()
+        update.CopyFrom(source)  # the allowance folds the source after it is sent: leave its position alone
+        if update.WhichOneof("update") == "heartbeat":
+            update.position = last
+        else:
+            index = index + 1 if source.position == event else 0
+            event = source.position
+            assert index < SLOTS, f"event {event} gave more than {SLOTS} updates"
+            numbered = event * SLOTS + index
+            if numbered <= after_position:
+                continue  # delivered before the resume point
+            if update.WhichOneof("update") == "balance":
+                async for waiting in _settlement_applied(ctx, update, last):
+                    yield waiting
+            update.position = last = numbered
+        update.server_time_unix_ms = unix_ms(ctx.now())
+        yield update
+
+
+async def _settlement_applied(
+    ctx: TableContext, update: table_pb2.TableUpdate, last: int
+) -> AsyncIterator[table_pb2.TableUpdate]:
+    """Fill ``update.balance`` once the wallet has applied the round's settlement; meanwhile
+    heartbeats at ``last``, the position sent before it."""
+    deadline = time.monotonic() + SETTLEMENT_WAIT_S
+    beat = time.monotonic() + HEARTBEAT_S
+    status = ""
+    while not status:
+        with contextlib.suppress(DomainError):
+            status = await ctx.wallet.settlement_status(update.round_id) or ""
+        if status or time.monotonic() >= deadline:
+            break
+        if time.monotonic() >= beat:
+            beat = time.monotonic() + HEARTBEAT_S
+            heartbeat = _heartbeat(update.table_id)
+            heartbeat.position = last
+            heartbeat.server_time_unix_ms = unix_ms(ctx.now())
+            yield heartbeat
+        await asyncio.sleep(SETTLEMENT_POLL_S)
+    update.balance.settlement_status = status or "pending"
+    with contextlib.suppress(DomainError):
+        update.balance.available_minor = await ctx.wallet.balance_minor(update.balance.account)

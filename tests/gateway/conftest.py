@@ -54,6 +54,11 @@ def stop(proc: subprocess.Popen[bytes]) -> None:
         proc.wait(timeout=5)
 
 
+@pytest.fixture
+def allowed_origin() -> str:
+    return ALLOWED_ORIGIN
+
+
 @pytest.fixture(scope="module")
 def gateway(stack: Stack) -> Iterator[str]:
     """The gateway's base URL (CORS open to ALLOWED_ORIGIN only)."""

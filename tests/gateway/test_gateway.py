@@ -20,7 +20,6 @@ from typing import Any, TypeVar
 import aiohttp
 import grpc
 import pytest
-from conftest import ALLOWED_ORIGIN
 from google.protobuf import json_format
 from google.protobuf.message import Message
 from niuniu.table.v1 import events_pb2 as ev
@@ -180,7 +179,7 @@ async def test_connect_unary_json_and_binary(stack: Stack, gateway: str, session
 async def read_grpc_web_stream(
     answer: aiohttp.ClientResponse, text: bool, until: Callable[[list[table_pb2.TableUpdate]], bool]
 ) -> list[table_pb2.TableUpdate]:
-    raw, updates = b"", []
+    raw, updates = b"", list[table_pb2.TableUpdate]()
     async for chunk in answer.content.iter_any():
         raw += chunk
         data = decode_text(raw[: len(raw) - len(raw) % 4]) if text else raw
@@ -201,7 +200,7 @@ async def read_grpc_web_stream(
 async def read_connect_stream(
     answer: aiohttp.ClientResponse, until: Callable[[list[table_pb2.TableUpdate]], bool]
 ) -> list[table_pb2.TableUpdate]:
-    raw, updates = b"", []
+    raw, updates = b"", list[table_pb2.TableUpdate]()
     async for chunk in answer.content.iter_any():
         raw += chunk
         updates, position = [], 0
@@ -219,7 +218,7 @@ async def read_connect_stream(
 
 
 async def test_watch_table_streams_a_bet_placed_through_the_gateway(
-    stack: Stack, gateway: str, session: aiohttp.ClientSession
+    stack: Stack, gateway: str, session: aiohttp.ClientSession, allowed_origin: str
 ) -> None:
     table_id = f"web-{stack.run_id}"
     async with connect(stack) as c:
@@ -229,7 +228,7 @@ async def test_watch_table_streams_a_bet_placed_through_the_gateway(
         )
     auth = {"Authorization": f"Bearer {player.token}"}
     watch = table_pb2.WatchTableRequest(table_id=table_id)
-    web_headers = {"Content-Type": "application/grpc-web-text", "X-Grpc-Web": "1", "Origin": ALLOWED_ORIGIN, **auth}
+    web_headers = {"Content-Type": "application/grpc-web-text", "X-Grpc-Web": "1", "Origin": allowed_origin, **auth}
     connect_headers = {"Content-Type": "application/connect+json", "Connect-Protocol-Version": "1", **auth}
     body_json = json.dumps(json_format.MessageToDict(watch)).encode()
 
@@ -244,7 +243,7 @@ async def test_watch_table_streams_a_bet_placed_through_the_gateway(
                      headers=web_headers) as web_answer,
         session.post(gateway + TABLE + "WatchTable", data=frame(body_json), headers=connect_headers) as connect_answer,
     ):  # fmt: skip
-        assert web_answer.status == 200 and web_answer.headers["Access-Control-Allow-Origin"] == ALLOWED_ORIGIN
+        assert web_answer.status == 200 and web_answer.headers["Access-Control-Allow-Origin"] == allowed_origin
         assert connect_answer.content_type == "application/connect+json"
         web_reader = asyncio.create_task(read_grpc_web_stream(web_answer, True, placed("x")))
         connect_reader = asyncio.create_task(read_connect_stream(connect_answer, placed("x")))
@@ -275,15 +274,15 @@ async def open_round(session: aiohttp.ClientSession, gateway: str, table_id: str
     raise AssertionError("no betting round within a minute")
 
 
-async def test_cors_preflight_and_origins(gateway: str, session: aiohttp.ClientSession) -> None:
+async def test_cors_preflight_and_origins(gateway: str, session: aiohttp.ClientSession, allowed_origin: str) -> None:
     preflight = {
-        "Origin": ALLOWED_ORIGIN,
+        "Origin": allowed_origin,
         "Access-Control-Request-Method": "POST",
         "Access-Control-Request-Headers": "authorization,content-type,x-grpc-web,x-user-agent",
     }
     async with session.options(gateway + WALLET + "Login", headers=preflight) as answer:
         assert answer.status == 204
-        assert answer.headers["Access-Control-Allow-Origin"] == ALLOWED_ORIGIN
+        assert answer.headers["Access-Control-Allow-Origin"] == allowed_origin
         allowed = {h.strip() for h in answer.headers["Access-Control-Allow-Headers"].split(",")}
         assert {"authorization", "content-type", "x-grpc-web", "x-user-agent", "connect-protocol-version"} <= allowed
         assert "POST" in answer.headers["Access-Control-Allow-Methods"]
@@ -297,7 +296,7 @@ async def test_cors_preflight_and_origins(gateway: str, session: aiohttp.ClientS
     async with session.post(gateway + WALLET + "Login", data=login, headers=headers) as answer:
         assert answer.status == 403
     async with session.post(
-        gateway + WALLET + "Login", data=login, headers={**headers, "Origin": ALLOWED_ORIGIN}
+        gateway + WALLET + "Login", data=login, headers={**headers, "Origin": allowed_origin}
     ) as answer:
         assert answer.status == 200
         exposed = answer.headers["Access-Control-Expose-Headers"]

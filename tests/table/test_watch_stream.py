@@ -1,0 +1,269 @@
+"""The WatchTable stream contract, every variant, in process (real TableApp and PostgreSQL, fake
+rng and wallet, a fake clock): positions unique and strictly increasing; a resume after ANY
+position delivers exactly the rest (nothing lost, nothing twice); unknown and expired positions
+are OUT_OF_RANGE before anything is sent; betting opens with its deadline; every update carries
+the server's clock; a player with money in a round gets their balance after the result, once
+the wallet has applied the settlement, and a spectator gets none; GetRound lists hands in deal
+order, which is the order the cards left the deck.
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
+
+import pytest
+from niuniu.table.v1 import table_pb2
+from psycopg_pool import AsyncConnectionPool
+
+from backbone.auth import Principal
+from backbone.db import open_pool
+from bull import fairness as fair
+from services.table import watch
+from services.table.api import TableServicer
+from services.table.common import Phase, unix_ms
+from tests.table.table_rig import AuditorTokens, Rig, player, setup_schema
+
+BALANCES = {f"player:p{i}": 10_000_000 for i in range(6)} | {"house": 0}
+BETTOR, SPECTATOR = player("p0"), player("p4")
+
+
+@pytest.fixture
+async def pool(dsn: str, schema: str) -> AsyncIterator[AsyncConnectionPool]:
+    pool = await open_pool(dsn, schema=schema, max_size=6)
+    yield pool
+    await pool.close()
+
+
+@pytest.fixture
+async def rig(pool: AsyncConnectionPool) -> Rig:
+    return Rig(pool, await setup_schema(pool), BALANCES)
+
+
+@pytest.fixture(autouse=True)
+def quick_heartbeats(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
+    # A heartbeat marks "caught up" for collect(); the table's own clock is the fake one.
+    monkeypatch.setattr(watch, "HEARTBEAT_S", 0.05)
+    yield
+
+
+def kind(update: table_pb2.TableUpdate) -> str:
+    return update.WhichOneof("update") or ""
+
+
+async def collect(rig: Rig, who: Principal, table_id: str, after: int) -> list[table_pb2.TableUpdate]:
+    """Everything the stream has after ``after``, up to the first heartbeat (nothing more to send)."""
+    table, _ = await rig.app.get_table(table_id)
+    stream = watch.watch_table(rig.app.ctx, None, who, table, after)
+    out: list[table_pb2.TableUpdate] = []
+    try:
+        async for update in stream:
+            if kind(update) == "heartbeat":
+                return out
+            out.append(update)
+    finally:
+        await stream.aclose()
+    raise AssertionError("the stream ended")
+
+
+async def first_position(rig: Rig, table_id: str) -> int:
+    """A resume point before the table's first round: after its creation event."""
+    async with rig.pool.connection() as conn:
+        cur = await conn.execute("SELECT min(position) FROM events WHERE stream_id = %s", (f"table-{table_id}",))
+        row = await cur.fetchone()
+    assert row is not None and row[0] is not None
+    return int(row[0]) * watch.SLOTS + watch.SLOTS - 1
+
+
+async def play_golden_bull(rig: Rig, table_id: str) -> None:
+    await rig.create(table_id, "golden_bull")
+    await rig.to_phase(table_id, Phase.BETTING)
+    await rig.app.place_bet(BETTOR, "b1", table_id, "area_1", 1_000)
+    await rig.app.place_bet(player("p1"), "b2", table_id, "area_2", 2_000)
+    cancelled = await rig.app.place_bet(BETTOR, "b3", table_id, "area_3", 500)
+    await rig.app.cancel_bet(BETTOR, table_id, cancelled.bet_id)
+    await rig.finish(table_id)
+
+
+async def play_bai_buu(rig: Rig, table_id: str) -> None:
+    await rig.create(table_id, "bai_buu")
+    await rig.to_phase(table_id, Phase.BETTING)
+    await rig.app.place_bet(BETTOR, "b1", table_id, "player_01", 1_000)
+    await rig.app.place_bet(player("p1"), "b2", table_id, "banker_02", 1_000)
+    await rig.finish(table_id)
+
+
+async def play_baibian(rig: Rig, table_id: str) -> None:
+    await rig.create(table_id, "baibian_bull")
+    await rig.app.banker.apply(player("p5"), table_id, 5_000_000)
+    await rig.next_round(table_id)
+    await rig.app.place_bet(BETTOR, "b1", table_id, "heaven", 1_000)
+    await rig.app.place_bet(player("p1"), "b2", table_id, "earth", 1_000)
+    await rig.finish(table_id)
+
+
+async def play_red_envelope(rig: Rig, table_id: str) -> None:
+    await rig.create(table_id, "red_envelope_bull", {"bidding.seconds": "5"})
+    await rig.to_phase(table_id, Phase.BIDDING)
+    await rig.app.envelope.place_bid(player("p1"), "bid-a", table_id, 10_000)
+    await rig.to_phase(table_id, Phase.BETTING)
+    await rig.app.place_bet(BETTOR, "e0", table_id, "dealer", 1_000)
+    await rig.app.place_bet(player("p2"), "e2", table_id, "dealer", 1_000)
+    await rig.finish(table_id)
+
+
+PLAYS: dict[str, Callable[[Rig, str], Awaitable[None]]] = {
+    "golden_bull": play_golden_bull,
+    "bai_buu": play_bai_buu,
+    "baibian_bull": play_baibian,
+    "red_envelope_bull": play_red_envelope,
+}
+
+
+def comparable(updates: list[table_pb2.TableUpdate]) -> list[bytes]:
+    out = []
+    for update in updates:
+        copy = table_pb2.TableUpdate()
+        copy.CopyFrom(update)
+        copy.ClearField("server_time_unix_ms")  # the clock when sent, not part of what happened
+        out.append(copy.SerializeToString(deterministic=True))
+    return out
+
+
+@pytest.mark.parametrize("variant", sorted(PLAYS))
+async def test_resume_after_every_position_delivers_exactly_the_rest(rig: Rig, variant: str) -> None:
+    table_id = variant.replace("_", "-")
+    await PLAYS[variant](rig, table_id)
+    await rig.next_round(table_id, Phase.BETTING if variant != "red_envelope_bull" else Phase.BIDDING)
+    start = await first_position(rig, table_id)
+    for who in (BETTOR, SPECTATOR):
+        everything = await collect(rig, who, table_id, start)
+        positions = [u.position for u in everything]
+        assert positions == sorted(set(positions)), "positions must be unique and strictly increasing"
+        assert len(everything) > 10 and kind(everything[0]) == "round_opened"
+        now_ms = unix_ms(rig.clock())
+        assert all(u.server_time_unix_ms == now_ms for u in everything)
+        want = comparable(everything)
+        for i, update in enumerate(everything):
+            resumed = await collect(rig, who, table_id, update.position)
+            assert comparable(resumed) == want[i + 1 :], f"resume after #{i} ({kind(update)}) differs"
+
+
+@pytest.mark.parametrize("variant", sorted(PLAYS))
+async def test_betting_opens_with_its_deadline_and_balances_follow_the_applied_settlement(
+    rig: Rig, variant: str
+) -> None:
+    table_id = variant.replace("_", "-")
+    await PLAYS[variant](rig, table_id)
+    start = await first_position(rig, table_id)
+    mine = await collect(rig, BETTOR, table_id, start)
+    opened = [i for i, u in enumerate(mine) if kind(u) == "round_opened"]
+    assert opened
+    for i in opened:
+        following = [u for u in mine[i + 1 : i + 3] if kind(u) != "bet_allowance"]  # banked: the allowance first
+        phase = following[0].phase_changed
+        assert kind(following[0]) == "phase_changed" and phase.deadline_unix_ms > 0
+        expected = "bidding" if variant == "red_envelope_bull" else "betting"
+        assert phase.phase == expected
+        if expected == "bidding":
+            assert phase.deadline_unix_ms == mine[i].round_opened.bidding_closes_at_unix_ms
+        else:
+            assert phase.deadline_unix_ms == mine[i].round_opened.betting_closes_at_unix_ms
+    if variant == "baibian_bull":  # the allowance is recomputed after each bet while betting is open
+        bet_at = next(i for i, u in enumerate(mine) if kind(u) == "my_bet_placed")
+        assert "bet_allowance" in [kind(u) for u in mine[bet_at : bet_at + 3]]
+    if variant == "red_envelope_bull":
+        betting = [u for u in mine if kind(u) == "phase_changed" and u.phase_changed.phase == "betting"]
+        assert betting and all(u.phase_changed.deadline_unix_ms > 0 for u in betting)
+    results = [i for i, u in enumerate(mine) if kind(u) == "result"]
+    balances = [i for i, u in enumerate(mine) if kind(u) == "balance"]
+    assert balances and all(i - 1 in results for i in balances), "a balance comes right after its round's result"
+    for i in balances:
+        balance = mine[i].balance
+        assert balance.account == "player:p0" and balance.settlement_status in ("settled", "voided")
+        assert balance.settlement_status == rig.wallet.applied[mine[i].round_id]
+        assert balance.available_minor == rig.wallet.available["player:p0"]
+        assert balance.net_minor == mine[i - 1].result.my_net_minor
+    spectator = await collect(rig, SPECTATOR, table_id, start)
+    assert [u for u in spectator if kind(u) == "result"] and not [u for u in spectator if kind(u) == "balance"]
+
+
+async def test_the_balance_waits_for_the_wallet_to_apply_the_settlement(rig: Rig) -> None:
+    await rig.create("gw", "golden_bull")
+    await rig.to_phase("gw", Phase.BETTING)
+    await rig.app.place_bet(BETTOR, "b1", "gw", "area_1", 1_000)
+    current = await rig.current("gw")
+    await rig.advance("gw", lambda r: r["phase"] in Phase.ENDED)  # steps deliver: undo that for this round
+    rig.wallet.applied.pop(current["round_id"], None)
+    table, _ = await rig.app.get_table("gw")
+    stream = watch.watch_table(rig.app.ctx, None, BETTOR, table, await first_position(rig, "gw"))
+    seen: list[table_pb2.TableUpdate] = []
+    async for update in stream:
+        seen.append(update)
+        if kind(update) == "result":
+            break
+    # The wallet has not applied it: only heartbeats (at the result's position) until it has.
+    beat = await anext(stream)
+    assert kind(beat) == "heartbeat" and beat.position == seen[-1].position
+    rig.wallet.applied[current["round_id"]] = "settled"
+    balance = await anext(stream)
+    while kind(balance) == "heartbeat":
+        balance = await anext(stream)
+    await stream.aclose()
+    assert kind(balance) == "balance" and balance.balance.settlement_status == "settled"
+    assert balance.position > seen[-1].position
+
+
+async def test_unknown_and_expired_positions_are_out_of_range_at_once(
+    rig: Rig, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    await play_golden_bull(rig, "gx")
+    await rig.create("other", "golden_bull")
+    await rig.to_phase("other", Phase.BETTING)
+    everything = await collect(rig, BETTOR, "gx", await first_position(rig, "gx"))
+    foreign = await collect(rig, BETTOR, "other", 0)
+    table, _ = await rig.app.get_table("gx")
+    for after, reason in [
+        (everything[-1].position + 1_000 * watch.SLOTS, "POSITION_UNKNOWN"),  # in the future
+        (-1, "POSITION_UNKNOWN"),
+        (foreign[0].position, "POSITION_UNKNOWN"),  # another table's
+    ]:
+        stream = watch.watch_table(rig.app.ctx, None, BETTOR, table, after)
+        with pytest.raises(watch.OutOfRange, match=reason):
+            await anext(stream)
+    await rig.next_round("gx")
+    monkeypatch.setattr(watch, "RESUME_ROUNDS", 1)  # only the current round can be resumed in
+    stream = watch.watch_table(rig.app.ctx, None, BETTOR, table, everything[0].position)
+    with pytest.raises(watch.OutOfRange, match="POSITION_TOO_OLD"):
+        await anext(stream)
+    now = await collect(rig, BETTOR, "gx", 0)
+    assert now and kind(now[0]) == "round_opened"
+    assert await collect(rig, BETTOR, "gx", now[0].position) == now[1:]
+
+
+async def test_heartbeats_repeat_the_last_position_and_carry_the_server_clock(rig: Rig) -> None:
+    await rig.create("gh", "golden_bull")
+    await rig.to_phase("gh", Phase.BETTING)
+    table, _ = await rig.app.get_table("gh")
+    stream = watch.watch_table(rig.app.ctx, None, SPECTATOR, table, 0)
+    first = await anext(stream)
+    second = await anext(stream)
+    beats = [await anext(stream) for _ in range(2)]
+    await stream.aclose()
+    assert (kind(first), kind(second)) == ("round_opened", "phase_changed")
+    assert all(kind(b) == "heartbeat" and b.position == second.position for b in beats)
+    assert all(b.server_time_unix_ms == unix_ms(rig.clock()) for b in beats)
+
+
+async def test_get_round_lists_golden_bull_hands_in_deal_order(rig: Rig) -> None:
+    await rig.create("gd", "golden_bull")
+    current = await rig.to_phase("gd", Phase.BETTING)
+    await rig.finish("gd")
+    servicer = TableServicer(rig.app, rig.events, AuditorTokens(), None)  # type: ignore[arg-type]
+    view = await servicer.GetRound(
+        table_pb2.GetRoundRequest(table_id="gd", round_id=current["round_id"]),
+        None,  # type: ignore[arg-type]
+    )
+    assert [h.seat for h in view.hands] == ["dealer", "area_1", "area_2", "area_3"]
+    deck = fair.shuffle(rig.rng.seed(current["round_id"]), current["round_id"], "", 52)
+    dealt = [card for hand in view.hands for card in hand.cards]
+    assert dealt == [str(card) for card in deck[:20]]  # niuniu-verify --dealt takes them in this order
