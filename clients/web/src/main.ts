@@ -18,8 +18,8 @@ import {
 
 const params = new URLSearchParams(location.search);
 const apiMeta = document.querySelector<HTMLMetaElement>('meta[name="niuniu-api"]')?.content;
-/** The gateway: ?api=..., a <meta name="niuniu-api">, or the page's host on port 8080. */
-const API = params.get("api") ?? apiMeta ?? `${location.protocol}//${location.hostname}:8080`;
+/** The gateway: ?api=..., a <meta name="niuniu-api">, or the page's own origin (the gateway serving the page). */
+const API = params.get("api") ?? apiMeta ?? location.origin;
 const client = new NiuniuClient({ baseUrl: API, protocol: params.get("protocol") === "grpc-web" ? "grpc-web" : "connect" });
 
 const $ = <T extends HTMLElement = HTMLElement>(id: string): T => {

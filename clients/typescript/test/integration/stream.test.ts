@@ -81,11 +81,16 @@ describe("WatchTable through the gateway", { skip: missing ? "needs NIUNIU_SDK_G
     await proxy.close();
   });
 
-  it("logs in through the gateway and refuses a wrong password with UNAUTHENTICATED", async () => {
+  it("logs in through the gateway (Connect and gRPC-web) and refuses a wrong password with UNAUTHENTICATED", async () => {
     const client = await login(GATEWAY);
     assert.match(client.session?.account ?? "", /^player:/);
     const balance = await client.wallet.getBalance({});
     assert.ok(balance.availableMinor > 0n, "the test player is funded");
+    // The other wire protocol the gateway speaks reaches the same account.
+    const other = new NiuniuClient({ baseUrl: GATEWAY, protocol: PROTOCOL === "connect" ? "grpc-web" : "connect" });
+    const again = await other.login(PLAYERS[0]?.username ?? "", PLAYERS[0]?.password ?? "");
+    assert.equal(again.account, client.session?.account);
+    assert.equal((await other.wallet.getBalance({})).availableMinor, balance.availableMinor);
     const stranger = new NiuniuClient({ baseUrl: GATEWAY, protocol: PROTOCOL });
     await assert.rejects(stranger.login(PLAYERS[0]?.username ?? "", "not-the-password"), (e: unknown) => e instanceof ConnectError && e.code === Code.Unauthenticated);
   });
