@@ -39,6 +39,7 @@ class TopicSpec:
     name: str
     partitions: int = DEFAULT_PARTITIONS
     config: dict[str, str] = field(default_factory=lambda: dict(EVENT_TOPIC_CONFIG))
+    replication_factor: int = 1
 
 
 SECURITY_KEYS = ("security_protocol", "sasl_mechanism", "sasl_plain_username", "sasl_plain_password")
@@ -153,7 +154,7 @@ def ensure_topics(bootstrap_servers: str, specs: Iterable[TopicSpec], *, timeout
         if not missing:
             return []
         request = {
-            name: {"num_partitions": s.partitions, "replication_factor": 1, "configs": s.config}
+            name: {"num_partitions": s.partitions, "replication_factor": s.replication_factor, "configs": s.config}
             for name, s in missing.items()
         }
         response = admin.create_topics(request, timeout_ms=timeout_ms, raise_errors=False)
