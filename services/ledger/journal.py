@@ -16,6 +16,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from dataclasses import dataclass
+from typing import Any
 
 from google.protobuf import descriptor_pool, message_factory
 from google.protobuf.descriptor import FieldDescriptor
@@ -89,14 +90,35 @@ class Journaled:
     rejected: tuple[Rejected, ...]
 
 
+_CLASSES: dict[str, type[Message] | None] = {}
+MAX_CACHED_TYPES = 4_096
+# Account names already found in the chart (whether a name is in it depends on the name alone).
+_CHARTED: set[str] = set()
+MAX_CACHED_ACCOUNTS = 100_000
+
+
+def _message_class(type_url: str) -> type[Message] | None:
+    """The generated class of a payload's type (looked up once per type url; None: unknown here)."""
+    try:
+        return _CLASSES[type_url]
+    except KeyError:
+        pass
+    try:
+        descriptor = descriptor_pool.Default().FindMessageTypeByName(type_url.rpartition("/")[2])
+        cls: type[Message] | None = message_factory.GetMessageClass(descriptor)
+    except KeyError:
+        cls = None
+    if len(_CLASSES) < MAX_CACHED_TYPES:  # type urls come from events: bounded, whatever they say
+        _CLASSES[type_url] = cls
+    return cls
+
+
 def decode_payload(envelope: events_pb2.EventEnvelope) -> Message | None:
     """The payload as its own message type, or None when this process does not know the type."""
-    full_name = envelope.payload.type_url.rpartition("/")[2]
-    try:
-        descriptor = descriptor_pool.Default().FindMessageTypeByName(full_name)
-    except KeyError:
+    cls = _message_class(envelope.payload.type_url)
+    if cls is None:
         return None
-    message = message_factory.GetMessageClass(descriptor)()
+    message = cls()
     try:
         message.ParseFromString(envelope.payload.value)
     except DecodeError:
@@ -104,23 +126,68 @@ def decode_payload(envelope: events_pb2.EventEnvelope) -> Message | None:
     return message
 
 
-def find_movements(message: Message, depth: int = 0) -> Iterator[wallet_pb2.Movement]:
-    """Every Movement inside ``message``, in field-number order, at most MAX_WALK_DEPTH deep."""
-    if message.DESCRIPTOR.full_name == MOVEMENT:
-        yield _as_movement(message)
-        return
-    if depth >= MAX_WALK_DEPTH:
-        return
-    for field, value in message.ListFields():
+SINGULAR, REPEATED, MAP = 0, 1, 2
+# Per message type (full name): the fields a Movement can be under, in field-number order, with their kind.
+_WALKS: dict[str, tuple[tuple[str, int], ...]] = {}
+# Per message type: whether a Movement can be inside it (a type being decided counts as yes: cycles).
+_HOLDS_MOVEMENT: dict[str, bool] = {}
+
+
+def _can_hold_movement(descriptor: Any) -> bool:
+    name = descriptor.full_name
+    if name == MOVEMENT:
+        return True
+    known = _HOLDS_MOVEMENT.get(name)
+    if known is not None:
+        return known
+    _HOLDS_MOVEMENT[name] = True  # in progress: a recursive type is walked (what find_movements did)
+    found = bool(_walk_of(descriptor))
+    _HOLDS_MOVEMENT[name] = found
+    return found
+
+
+def _walk_of(descriptor: Any) -> tuple[tuple[str, int], ...]:
+    """The message fields of ``descriptor`` a Movement can be under (the reflection walk, decided once per type)."""
+    name = descriptor.full_name
+    walk = _WALKS.get(name)
+    if walk is not None:
+        return walk
+    fields: list[tuple[str, int]] = []
+    for field in sorted(descriptor.fields, key=lambda f: f.number):
         if field.type != FieldDescriptor.TYPE_MESSAGE or field.message_type is None:
             continue
         if field.message_type.GetOptions().map_entry:
             map_value = field.message_type.fields_by_name["value"]
-            if map_value.type != FieldDescriptor.TYPE_MESSAGE:
+            if map_value.type == FieldDescriptor.TYPE_MESSAGE and _can_hold_movement(map_value.message_type):
+                fields.append((field.name, MAP))
+        elif _can_hold_movement(field.message_type):
+            fields.append((field.name, REPEATED if _is_repeated(field) else SINGULAR))
+    walk = _WALKS[name] = tuple(fields)
+    return walk
+
+
+def find_movements(message: Message, depth: int = 0) -> Iterator[wallet_pb2.Movement]:
+    """Every Movement inside ``message``, in field-number order, at most MAX_WALK_DEPTH deep.
+
+    The walk visits only the fields a Movement can be under (``_walk_of``, per type), in the
+    order ``ListFields`` gives: set fields by number, map entries by key.
+    """
+    descriptor = message.DESCRIPTOR
+    if descriptor.full_name == MOVEMENT:
+        yield _as_movement(message)
+        return
+    if depth >= MAX_WALK_DEPTH:
+        return
+    for name, kind in _walk_of(descriptor):
+        if kind == SINGULAR:
+            if not message.HasField(name):
                 continue
-            children = [value[key] for key in sorted(value)]
+            children: Any = (getattr(message, name),)
+        elif kind == REPEATED:
+            children = getattr(message, name)
         else:
-            children = value if _is_repeated(field) else [value]
+            value = getattr(message, name)
+            children = [value[key] for key in sorted(value)]
         for child in children:
             yield from find_movements(child, depth + 1)
 
@@ -187,10 +254,13 @@ def build_entry(
         return reject(Reason.TOO_MANY_LEGS, f"{len(movement.legs)} legs (at most {MAX_LEGS_PER_MOVEMENT})")
     lines: list[Line] = []
     for number, leg in enumerate(movement.legs):
-        try:
-            account_type(leg.account)
-        except AccountError as error:
-            return reject(Reason.ACCOUNT_INVALID, f"leg {number}: {error}")
+        if leg.account not in _CHARTED:
+            try:
+                account_type(leg.account)
+            except AccountError as error:
+                return reject(Reason.ACCOUNT_INVALID, f"leg {number}: {error}")
+            if len(_CHARTED) < MAX_CACHED_ACCOUNTS:
+                _CHARTED.add(leg.account)
         try:
             bucket = bucket_name(leg.bucket)
         except AccountError as error:
