@@ -15,8 +15,11 @@ import base64
 import contextlib
 import json
 import logging
+import mimetypes
+import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
+from pathlib import Path
 
 import grpc
 from aiohttp import web
@@ -55,6 +58,8 @@ EXPOSED_HEADERS = (
 FORWARDED_METADATA = ("authorization", "x-correlation-id")
 PREFLIGHT_MAX_AGE_S = 7200
 
+STATIC_NAME = re.compile(r"[A-Za-z0-9_-][A-Za-z0-9._-]{0,127}")  # a plain file name: no path, no dot file
+
 GRPC_WEB_TYPES = {"application/grpc-web", "application/grpc-web+proto"}
 GRPC_WEB_TEXT_TYPES = {"application/grpc-web-text", "application/grpc-web-text+proto"}
 CONNECT_UNARY_TYPES = {"application/proto", "application/json"}
@@ -68,6 +73,9 @@ class GatewayConfig:
     max_body_bytes: int = DEFAULT_MAX_BODY_BYTES
     max_streams: int = DEFAULT_MAX_STREAMS
     unary_timeout_s: float = DEFAULT_UNARY_TIMEOUT_S
+    # A directory of static files (the reference web table's build) served at GET / and
+    # GET /<file>, so a page can be same-origin with the API. None: no files.
+    static_dir: Path | None = None
 
     def origin_allowed(self, origin: str) -> bool:
         for allowed in self.allowed_origins:
@@ -118,10 +126,25 @@ class Gateway:
         app = web.Application(client_max_size=self.config.max_body_bytes)
         app.router.add_get("/healthz", self.health)
         app.router.add_route("*", "/{service}/{method}", self.handle)
+        if self.config.static_dir is not None:
+            app.router.add_get("/", self.static)
+            app.router.add_get("/{name}", self.static)
         return app
 
     async def health(self, request: web.Request) -> web.Response:
         return web.Response(text="ok\n")
+
+    async def static(self, request: web.Request) -> web.StreamResponse:
+        """A file directly in the static directory (index.html for /); nothing else, no listing."""
+        root = self.config.static_dir
+        name = request.match_info.get("name", "index.html")
+        if root is None or not STATIC_NAME.fullmatch(name):
+            raise web.HTTPNotFound()
+        path = root / name
+        if not path.is_file():
+            raise web.HTTPNotFound()
+        kind = mimetypes.guess_type(name)[0] or "application/octet-stream"
+        return web.FileResponse(path, headers={"Content-Type": kind, "Cache-Control": "no-cache"})
 
     # -- the one RPC handler --------------------------------------------------------------------
 

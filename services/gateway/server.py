@@ -8,7 +8,10 @@ Settings (environment):
   "https://play.example.com", any port "http://127.0.0.1:*", or "*"). Unset: none, except
   with NIUNIU_ENV=development, where pages on http://127.0.0.1:* and http://localhost:* may;
 - NIUNIU_GATEWAY_MAX_BODY_BYTES (65536), NIUNIU_GATEWAY_MAX_STREAMS (1000),
-  NIUNIU_GATEWAY_UNARY_TIMEOUT_S (30).
+  NIUNIU_GATEWAY_UNARY_TIMEOUT_S (30);
+- NIUNIU_GATEWAY_STATIC_DIR: static files served at GET / and GET /<file> (the reference web
+  table, same origin as the API). Unset: with NIUNIU_ENV=development, clients/web/dist of the
+  repository when it exists; otherwise none. Empty: none.
 
 `niuniu-gateway check [URL]` waits until a gateway answers /healthz (for scripts).
 """
@@ -26,6 +29,7 @@ import time
 import urllib.error
 import urllib.request
 from collections.abc import Mapping
+from pathlib import Path
 
 from aiohttp import web
 
@@ -48,6 +52,7 @@ DEFAULT_PORT = 8080
 DEFAULT_TABLE_ADDR = "127.0.0.1:50052"
 DEFAULT_WALLET_ADDR = "127.0.0.1:50053"
 DEVELOPMENT_ORIGINS = ("http://127.0.0.1:*", "http://localhost:*")
+DEVELOPMENT_STATIC_DIR = Path(__file__).resolve().parents[2] / "clients" / "web" / "dist"
 SHUTDOWN_GRACE_S = 5.0
 
 
@@ -66,7 +71,13 @@ def config_from_env(env: Mapping[str, str]) -> GatewayConfig:
         origins: tuple[str, ...] = DEVELOPMENT_ORIGINS if env.get(ENV_MODE) == DEVELOPMENT else ()
     else:
         origins = tuple(o.strip().rstrip("/") for o in raw.split(",") if o.strip())
+    static = env.get("NIUNIU_GATEWAY_STATIC_DIR")
+    if static is None and env.get(ENV_MODE) == DEVELOPMENT and DEVELOPMENT_STATIC_DIR.is_dir():
+        static = str(DEVELOPMENT_STATIC_DIR)
+    if static and not Path(static).is_dir():
+        raise ConfigError(f"NIUNIU_GATEWAY_STATIC_DIR: {static[:80]} is not a directory")
     return GatewayConfig(
+        static_dir=Path(static).resolve() if static else None,
         allowed_origins=origins,
         max_body_bytes=_int(env, "NIUNIU_GATEWAY_MAX_BODY_BYTES", DEFAULT_MAX_BODY_BYTES),
         max_streams=_int(env, "NIUNIU_GATEWAY_MAX_STREAMS", DEFAULT_MAX_STREAMS),
@@ -94,7 +105,12 @@ async def serve(env: Mapping[str, str]) -> None:
     await site.start()
     log.info(
         "gateway listening",
-        extra={"address": f"{host}:{port}", "origins": list(config.allowed_origins), "methods": len(gateway.methods)},
+        extra={
+            "address": f"{host}:{port}",
+            "origins": list(config.allowed_origins),
+            "methods": len(gateway.methods),
+            "static_dir": str(config.static_dir or ""),
+        },
     )
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()

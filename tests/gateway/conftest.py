@@ -70,10 +70,23 @@ def gateway(stack: Stack) -> Iterator[str]:
 
 
 @pytest.fixture(scope="module")
-def tight_gateway(stack: Stack) -> Iterator[str]:
-    """A second gateway with tiny limits: one stream at a time, 256-byte bodies."""
+def static_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    root = tmp_path_factory.mktemp("static")
+    (root / "index.html").write_text("<!doctype html><title>table</title>")
+    (root / "app.js").write_text("console.log('table');")
+    (root / ".env").write_text("SECRET=1")
+    return root
+
+
+@pytest.fixture(scope="module")
+def tight_gateway(stack: Stack, static_dir: Path) -> Iterator[str]:
+    """A second gateway with tiny limits (one stream at a time, 256-byte bodies) serving ``static_dir``."""
     proc, url = start_gateway(
-        stack, "gateway-tight", NIUNIU_GATEWAY_MAX_STREAMS="1", NIUNIU_GATEWAY_MAX_BODY_BYTES="256"
+        stack,
+        "gateway-tight",
+        NIUNIU_GATEWAY_MAX_STREAMS="1",
+        NIUNIU_GATEWAY_MAX_BODY_BYTES="256",
+        NIUNIU_GATEWAY_STATIC_DIR=str(static_dir),
     )
     try:
         yield url

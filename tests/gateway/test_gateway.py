@@ -232,11 +232,8 @@ async def test_watch_table_streams_a_bet_placed_through_the_gateway(
     connect_headers = {"Content-Type": "application/connect+json", "Connect-Protocol-Version": "1", **auth}
     body_json = json.dumps(json_format.MessageToDict(watch)).encode()
 
-    def placed(command_id: str) -> Callable[[list[table_pb2.TableUpdate]], bool]:
-        return lambda us: (
-            any(kind(u) == "my_bet_placed" and u.my_bet_placed.bet_id for u in us)
-            and any(kind(u) == "result" for u in us)
-        )
+    def balanced(us: list[table_pb2.TableUpdate]) -> bool:  # up to the balance after the round with the bet
+        return any(kind(u) == "my_bet_placed" for u in us) and any(kind(u) == "balance" for u in us)
 
     async with (
         session.post(gateway + TABLE + "WatchTable", data=base64.b64encode(frame(watch.SerializeToString())),
@@ -245,8 +242,8 @@ async def test_watch_table_streams_a_bet_placed_through_the_gateway(
     ):  # fmt: skip
         assert web_answer.status == 200 and web_answer.headers["Access-Control-Allow-Origin"] == allowed_origin
         assert connect_answer.content_type == "application/connect+json"
-        web_reader = asyncio.create_task(read_grpc_web_stream(web_answer, True, placed("x")))
-        connect_reader = asyncio.create_task(read_connect_stream(connect_answer, placed("x")))
+        web_reader = asyncio.create_task(read_grpc_web_stream(web_answer, True, balanced))
+        connect_reader = asyncio.create_task(read_connect_stream(connect_answer, balanced))
         round_id = await open_round(session, gateway, table_id, player.token)
         bet = table_pb2.PlaceBetRequest(
             command_id=f"web-bet-{stack.run_id}", table_id=table_id, area="area_1", amount_minor=100, round_id=round_id
@@ -260,7 +257,19 @@ async def test_watch_table_streams_a_bet_placed_through_the_gateway(
             mine = [u for u in updates if kind(u) == "my_bet_placed"]
             assert [u.my_bet_placed.stake_minor for u in mine] == [100]
             assert mine[0].round_id == round_id
-            assert any(kind(u) == "result" and u.round_id == round_id for u in updates)
+            kinds = [(kind(u), u.round_id) for u in updates]
+            result = kinds.index(("result", round_id))
+            assert kinds[result + 1] == ("balance", round_id)  # the balance right after the result
+            balance = updates[result + 1].balance
+            assert balance.settlement_status == "settled" and balance.account == player.account
+            assert balance.net_minor == updates[result].result.my_net_minor
+            async with connect(stack) as c:  # the wallet had applied it: its balance is the one announced
+                wallet = await c.wallet.GetBalance(
+                    wallet_pb2.GetBalanceRequest(account=player.account), metadata=c.admin
+                )
+            assert balance.available_minor == wallet.available_minor == 100_000 + balance.net_minor
+            positions = [u.position for u in updates if kind(u) != "heartbeat"]
+            assert positions == sorted(set(positions)) and all(u.server_time_unix_ms > 0 for u in updates)
 
 
 async def open_round(session: aiohttp.ClientSession, gateway: str, table_id: str, token: str) -> str:
@@ -393,3 +402,14 @@ async def test_limits_on_body_size_and_concurrent_streams(
                 return
         await asyncio.sleep(0.1)
     raise AssertionError("the stream slot was never released")
+
+
+async def test_static_files_of_the_web_table(tight_gateway: str, session: aiohttp.ClientSession) -> None:
+    async with session.get(tight_gateway + "/") as answer:
+        assert answer.status == 200 and answer.content_type == "text/html"
+        assert "<title>table</title>" in await answer.text()
+    async with session.get(tight_gateway + "/app.js") as answer:
+        assert answer.status == 200 and "javascript" in answer.content_type
+    for path in ("/.env", "/missing.js", "/%2e%2e%2fpyproject.toml", "/..%2F..%2Fetc%2Fpasswd"):
+        async with session.get(tight_gateway + path) as answer:
+            assert answer.status == 404, path
