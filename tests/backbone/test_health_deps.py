@@ -10,6 +10,7 @@ not the clients' own reconnection.
 
 from __future__ import annotations
 
+import asyncio
 import sys
 import time
 import uuid
@@ -19,10 +20,15 @@ from pathlib import Path
 from urllib.parse import urlsplit, urlunsplit
 
 import grpc
+import psycopg
+import psycopg.errors
 import pytest
 from niuniu.wallet.v1 import wallet_pb2
+from psycopg import sql
 
-from backbone.errors import REASON_METADATA_KEY
+from backbone.config import ConfigError, DbTimeouts, Settings
+from backbone.db import connect, open_pool
+from backbone.errors import REASON_METADATA_KEY, dependency_failure
 from backbone.healthcheck import check
 from tools.chaos.proxy import FaultProxy
 
@@ -154,3 +160,63 @@ def test_a_silent_dependency_turns_health_not_serving_and_back(proxied: Proxied,
         proxy.restore()
     back_s = _wait_health(proxied.addr, "SERVING")
     print(f"{dependency} restored: SERVING after {back_s:.2f} s")
+
+
+SHORT = DbTimeouts(connect_timeout_s=2, statement_timeout_ms=400, lock_timeout_ms=300, pool_timeout_s=1)
+BOUNDS = ("statement_timeout", "lock_timeout", "idle_in_transaction_session_timeout")
+
+
+async def test_pooled_connections_carry_the_bounds(dsn: str, schema: str) -> None:
+    pool = await open_pool(dsn, min_size=1, max_size=2, schema=schema, timeouts=SHORT)
+    try:
+        async with pool.connection() as conn:
+            shown = [(await (await conn.execute(f"SHOW {name}")).fetchone() or ("",))[0] for name in BOUNDS]
+        assert shown == ["400ms", "300ms", "1min"]
+    finally:
+        await pool.close()
+
+
+async def test_a_lock_wait_and_a_long_statement_give_up_and_map_to_unavailable(dsn: str, schema: str) -> None:
+    table = sql.Identifier(schema, "bounded")
+    async with await connect(dsn, autocommit=True, timeouts=SHORT) as holder:
+        await holder.execute(sql.SQL("CREATE TABLE {} (id int PRIMARY KEY)").format(table))
+        await holder.execute(sql.SQL("INSERT INTO {} VALUES (1)").format(table))
+        pool = await open_pool(dsn, min_size=1, max_size=2, timeouts=SHORT)
+        try:
+            async with holder.transaction():
+                await holder.execute(sql.SQL("SELECT * FROM {} WHERE id = 1 FOR UPDATE").format(table))
+                with pytest.raises(psycopg.errors.LockNotAvailable) as locked:
+                    async with pool.connection() as conn:
+                        await conn.execute(sql.SQL("SELECT * FROM {} WHERE id = 1 FOR UPDATE").format(table))
+            with pytest.raises(psycopg.errors.QueryCanceled) as slow:
+                async with pool.connection() as conn:
+                    await conn.execute("SELECT pg_sleep(5)")
+        finally:
+            await pool.close()
+    assert (mapped := dependency_failure(locked.value)) is not None and mapped.reason == "DATABASE_LOCK_TIMEOUT"
+    assert (mapped := dependency_failure(slow.value)) is not None and mapped.reason == "DATABASE_TIMEOUT"
+
+
+async def test_a_pool_wait_is_bounded_and_unavailable(dsn: str) -> None:
+    pool = await open_pool(dsn, min_size=1, max_size=1, timeouts=SHORT)
+    try:
+        async with pool.connection():
+            with pytest.raises(psycopg.OperationalError) as exhausted:  # PoolTimeout after pool_timeout_s
+                async with asyncio.timeout(10), pool.connection():
+                    pass
+    finally:
+        await pool.close()
+    assert (mapped := dependency_failure(exhausted.value)) is not None and mapped.reason == "DATABASE_UNAVAILABLE"
+
+
+def test_the_bounds_come_from_the_environment(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("NIUNIU_DB_LOCK_TIMEOUT_MS", "1234")
+    monkeypatch.setenv("NIUNIU_HEALTH_PROBE_INTERVAL_MS", "250")
+    settings = Settings.from_env("wallet", grpc_port=0, metrics_port=0)
+    assert settings.db_timeouts.lock_timeout_ms == 1234
+    assert settings.db_timeouts.statement_timeout_ms == DbTimeouts().statement_timeout_ms
+    assert settings.health.probe_interval_ms == 250
+    for bad in ("0", "-5", "soon"):
+        monkeypatch.setenv("NIUNIU_DB_STATEMENT_TIMEOUT_MS", bad)
+        with pytest.raises(ConfigError, match="NIUNIU_DB_STATEMENT_TIMEOUT_MS"):
+            Settings.from_env("wallet", grpc_port=0, metrics_port=0)
