@@ -40,6 +40,7 @@ import os
 import random
 import re
 import shutil
+import signal
 import subprocess
 import sys
 import tempfile
@@ -58,6 +59,7 @@ from niuniu.table.v1 import table_pb2, table_pb2_grpc
 from niuniu.wallet.v1 import wallet_pb2, wallet_pb2_grpc
 
 from backbone.auth import Role, Tokens, bearer, development_env
+from backbone.kafka import default_principal_env
 from tools.chaos.bots import VARIANTS, Clients, TableBots, kind, new_player
 from tools.chaos.stack import BIN, SERVICES, ChaosInfra, ServiceSet
 
@@ -134,6 +136,7 @@ class Outcome:
     stall_s: float = 0.0
     detail: str = ""
     error: str = ""
+    wallet_applies_after_s: float | None = None
 
 
 @dataclass
@@ -166,6 +169,7 @@ class Chaos:
         self.tables: list[TableBots] = []
         self.outcomes: list[Outcome] = []
         self.checks: list[Check] = []
+        self.clients: Clients | None = None
         self.started = time.monotonic()
 
     def say(self, text: str) -> None:
@@ -192,7 +196,7 @@ class Chaos:
         try:
             env = self.infra.up()
             os.environ.update(development_env(os.environ))
-            os.environ.update(env)
+            os.environ.update(default_principal_env(env))  # the audit, too, reads the run's prefixed topics
             self.services = ServiceSet(self.run_id, self.infra, self.run_dir / "services")
             self.svc.start_all()
             self.say("services serving; tables opening")
@@ -213,6 +217,7 @@ class Chaos:
             grpc.aio.insecure_channel(svc.addr("ledger")) as lg,
         ):
             c = Clients(wallet_pb2_grpc.WalletStub(w), table_pb2_grpc.TableStub(t), self.admin)
+            self.clients = c
             ledger = ledger_pb2_grpc.LedgerStub(lg)
             await self._open_tables(c)
             try:
@@ -285,9 +290,28 @@ class Chaos:
             outcome.survived = recovered is not None and not outcome.error
             outcome.recovered_at = recovered or time.monotonic()
             outcome.stall_s = self._stall(outcome.injected_at or outcome.healed_at, outcome.recovered_at)
+            if fault.kind == "kill_wallet" and outcome.survived:
+                outcome.wallet_applies_after_s = await self._wallet_applies_after(outcome.healed_at)
+                outcome.detail += f", applies settlements {outcome.wallet_applies_after_s:.1f}s after serving"
             status = "survived" if outcome.survived else "NOT SURVIVED"
             self.say(f"  fault {fault.n} {fault.kind} {outcome.detail}: {status}, longest stall {outcome.stall_s:.1f}s"
                      f" ({self.settled_rounds()} rounds settled)")
+
+    async def _wallet_applies_after(self, serving_at: float) -> float:
+        """Seconds from the wallet serving again until it had applied a round settled after that."""
+        assert self.clients is not None
+        deadline = time.monotonic() + RECOVERY_S
+        while time.monotonic() < deadline:
+            ended = [(rid, at, st) for t in self.tables for rid, (at, st) in t.ended.items()]
+            later = [rid for rid, at, st in ended if at > serving_at and st == "settled"]
+            for round_id in later[:3]:
+                with contextlib.suppress(grpc.aio.AioRpcError):
+                    await self.clients.wallet.GetRoundSettlement(
+                        wallet_pb2.GetRoundSettlementRequest(round_id=round_id), metadata=self.admin(), timeout=5
+                    )
+                    return round(time.monotonic() - serving_at, 2)
+            await asyncio.sleep(0.2)
+        return round(time.monotonic() - serving_at, 2)
 
     def _stall(self, start: float, end: float) -> float:
         """The longest time without a round ending at any table, around [start, end]."""
@@ -601,7 +625,7 @@ class Chaos:
                 "kinds": rows,
                 "faults": [
                     {**asdict(o.fault), "survived": o.survived, "stall_s": o.stall_s, "detail": o.detail,
-                     "error": o.error,
+                     "error": o.error, "wallet_applies_after_s": o.wallet_applies_after_s,
                      "recovery_s": round(o.recovered_at - o.healed_at, 2) if o.recovered_at else None}
                     for o in self.outcomes
                 ],
@@ -643,8 +667,13 @@ def parse_args(argv: Sequence[str] | None) -> Options:
     return opts
 
 
+def _terminate(signum: int, frame: object) -> None:
+    raise KeyboardInterrupt  # unwinds through the clean-up: services stopped, our infrastructure down
+
+
 def main(argv: Sequence[str] | None = None) -> None:
     opts = parse_args(argv)
+    signal.signal(signal.SIGTERM, _terminate)
     sys.exit(Chaos(opts).run())
 
 

@@ -18,6 +18,7 @@ from __future__ import annotations
 import contextlib
 import os
 import re
+import shutil
 import signal
 import socket
 import subprocess
@@ -29,7 +30,7 @@ from urllib.parse import urlsplit, urlunsplit
 
 from backbone.auth import development_env
 from backbone.healthcheck import check
-from backbone.kafka import TopicSpec, ensure_topics, make_admin
+from backbone.kafka import TopicSpec, default_principal_env, ensure_topics, make_admin
 from backbone.topics import Topics
 from tools.chaos.proxy import FaultProxy
 
@@ -148,8 +149,16 @@ class ChaosInfra:
         os.chmod(self.run_dir, 0o755)  # the postgres OS user must reach its cluster here
         self._infra("up")
         self.env = read_env_file(self.run_dir / "env")
+        os.environ.update(default_principal_env(self.env))  # this process authenticates as the tests' principal
         self._kafka_behind_proxy()
-        self._redis_cmd = _proc_cmdline(self._redis_pid())
+        rdir = self.run_dir / "redis"
+        # As scripts/infra starts it (redis-server rewrites its own command line, so it cannot be read back).
+        self._redis_cmd = [
+            shutil.which("redis-server") or "redis-server", "--bind", "127.0.0.1", "--port", str(self.redis_port),
+            "--protected-mode", "yes", "--daemonize", "yes", "--pidfile", str(rdir / "redis.pid"),
+            "--logfile", str(self.run_dir / "logs" / "redis.log"), "--dir", str(rdir), "--save", "",
+            "--appendonly", "no", "--aclfile", str(rdir / "users.acl"),
+        ]
         return self.env
 
     def down(self) -> None:
@@ -388,7 +397,8 @@ class ServiceSet:
             proxy = inst.proxies.get(other)
             env[f"NIUNIU_{other.upper()}_ADDR"] = proxy.address if proxy else self.addr(other)
         env.update(self.extra_env)
-        return env
+        # A prefixed system: the services' own Kafka ACLs (niuniu.<service>.*) do not cover its topics.
+        return default_principal_env(env)
 
     # -- lifecycle ----------------------------------------------------------------------------------
 
@@ -448,8 +458,8 @@ class ServiceSet:
 
     def retire(self, name: str) -> None:
         """A dead replica for good: its proxies close; the front follows another live instance."""
-        inst = self.instances.pop(name)
         self.kill(name)
+        inst = self.instances.pop(name)
         for proxy in inst.proxies.values():
             proxy.close()
         if self.current.get(inst.service) == name:
