@@ -46,7 +46,8 @@ def test_unknown_fault_kinds_are_refused(capsys: pytest.CaptureFixture[str]) -> 
 @pytest.mark.timeout(CI_TIMEOUT_S + 60)
 def test_every_fault_kind_once_and_every_check_passes(tmp_path: Path) -> None:
     report_path = tmp_path / "chaos.json"
-    argv = [str(BIN / "niuniu-chaos"), "--seed", str(CI_SEED), "--rounds", "0", "--tables-per-variant", "1"]
+    argv = [str(BIN / "niuniu-chaos"), "--seed", str(CI_SEED), "--rounds", "0", "--cycles", "1"]
+    argv += ["--tables-per-variant", "1"]
     argv += ["--report", str(report_path), "--run-dir", str(tmp_path / "run"), "--keep"]
     run = subprocess.run(argv, capture_output=True, text=True, timeout=CI_TIMEOUT_S, cwd=ROOT, check=False)
     sys.stdout.write(run.stdout[-20_000:])

@@ -1,6 +1,6 @@
 """niuniu-chaos: play every variant while faults are injected, then check that nothing was lost.
 
-``niuniu-chaos [--rounds N] [--seed N] [--faults kind,...] [--report PATH]`` starts a Kafka,
+``niuniu-chaos [--rounds N] [--seed N] [--cycles N] [--faults kind,...] [--report PATH]`` starts a Kafka,
 a PostgreSQL and a Redis of its own (``scripts/infra`` in a run directory of its own, on free
 ports: the shared infrastructure is never touched), the four services as processes, each of
 their links through a fault proxy (tools/chaos/proxy.py), several tables of every variant
@@ -18,7 +18,8 @@ schedule), each at a random phase of a random round of a random table:
   clock_forward      every service's clock moved hours forward (libfaketime)
 
 After each fault is healed, play must resume: every table ends a round. After the schedule
-(and at least ``--rounds`` rounds) the bots stop, the system drains, and the checks run:
+(at least ``--cycles`` cycles, each injecting every kind once, and ``--rounds`` settled
+rounds) the bots stop, the system drains, and the checks run:
 every round settled or voided; every hold resolved; the accounts sum to the deposits; the
 ledger's trial balance is zero and equals the wallet; ``niuniu-audit replay`` is clean;
 every settled round verifies from its revealed seed (``niuniu-audit verify-round``, which
@@ -156,6 +157,7 @@ class Options:
     run_dir: Path | None = None
     keep: bool = False
     max_faults: int = 0  # 0: whole cycles until --rounds
+    cycles: int = 10  # at least this many whole cycles (every kind once each)
 
 
 class Chaos:
@@ -273,8 +275,8 @@ class Chaos:
             done = len(self.outcomes)
             if self.opts.max_faults and done >= self.opts.max_faults:
                 return
-            whole_cycles = done and done % per_cycle == 0
-            if not self.opts.max_faults and whole_cycles and self.settled_rounds() >= self.opts.rounds:
+            cycle_done = done and done % per_cycle == 0 and done // per_cycle >= self.opts.cycles
+            if not self.opts.max_faults and cycle_done and self.settled_rounds() >= self.opts.rounds:
                 return
             fault = next(faults)
             outcome = Outcome(fault)
@@ -644,6 +646,8 @@ def parse_args(argv: Sequence[str] | None) -> Options:
     parser.add_argument("--rounds", type=int, default=100, help="settled rounds to play at least (default 100)")
     parser.add_argument("--seed", type=int, default=1, help="the schedule's seed (same seed, same schedule)")
     parser.add_argument("--faults", default=",".join(FAULT_KINDS), help="fault kinds, comma-separated (default all)")
+    parser.add_argument("--cycles", type=int, default=10,
+                        help="at least this many cycles, each injecting every kind once (default 10)")
     parser.add_argument("--max-faults", type=int, default=0, help="stop after this many faults (default: whole cycles)")
     parser.add_argument("--tables-per-variant", type=int, default=2)
     parser.add_argument("--report", type=Path, default=None, help="write the JSON report here")
@@ -655,10 +659,10 @@ def parse_args(argv: Sequence[str] | None) -> Options:
     unknown = [k for k in kinds if k not in FAULT_KINDS]
     if unknown or not kinds:
         parser.error(f"unknown fault kinds {unknown}; known: {', '.join(FAULT_KINDS)}")
-    if args.rounds < 0 or args.tables_per_variant < 1:
-        parser.error("--rounds must be >= 0 and --tables-per-variant >= 1")
+    if args.rounds < 0 or args.tables_per_variant < 1 or args.cycles < 1:
+        parser.error("--rounds must be >= 0, --tables-per-variant and --cycles >= 1")
     opts = Options(args.rounds, args.seed, kinds, args.tables_per_variant, args.report, args.run_dir, args.keep,
-                   args.max_faults)
+                   args.max_faults, args.cycles)
     if args.print_schedule:
         faults = schedule(opts.seed, opts.kinds, opts.tables_per_variant * len(VARIANTS))
         for _ in range(args.print_schedule):
