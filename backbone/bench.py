@@ -2,7 +2,8 @@
 
 ``niuniu-bench [--events N] [--writers W]`` appends N events through the event store
 (with their outbox rows; W connections side by side, each on its own streams, 100
-one-event appends per transaction), publishes them with the relay, and applies them
+one-event appends per transaction), then N more with each transaction's appends and
+COMMIT pipelined (``append_pipelined``), publishes all 2N with the relay, and applies them
 with an exactly-once consumer (batches of 500, pipelined), printing events/s for each
 stage. It uses a scratch schema and topic. It also prints, measured in the same run,
 PostgreSQL's rate of one-row INSERT commits on 16 connections, so the figures read as
@@ -13,13 +14,13 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import os
 import time
 import uuid
 
 import psycopg
 from google.protobuf import struct_pb2
-from kafka import KafkaAdminClient
 from niuniu.v1 import events_pb2
 from psycopg import sql
 from psycopg_pool import AsyncConnectionPool
@@ -27,7 +28,7 @@ from psycopg_pool import AsyncConnectionPool
 from backbone.consumer import ExactlyOnceConsumer
 from backbone.db import open_pool, run_ddl
 from backbone.eventstore import EventStore, NewEvent
-from backbone.kafka import TopicSpec, ensure_topics, make_consumer, make_producer
+from backbone.kafka import TopicSpec, ensure_topics, make_admin, make_consumer, make_producer
 from backbone.relay import OutboxRelay
 
 EVENTS_PER_TRANSACTION = 100
@@ -72,17 +73,30 @@ async def _apply(conn: psycopg.AsyncConnection, envelope: events_pb2.EventEnvelo
     )
 
 
-async def _append(pool: AsyncConnectionPool, store: EventStore, writer: int, events: int) -> None:
+async def _append(
+    pool: AsyncConnectionPool, store: EventStore, writer: int, events: int, *, pipelined: bool = False
+) -> None:
+    """``events`` one-event appends, ``EVENTS_PER_TRANSACTION`` to a transaction.
+
+    ``pipelined``: through ``append_queued`` in pipeline mode (a transaction's appends and its
+    COMMIT in one round trip, as the wallet's PlaceHold appends), instead of awaiting each.
+    """
     payload = struct_pb2.Struct()
     payload.update({"amount_minor": 100})
     versions: dict[str, int] = {}
+    prefix = "p" if pipelined else "s"
     async with pool.connection() as conn:
         for first in range(0, events, EVENTS_PER_TRANSACTION):
-            async with conn.transaction():
+            pipeline = conn.pipeline() if pipelined else contextlib.nullcontext()
+            async with pipeline, conn.transaction():
                 for i in range(first, min(events, first + EVENTS_PER_TRANSACTION)):
-                    stream = f"s-{writer}-{i % STREAMS_PER_WRITER}"
+                    stream = f"{prefix}-{writer}-{i % STREAMS_PER_WRITER}"
                     v = versions.get(stream, 0)
-                    await store.append(conn, stream, v, [NewEvent("bench.happened", payload)])
+                    event = [NewEvent("bench.happened", payload)]
+                    if pipelined:
+                        await store.append_queued(conn, stream, v, event)
+                    else:
+                        await store.append(conn, stream, v, event)
                     versions[stream] = v + 1
 
 
@@ -103,6 +117,10 @@ async def run(events: int, dsn: str, kafka: str, writers: int = 8) -> dict[str, 
         started = time.perf_counter()
         await asyncio.gather(*(_append(pool, store, w, n) for w, n in enumerate(shares) if n))
         append_s = time.perf_counter() - started
+        started = time.perf_counter()
+        await asyncio.gather(*(_append(pool, store, w, n, pipelined=True) for w, n in enumerate(shares) if n))
+        append_pipelined_s = time.perf_counter() - started
+        total = 2 * events  # both append runs' events are published and applied
 
         relay = OutboxRelay("bench", pool, make_producer(kafka, "bench-relay"), batch_size=1000)
         started = time.perf_counter()
@@ -119,7 +137,7 @@ async def run(events: int, dsn: str, kafka: str, writers: int = 8) -> dict[str, 
             pipeline=True,
         )
         started, applied = time.perf_counter(), 0
-        while applied < events:
+        while applied < total:
             applied += await consumer.poll_once()
         consume_s = time.perf_counter() - started
         await asyncio.to_thread(consumer._kafka.close)
@@ -127,15 +145,16 @@ async def run(events: int, dsn: str, kafka: str, writers: int = 8) -> dict[str, 
         await pool.close()
         async with await psycopg.AsyncConnection.connect(dsn, autocommit=True) as conn:
             await conn.execute(sql.SQL("DROP SCHEMA {} CASCADE").format(sql.Identifier(schema)))
-        admin = KafkaAdminClient(bootstrap_servers=kafka, client_id="niuniu-bench")
+        admin = make_admin(kafka, "niuniu-bench")  # with the SASL settings of the environment
         try:
             admin.delete_topics([topic])
         finally:
             admin.close()
     return {
         "append_events_per_s": events / append_s,
-        "publish_events_per_s": events / publish_s,
-        "consume_events_per_s": events / consume_s,
+        "append_pipelined_per_s": events / append_pipelined_s,
+        "publish_events_per_s": total / publish_s,
+        "consume_events_per_s": total / consume_s,
         "pg_insert_commits_per_s": await pg_commit_rate(dsn),
     }
 
