@@ -286,6 +286,7 @@ class Chaos:
             except Exception as error:  # a fault the harness could not apply or heal: reported, run goes on
                 outcome.error = f"{type(error).__name__}: {error}"
                 self.say(f"  fault {fault.n} {fault.kind}: ERROR {outcome.error}")
+                await asyncio.to_thread(self._heal_all)
             if not outcome.healed_at:
                 outcome.healed_at = time.monotonic()
             recovered = await self._wait_play(outcome.healed_at, RECOVERY_S)
@@ -408,6 +409,24 @@ class Chaos:
         else:
             raise ValueError(f"unknown fault kind {k}")
         outcome.healed_at = time.monotonic()
+
+    def _heal_all(self) -> None:
+        """After a fault that failed half-way: every link restored, every process running again."""
+        svc, infra = self.svc, self.infra
+        for proxy in svc.links().values():
+            proxy.delay(0)
+            proxy.restore()
+        for inst in list(svc.instances.values()):
+            with contextlib.suppress(Exception):
+                if inst.stopped:
+                    svc.resume(inst.name)
+                if not inst.alive():
+                    svc.start(inst.name)
+        for step in (infra.wait_kafka, infra.pg_start, infra.redis_start):
+            try:
+                step()
+            except Exception as error:  # already running, or cannot be helped: the checks will tell
+                self.say(f"  heal: {step.__name__}: {type(error).__name__}: {error}")
 
     def _link_proxies(self, link: str) -> list[Any]:
         service, dep = link.split("->")

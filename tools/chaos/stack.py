@@ -288,12 +288,19 @@ class ChaosInfra:
         os.kill(pid, signal.SIGKILL)
         _wait_gone(pid, 10)
 
+    def redis_up(self) -> bool:
+        with contextlib.suppress(OSError), socket.create_connection(("127.0.0.1", self.redis_port), timeout=1):
+            return True
+        return False
+
     def redis_start(self) -> None:
+        if self.redis_up():
+            return
         subprocess.run(self._redis_cmd, cwd=self.run_dir / "redis", check=True, timeout=30, capture_output=True,
                        stdin=subprocess.DEVNULL)
         deadline = time.monotonic() + 30
         while time.monotonic() < deadline:
-            with contextlib.suppress(OSError), socket.create_connection(("127.0.0.1", self.redis_port), timeout=1):
+            if self.redis_up():
                 return
             time.sleep(0.1)
         raise RuntimeError("redis did not come back")
