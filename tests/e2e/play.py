@@ -67,7 +67,9 @@ class Watcher:
                 async for update in self.c.table.WatchTable(request, metadata=self.player.auth):
                     self.updates.append(update)
                     self.position = update.position
-            except grpc.aio.AioRpcError:
+            except grpc.aio.AioRpcError as error:
+                if error.code() == grpc.StatusCode.OUT_OF_RANGE:
+                    self.position = 0  # a position the table no longer keeps: from the current round again
                 await asyncio.sleep(0.2)  # the table is restarting: resume from the last position
 
     async def wait_for(

@@ -230,7 +230,8 @@ async def test_bad_bets_are_refused_with_a_reason_and_change_nothing(stack: Stac
         anonymous = c.table.PlaceBet(table_pb2.PlaceBetRequest(command_id="x", table_id=table_id, area="area_1"))
         await expect_refused(anonymous, grpc.StatusCode.UNAUTHENTICATED, "TOKEN_MISSING")
 
-        await watcher.wait_for(lambda u: kind(u) == "phase_changed" and u.round_id == opened.round_id)
+        closed = ("phase_changed", "dealing", opened.round_id)
+        await watcher.wait_for(lambda u: (kind(u), u.phase_changed.phase, u.round_id) == closed)
         await expect_refused(bet(rich, "g", "area_1", 100), grpc.StatusCode.FAILED_PRECONDITION, "BETTING_CLOSED")
 
         assert await all_balances(c) == before
