@@ -2,7 +2,7 @@
 #
 # One image for the four services, with a target per service:
 #
-#   docker build --target rng    -t niuniu-rng .      # likewise table, wallet, ledger
+#   docker build --target rng    -t niuniu-rng .      # likewise table, wallet, ledger, gateway
 #   docker build                 -t niuniu-backend .  # last stage: every console script, no CMD of its own
 #
 # deploy/k8s runs the generic image (the last stage) and names the console script in each
@@ -65,9 +65,14 @@ FROM runtime AS ledger
 EXPOSE 50054 9104
 CMD ["niuniu-ledger"]
 
+# The browser gateway (gRPC-web and Connect over HTTP/1.1, docs/api/frontend/browser.md).
+FROM runtime AS gateway
+EXPOSE 8080
+CMD ["niuniu-gateway"]
+
 # The generic image (default target). Besides the services it carries the tools:
 # niuniu-rules (rules engine CLI), niuniu-verify (fairness verifier), niuniu-audit (ledger
 # audit), niuniu-demo, niuniu-bench, niuniu-load (load generator).
 FROM runtime AS niuniu
-EXPOSE 50051 50052 50053 50054 9101 9102 9103 9104
+EXPOSE 50051 50052 50053 50054 9101 9102 9103 9104 8080
 CMD ["niuniu-rules", "--help"]
