@@ -26,6 +26,7 @@ from aiohttp import web
 from google.protobuf import json_format
 from google.protobuf.message import DecodeError, Message
 
+from backbone.errors import REASON_METADATA_KEY
 from services.gateway import protocol
 from services.gateway.methods import Method, exposed
 from services.gateway.protocol import ProtocolError, Status
@@ -248,7 +249,7 @@ class Gateway:
             status = Status(grpc.StatusCode.OK, "", list(await call.trailing_metadata() or ()))
         except grpc.aio.AioRpcError as error:
             initial = list(error.initial_metadata() or ())
-            status = Status(error.code(), error.details() or "", list(error.trailing_metadata() or ()))
+            status = upstream_status(error, method)
             reply = b""
         headers = {**cors, **dict(protocol.response_headers(initial))}
         if wire.kind == "connect-unary":
@@ -292,7 +293,7 @@ class Gateway:
                     await response.write(self._encode(protocol.frame(body), wire))
                 status = Status(grpc.StatusCode.OK, "", list(await call.trailing_metadata() or ()))
             except grpc.aio.AioRpcError as error:
-                status = Status(error.code(), error.details() or "", list(error.trailing_metadata() or ()))
+                status = upstream_status(error, method)
             await response.write(self._end(status, wire))
             await response.write_eof()
         except (ConnectionError, asyncio.CancelledError):
@@ -366,6 +367,18 @@ class Gateway:
                 "Access-Control-Max-Age": str(PREFLIGHT_MAX_AGE_S),
             },
         )
+
+
+def upstream_status(error: grpc.aio.AioRpcError, method: Method) -> Status:
+    """The service's status as it sent it; the channel's own failures (the service unreachable)
+    without the internal addresses gRPC puts in their text."""
+    trailers = list(error.trailing_metadata() or ())
+    answered = any(key == REASON_METADATA_KEY for key, _ in trailers)
+    if error.code() == grpc.StatusCode.UNAVAILABLE and not answered:
+        return Status(
+            grpc.StatusCode.UNAVAILABLE, f"SERVICE_UNAVAILABLE: the {method.upstream} service cannot be reached"
+        )
+    return Status(error.code(), error.details() or "", trailers)
 
 
 async def close_quietly(channels: Mapping[str, grpc.aio.Channel]) -> None:

@@ -116,3 +116,22 @@ def test_only_player_calls_are_exposed() -> None:
     staff = {"CreateTable", "UpdateConfig", "CloseTable", "Deposit", "Withdraw", "PlaceHold", "PostHold", "VoidHold"}
     staff |= {"ResizeHold", "ListBalances", "GetRoundSettlement"}
     assert not {p.rsplit("/", 1)[1] for p in paths} & staff
+
+
+async def test_an_unreachable_service_is_unavailable_without_its_address() -> None:
+    from aiohttp import web
+    from aiohttp.test_utils import TestClient, TestServer
+
+    from services.gateway.app import Gateway
+
+    channels = {"table": grpc.aio.insecure_channel("127.0.0.1:1"), "wallet": grpc.aio.insecure_channel("127.0.0.1:1")}
+    app: web.Application = Gateway(channels).application()
+    async with TestClient(TestServer(app)) as client:
+        answer = await client.post(
+            "/niuniu.table.v1.Table/ListTables", data=b"{}", headers={"Content-Type": "application/json"}
+        )
+        body = await answer.json()
+    for channel in channels.values():
+        await channel.close()
+    assert answer.status == 503 and body["code"] == "unavailable"
+    assert body["message"] == "SERVICE_UNAVAILABLE: the table service cannot be reached"
