@@ -151,7 +151,9 @@ class Gateway:
 
     async def handle(self, request: web.Request) -> web.StreamResponse:
         origin = request.headers.get("Origin")
-        if origin is not None and not self.config.origin_allowed(origin):
+        # A page the gateway served itself (same host) is always allowed; others by configuration.
+        same_host = origin is not None and origin.partition("://")[2] == request.host
+        if origin is not None and not same_host and not self.config.origin_allowed(origin):
             return web.Response(status=403, text="origin not allowed\n")
         cors = self._cors_headers(origin)
         if request.method == "OPTIONS":

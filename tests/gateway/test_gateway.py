@@ -270,6 +270,33 @@ async def test_watch_table_streams_a_bet_placed_through_the_gateway(
             assert balance.available_minor == wallet.available_minor == 100_000 + balance.net_minor
             positions = [u.position for u in updates if kind(u) != "heartbeat"]
             assert positions == sorted(set(positions)) and all(u.server_time_unix_ms > 0 for u in updates)
+        # A client dropped after any update resumes with exactly the rest (Connect, through the gateway).
+        seen = [u for u in await connect_reader if kind(u) != "heartbeat"]
+        for i, update in enumerate(seen[:-1]):
+            rest = seen[i + 1 :]
+            resume = json.dumps({"tableId": table_id, "afterPosition": str(update.position)}).encode()
+            async with session.post(
+                gateway + TABLE + "WatchTable", data=frame(resume), headers=connect_headers
+            ) as again:
+                got = await read_connect_stream(again, at_least(len(rest)))
+            got = [u for u in got if kind(u) != "heartbeat"][: len(rest)]
+            assert same_updates(got, rest), f"resume after #{i} ({kind(update)}) differs"
+
+
+def at_least(n: int) -> Callable[[list[table_pb2.TableUpdate]], bool]:
+    return lambda us: len([u for u in us if kind(u) != "heartbeat"]) >= n
+
+
+def same_updates(a: list[table_pb2.TableUpdate], b: list[table_pb2.TableUpdate]) -> bool:
+    def bare(u: table_pb2.TableUpdate) -> bytes:
+        copy = table_pb2.TableUpdate()
+        copy.CopyFrom(u)
+        copy.ClearField("server_time_unix_ms")
+        if copy.WhichOneof("update") == "balance":  # the balance now (unchanged here: no later bet)
+            copy.balance.ClearField("available_minor")
+        return copy.SerializeToString(deterministic=True)
+
+    return [bare(u) for u in a] == [bare(u) for u in b]
 
 
 async def open_round(session: aiohttp.ClientSession, gateway: str, table_id: str, token: str) -> str:
@@ -408,6 +435,12 @@ async def test_static_files_of_the_web_table(tight_gateway: str, session: aiohtt
     async with session.get(tight_gateway + "/") as answer:
         assert answer.status == 200 and answer.content_type == "text/html"
         assert "<title>table</title>" in await answer.text()
+    host = tight_gateway.removeprefix("http://")
+    login = frame(wallet_pb2.LoginRequest(username="nobody", password="whatever-1").SerializeToString())
+    for origin, status in ((f"http://{host}", 200), ("http://elsewhere.test", 403)):  # the page's own origin may call
+        headers = {"Content-Type": "application/grpc-web+proto", "Origin": origin}
+        async with session.post(tight_gateway + WALLET + "Login", data=login, headers=headers) as answer:
+            assert answer.status == status, origin
     async with session.get(tight_gateway + "/app.js") as answer:
         assert answer.status == 200 and "javascript" in answer.content_type
     for path in ("/.env", "/missing.js", "/%2e%2e%2fpyproject.toml", "/..%2F..%2Fetc%2Fpasswd"):
