@@ -398,6 +398,9 @@ class ServiceSet:
                 "LD_PRELOAD": str(LIBFAKETIME),
                 "FAKETIME_TIMESTAMP_FILE": str(self.clock_file),
                 "FAKETIME_CACHE_DURATION": "1",
+                # Only the wall clock steps forward (as NTP would step it); a monotonic clock never
+                # jumps, and a faked one would turn every timed wait into hours of waiting.
+                "FAKETIME_DONT_FAKE_MONOTONIC": "1",
             }
         )
         for other in SERVICES:
