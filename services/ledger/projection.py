@@ -21,7 +21,7 @@ import psycopg
 from niuniu.table.v1 import events_pb2 as table_pb2
 from niuniu.v1 import events_pb2
 
-from backbone.consumer import canonical_event_id
+from backbone.consumer import SelectiveHandler, canonical_event_id, handling
 from backbone.replay import Projection, Tracked
 from services.ledger import metrics
 from services.ledger.accounts import account_type
@@ -156,6 +156,9 @@ TABLES = ("journal_entries", "journal_lines", "balances", "journal_rejects", "ro
 
 ROUND_SETTLED = table_pb2.RoundSettled.DESCRIPTOR
 ROUND_VOIDED = table_pb2.RoundVoided.DESCRIPTOR
+# The table events the projection acts on (the round index). The live rounds consumer skips the
+# others (bets, reveals: nothing in them to journal or index) without a transaction or tracking row.
+ROUND_EVENT_TYPES = ("table.round_settled", "table.round_voided")
 
 
 @dataclass(frozen=True, slots=True)
@@ -570,3 +573,7 @@ async def _index_round(conn: psycopg.AsyncConnection, envelope: events_pb2.Event
 
 
 JOURNAL = Projection(name=CONSUMER, ddl=DDL, handler=apply, tables=TABLES, batch_handler=apply_batch)
+
+
+apply_rounds: SelectiveHandler = handling(ROUND_EVENT_TYPES, apply)
+"""``apply`` for the table topic's consumer: the round events only."""

@@ -22,7 +22,7 @@ from backbone.service import ConsumerSpec, ServiceContext, ServiceSpec
 from backbone.topics import Topics
 from services.ledger import metrics, queries
 from services.ledger.api import LedgerServicer
-from services.ledger.projection import CONSUMER, DDL, ROUNDS_CONSUMER, apply
+from services.ledger.projection import CONSUMER, DDL, ROUNDS_CONSUMER, apply, apply_rounds
 
 log = logging.getLogger(__name__)
 
@@ -77,7 +77,7 @@ SPEC = ServiceSpec(
     # partitions (kafka-python's assignment races the new topics' metadata).
     consumers=(
         ConsumerSpec(name=CONSUMER, topics=wallet_topic, handler=lambda ctx: apply),
-        ConsumerSpec(name=ROUNDS_CONSUMER, topics=table_topic, handler=lambda ctx: apply),
+        ConsumerSpec(name=ROUNDS_CONSUMER, topics=table_topic, handler=lambda ctx: apply_rounds),
     ),
     background=(imbalance_watch,),
 )
