@@ -1,12 +1,10 @@
-"""Fixtures for the browser test: the real stack, the gateway and the built web table served locally."""
+"""Fixtures for the browser test: the real stack and the gateway serving the built web table."""
 
 from __future__ import annotations
 
-import functools
-import http.server
-import threading
 import uuid
 from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
 
@@ -20,31 +18,24 @@ def stack(infra: dict[str, str]) -> Iterator[Stack]:
 
 
 @pytest.fixture(scope="module")
-def gateway(stack: Stack) -> Iterator[str]:
-    # Development mode: pages on http://127.0.0.1:* may call it (CORS), as the web table's server is.
-    proc, url = start_gateway(stack)
+def web_dist() -> Path:
+    """The built web table (clients/web/dist), rebuilt if clients/ changed since."""
+    npm_build(SDK)
+    npm_build(WEB, SDK / "src")
+    return WEB / "dist"
+
+
+@pytest.fixture(scope="module")
+def gateway(stack: Stack, web_dist: Path) -> Iterator[str]:
+    """The gateway, serving the web table's files too: the page and the API share one origin."""
+    proc, url = start_gateway(stack, NIUNIU_GATEWAY_STATIC_DIR=str(web_dist))
     try:
         yield url
     finally:
         stop(proc)
 
 
-class _Quiet(http.server.SimpleHTTPRequestHandler):
-    def log_message(self, format: str, *args: object) -> None:
-        pass
-
-
 @pytest.fixture(scope="module")
-def web_page() -> Iterator[str]:
-    """The built web table (clients/web/dist) on a local port; its URL."""
-    npm_build(SDK)
-    npm_build(WEB, SDK / "src")
-    handler = functools.partial(_Quiet, directory=str(WEB / "dist"))
-    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
-    thread.start()
-    try:
-        yield f"http://127.0.0.1:{server.server_address[1]}/"
-    finally:
-        server.shutdown()
-        server.server_close()
+def web_page(gateway: str) -> str:
+    """The web table's address, as scripts/up prints it."""
+    return gateway + "/"

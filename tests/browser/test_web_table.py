@@ -1,6 +1,6 @@
 """The reference web table in headless Chromium on the real stack.
 
-Two players log in on the page (clients/web, served locally, calling the browser gateway),
+Two players log in on the page (clients/web, served by the browser gateway it calls),
 bet with chips at a Golden Bull table (one of them also places and cancels a bet) and at a
 68 NiuNiu table (a third player, through gRPC, bids for the dealer seat every round), see
 the hands or envelope grabs revealed and the result, their balances updated, and the page
@@ -107,7 +107,7 @@ async def test_two_players_at_the_web_table(stack: Stack, gateway: str, web_page
     shots.mkdir(parents=True, exist_ok=True)
     env = node_env(
         {
-            "NIUNIU_WEB_URL": f"{web_page}?api={gateway}",
+            "NIUNIU_WEB_URL": web_page,
             "NIUNIU_WEB_PLAYERS": json.dumps([{"username": p.username, "password": p.password} for p in players]),
             "NIUNIU_WEB_TABLES": json.dumps(TABLES),
             "NIUNIU_WEB_SCREENSHOTS": str(shots),

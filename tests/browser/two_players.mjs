@@ -2,7 +2,7 @@
 // driven by playwright-core from clients/web's dev dependencies). Run by
 // tests/browser/test_web_table.py, which starts the stack, the gateway and the page's server.
 //
-// Input (environment): NIUNIU_WEB_URL (the page, with ?api=<gateway>), NIUNIU_WEB_PLAYERS (JSON
+// Input (environment): NIUNIU_WEB_URL (the page, served by the gateway), NIUNIU_WEB_PLAYERS (JSON
 // [{username, password, area}] x2), NIUNIU_WEB_TABLES (JSON [{tableId, variant}]),
 // NIUNIU_WEB_SCREENSHOTS (a directory), CHROMIUM (the browser binary).
 // Output: one JSON line on stdout, per table and player what the page showed.
