@@ -85,3 +85,24 @@ describe("session", () => {
     assert.equal(f.issued(), 2);
   });
 });
+
+describe("ServerClock", () => {
+  it("estimates the server's clock from stamped messages (the least delayed sample wins)", async () => {
+    const { ServerClock } = await import("../../src/client.js");
+    const clock = new ServerClock();
+    assert.equal(clock.synced, false);
+    const local = 1_000_000;
+    // The server is 5 s ahead; messages took 300, 40 and 120 ms to arrive.
+    clock.observe(BigInt(local + 5000 - 300), local);
+    clock.observe(BigInt(local + 5000 - 40), local);
+    clock.observe(BigInt(local + 5000 - 120), local);
+    assert.equal(clock.synced, true);
+    assert.equal(clock.offset, 4960);
+    const deadline = Date.now() + clock.offset + 2000;
+    const left = clock.remainingMs(deadline);
+    assert.ok(left > 1900 && left <= 2000, `${left}`);
+    assert.equal(clock.remainingMs(0), 0);
+    clock.observe(0n, local); // no server time: ignored
+    assert.equal(clock.offset, 4960);
+  });
+});
