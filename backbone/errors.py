@@ -154,7 +154,7 @@ def _classify(error: BaseException) -> DomainError | None:
     if isinstance(error, kafka.errors.KafkaError) and (
         error.retriable or isinstance(error, kafka.errors.KafkaConnectionError | kafka.errors.BrokerNotAvailableError)
     ):
-        return Unavailable("KAFKA_UNAVAILABLE", "kafka is unreachable; retry later")
+        return Unavailable("BROKER_UNAVAILABLE", "kafka is unreachable; retry later")
     if isinstance(error, grpc.aio.AioRpcError | grpc.RpcError) and _rpc_code(error) in _DOWNSTREAM_RETRYABLE:
         return Unavailable("UPSTREAM_UNAVAILABLE", "a service this call needs is unavailable; retry later")
     return None

@@ -64,6 +64,20 @@ OPTIONAL: dict[str, str] = {
     "NIUNIU_TOKEN": "NIUNIU_<ROLE>_TOKEN: an operator tool's token, not read by the services",
     "KAFKA_SASL_USERNAME": "a process's default Kafka user; a service uses its own NIUNIU_<SERVICE>_KAFKA_USER",
     "KAFKA_SASL_PASSWORD": "a process's default Kafka password; a service uses its own NIUNIU_<SERVICE>_KAFKA_PASSWORD",
+    # The bounds on waits and the health probes (backbone/config.py): the defaults are the production ones.
+    **dict.fromkeys(
+        (
+            "NIUNIU_DB_CONNECT_TIMEOUT_S",
+            "NIUNIU_DB_STATEMENT_TIMEOUT_MS",
+            "NIUNIU_DB_LOCK_TIMEOUT_MS",
+            "NIUNIU_DB_IDLE_IN_TRANSACTION_TIMEOUT_MS",
+            "NIUNIU_DB_POOL_TIMEOUT_S",
+            "NIUNIU_REDIS_TIMEOUT_MS",
+            "NIUNIU_HEALTH_PROBE_INTERVAL_MS",
+            "NIUNIU_HEALTH_PROBE_TIMEOUT_MS",
+        ),
+        "a bound on a wait or the health probe schedule (backbone/config.py); the defaults are the production ones",
+    ),
 }
 
 # Read by the shared code of every service, but used only by these services.

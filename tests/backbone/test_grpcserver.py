@@ -262,8 +262,8 @@ async def test_an_unreachable_dependency_is_unavailable_with_a_reason(
         (psycopg.errors.QueryCanceled("statement"), grpc.StatusCode.UNAVAILABLE, "DATABASE_TIMEOUT"),
         (psycopg.errors.DeadlockDetected("deadlock"), grpc.StatusCode.ABORTED, "DATABASE_CONFLICT"),
         (psycopg.errors.AdminShutdown("shutdown"), grpc.StatusCode.UNAVAILABLE, "DATABASE_UNAVAILABLE"),
-        (kafka.errors.KafkaConnectionError("down"), grpc.StatusCode.UNAVAILABLE, "KAFKA_UNAVAILABLE"),
-        (kafka.errors.KafkaTimeoutError("slow"), grpc.StatusCode.UNAVAILABLE, "KAFKA_UNAVAILABLE"),
+        (kafka.errors.KafkaConnectionError("down"), grpc.StatusCode.UNAVAILABLE, "BROKER_UNAVAILABLE"),
+        (kafka.errors.KafkaTimeoutError("slow"), grpc.StatusCode.UNAVAILABLE, "BROKER_UNAVAILABLE"),
     ],
 )
 def test_dependency_failures_are_classified(error: Exception, code: grpc.StatusCode, reason: str) -> None:
