@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import io
 import os
 import random
 import re
@@ -326,3 +327,14 @@ async def test_the_auditor_finds_an_altered_journal_row(
     assert "RESULT: FAILED" in report, report
     assert re.search(rf"\[journal\] entry {re.escape(entry_id)}: line \d+: ", report), report
     assert "[trial_balance] live journal" in report, report
+
+
+def test_outside_development_the_audit_takes_no_token_it_was_not_given(monkeypatch: pytest.MonkeyPatch) -> None:
+    """No login, no NIUNIU_AUDITOR_TOKEN and not development mode: exit 2, nothing minted, nothing read."""
+    monkeypatch.delenv("NIUNIU_ENV", raising=False)
+    monkeypatch.delenv("NIUNIU_AUDITOR_TOKEN", raising=False)
+    monkeypatch.delenv("NIUNIU_AUDITOR_USERNAME", raising=False)
+    err = io.StringIO()
+    argv = ["replay", "--wallet", "127.0.0.1:9", "--dsn", "postgresql://nobody@127.0.0.1:9/none", "--no-progress"]
+    assert audit.main(argv, out=io.StringIO(), err=err) == audit.EXIT_ERROR
+    assert "no auditor credentials" in err.getvalue(), err.getvalue()
