@@ -228,11 +228,17 @@ class Chaos:
                 drain_started = time.monotonic()
                 for table in self.tables:
                     table.betting = False
-                await self._drain(c, ledger, drain_started)
+                try:
+                    await self._drain(c, ledger, drain_started)
+                except Exception as error:  # the checks tell what did not drain
+                    self.say(f"drain: {type(error).__name__}: {error}")
             finally:
                 for table in self.tables:
                     await table.stop()
-            await self._check(c, ledger)
+            try:
+                await self._check(c, ledger)
+            except Exception as error:  # a check that could not run is a failed check, reported as such
+                self.checks.append(Check("checks_ran", False, f"{type(error).__name__}: {error}"))
 
     async def _open_tables(self, c: Clients) -> None:
         r = random.Random(self.opts.seed)
@@ -548,8 +554,14 @@ class Chaos:
                       f"imbalance {imbalance}, {len(diff)} accounts differ {diff[:5]}"))
         except grpc.aio.AioRpcError as error:
             add(Check("wallet_and_ledger_readable", False, f"{error.code().name}: {error.details()}"))
-        add(await asyncio.to_thread(self._audit_replay))
-        add(await self._verify_rounds(settled))
+        try:
+            add(await asyncio.to_thread(self._audit_replay))
+        except Exception as error:
+            add(Check("audit_replay_clean", False, f"could not run: {type(error).__name__}: {error}"))
+        try:
+            add(await self._verify_rounds(settled))
+        except Exception as error:
+            add(Check("rounds_verify_from_seed", False, f"could not run: {type(error).__name__}: {error}"))
         add(self._no_early_cards())
         bad = {k: v for k, v in c.errors.items() if k.endswith((":INTERNAL", ":UNKNOWN"))}
         add(Check("clients_never_told_internal", not bad, f"{dict(bad)}; all refusals: {dict(c.errors)}"))
