@@ -161,7 +161,12 @@ async def test_two_players_at_the_web_table(stack: Stack, gateway: str, web_page
                 # The result and the new balance the page shows are the services'.
                 assert page["status"] == "settled", page["result"]
                 assert int(page["net"]) == sum(b.net_minor for b in view.my_bets), (page, view.my_bets)
-                assert len(view.my_bets) == 1, "one bet each (the cancelled one is gone)"
+                cancel_area = table["cancelArea"]
+                staked = [b for b in view.my_bets if b.area != cancel_area]
+                assert len(staked) == 1, view.my_bets  # one bet each at risk
+                if cancel_area and p is players[0]:
+                    # the first player's bet on the cancel area was cancelled on the page: it moved nothing
+                    assert [b.net_minor for b in view.my_bets if b.area == cancel_area] == [0], view.my_bets
                 balance = await c.wallet.GetBalance(wallet_pb2.GetBalanceRequest(), metadata=p.player.auth)
                 assert int(page["balance"]) == balance.available_minor
                 assert balance.held_minor == 0

@@ -33,7 +33,9 @@ pytestmark = pytest.mark.skipif(NODE is None, reason="node is not installed (scr
 def run_node_tests(path: str, env: dict[str, str], timeout_s: float) -> str:
     npm_build(SDK)
     done = subprocess.run(
-        [str(NODE), "--test", "--test-reporter=tap", path],
+        # --test-force-exit: the integration tests' frozen proxy connections may keep the
+        # process alive for minutes after the last test (its results are in by then).
+        [str(NODE), "--test", "--test-force-exit", "--test-reporter=tap", path],
         cwd=SDK,
         env=node_env(env),
         capture_output=True,
