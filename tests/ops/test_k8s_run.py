@@ -3,12 +3,13 @@
 ``kubectl kustomize deploy/k8s/overlays/local`` is rendered; for every Deployment the
 environment its container would get is resolved (``env`` values and ``valueFrom``
 references, ``envFrom`` ConfigMaps and Secrets) and its ``command`` started as a
-process with that environment and nothing else. Only what names the cluster is mapped
-to this machine:
+process with that environment and nothing else; it counts as started when its
+``readinessProbe`` (gRPC health or an HTTP GET) answers at its local port. Only what
+names the cluster is mapped to this machine:
 
 - a Service of the overlay's own workloads (``rng:50051``) -> ``127.0.0.1:<free port>``
   of the Deployment the Service selects, and each container port a Deployment's
-  variables name (``NIUNIU_TABLE_GRPC_PORT=50052``) -> that free port (four pods share
+  variables name (``NIUNIU_TABLE_GRPC_PORT=50052``) -> that free port (the pods share
   one loopback here);
 - the infrastructure Services (``kafka``, ``postgres``, ``redis``) -> the local stack of
   scripts/infra, with its credentials in place of the overlay's development ones (the
@@ -31,6 +32,7 @@ import signal
 import subprocess
 import sys
 import time
+import urllib.request
 import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass, field
@@ -124,6 +126,7 @@ class Workload:
     labels: dict[str, str]
     container_ports: dict[str, int]  # name -> port
     env: dict[str, str]
+    probe: dict[str, Any]  # the readinessProbe
     local_ports: dict[int, int] = field(default_factory=dict)  # container port -> free local port
 
 
@@ -212,6 +215,7 @@ def mapping(docs: list[dict[str, Any]], local_env: dict[str, str]) -> Mapping:
             dict(pod["metadata"].get("labels") or {}),
             ports,
             container_env(container, docs),
+            dict(container.get("readinessProbe") or {}),
             {port: free_port() for port in ports.values()},
         )
     services = {d["metadata"]["name"]: d for d in docs if d.get("kind") == "Service"}
@@ -235,17 +239,39 @@ class Running:
         env = self.mapping.localize(workload)
         executable = BIN / workload.command[0]
         assert executable.exists(), f"{workload.name}: command {workload.command[0]} is not installed in the venv"
-        log = (self.log_dir / f"{workload.name}.log").open("ab")
+        log_path = self.log_dir / f"{workload.name}.log"
         self.procs[workload.name] = subprocess.Popen(
-            [str(executable), *workload.command[1:]], env=env, stdout=log, stderr=subprocess.STDOUT, cwd=self.log_dir
+            [str(executable), *workload.command[1:]],
+            env=env,
+            stdout=log_path.open("ab"),
+            stderr=subprocess.STDOUT,
+            cwd=self.log_dir,
         )
         deadline = time.monotonic() + HEALTH_TIMEOUT_S
-        while check(self.addr(workload.service)) != "SERVING":
+        while not self.ready(workload):
             proc = self.procs[workload.name]
-            log_tail = (self.log_dir / f"{workload.name}.log").read_text(errors="replace")[-3000:]
+            log_tail = log_path.read_text(errors="replace")[-3000:]
             assert proc.poll() is None, f"{workload.name} exited with {proc.returncode}:\n{log_tail}"
-            assert time.monotonic() < deadline, f"{workload.name} never SERVING:\n{log_tail}"
+            assert time.monotonic() < deadline, f"{workload.name} never ready:\n{log_tail}"
             time.sleep(0.3)
+
+    def ready(self, workload: Workload) -> bool:
+        """The container's readinessProbe (grpc or httpGet), asked at its local port."""
+        probe = workload.probe
+
+        def port_of(value: int | str) -> int:
+            return workload.local_ports[workload.container_ports[value] if isinstance(value, str) else int(value)]
+
+        if "grpc" in probe:
+            return check(f"127.0.0.1:{port_of(probe['grpc']['port'])}") == "SERVING"
+        if "httpGet" in probe:
+            url = f"http://127.0.0.1:{port_of(probe['httpGet']['port'])}{probe['httpGet'].get('path', '/')}"
+            try:
+                with urllib.request.urlopen(url, timeout=2) as reply:
+                    return 200 <= int(reply.status) < 400
+            except OSError:
+                return False
+        raise AssertionError(f"{workload.name}: readiness probe {sorted(probe)} not supported here")
 
     def stop(self) -> None:
         for proc in self.procs.values():
