@@ -72,7 +72,7 @@ CMD ["niuniu-gateway"]
 
 # The generic image (default target). Besides the services it carries the tools:
 # niuniu-rules (rules engine CLI), niuniu-verify (fairness verifier), niuniu-audit (ledger
-# audit), niuniu-demo, niuniu-bench, niuniu-load (load generator).
+# audit), niuniu-demo, niuniu-bench, niuniu-load (load generator), niuniu-chaos (fault injection).
 FROM runtime AS niuniu
 EXPOSE 50051 50052 50053 50054 9101 9102 9103 9104 8080
 CMD ["niuniu-rules", "--help"]
