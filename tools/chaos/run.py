@@ -541,8 +541,13 @@ class Chaos:
         try:
             wallet = await self._balances(c)
             held = {a: h for a, (_, h) in wallet.items() if h}
-            sample = dict(list(held.items())[:5])
-            add(Check("holds_resolved", not held, f"{len(held)} accounts still hold money {sample}"))
+            open_holds: list[str] = []
+            for account in list(held)[:5]:
+                with contextlib.suppress(grpc.aio.AioRpcError):
+                    page = await c.wallet.ListHolds(wallet_pb2.ListHoldsRequest(account=account),
+                                                    metadata=self.admin(), timeout=10)
+                    open_holds += [text_format.MessageToString(h, as_one_line=True) for h in page.holds]
+            add(Check("holds_resolved", not held, f"{len(held)} accounts still hold money: {open_holds[:5]}"))
             total = sum(v + h for a, (v, h) in wallet.items() if a != EXTERNAL)
             external = sum(wallet.get(EXTERNAL, (0, 0)))
             add(Check("accounts_sum_to_deposits", total == c.deposited_minor,
@@ -600,7 +605,9 @@ class Chaos:
             code = await asyncio.to_thread(audit.main, argv, out=out, err=err)
             text = out.getvalue()
             if code != 0 or "RESULT: OK" not in text or "recompute: done" not in text:
-                failed.append(f"{round_id}: {(text + err.getvalue()).strip().splitlines()[-1:]}")
+                lines = (text + err.getvalue()).strip().splitlines()
+                start = next((n for n, line in enumerate(lines) if line.startswith("findings:")), len(lines) - 3)
+                failed.append(f"{round_id}: {' | '.join(lines[start : start + 4])}")
         return Check("rounds_verify_from_seed", not failed and bool(settled),
                      f"{len(settled) - len(failed)}/{len(settled)} verified {failed[:5]}")
 

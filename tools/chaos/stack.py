@@ -398,8 +398,11 @@ class ServiceSet:
                 "LD_PRELOAD": str(LIBFAKETIME),
                 "FAKETIME_TIMESTAMP_FILE": str(self.clock_file),
                 "FAKETIME_CACHE_DURATION": "1",
-                # Only the wall clock steps forward (as NTP would step it); a monotonic clock never
-                # jumps, and a faked one would turn every timed wait into hours of waiting.
+                # Only the wall clock steps forward (as NTP would step it). With the monotonic clock
+                # faked too, every timed wait after a step lasted the offset plus its timeout (a relay's
+                # producer flush hung for an hour). Known cost: libfaketime's exclude-monotonic mode makes
+                # Python 3.11's time.sleep fail with EINVAL (wolfcw/libfaketime#426), so loops that sleep
+                # between retries spin and log heavily.
                 "FAKETIME_DONT_FAKE_MONOTONIC": "1",
             }
         )
