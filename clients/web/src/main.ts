@@ -425,10 +425,13 @@ async function verifyRound(roundId: string, ui: RoundUi): Promise<void> {
     const input = verifyInput(view);
     const result = await fairness.verifyRound(input.input);
     const failed = result.checks.filter((c) => !c.ok);
-    ui.verify.dataset.status = result.ok ? "verified" : "failed";
-    ui.verify.textContent = result.ok
-      ? `verified: ${result.checks.map((c) => c.name).join(", ")} match the revealed seed${input.note}`
-      : `FAILED: ${failed.map((c) => c.detail).join("; ")}`;
+    const partial = input.note !== "";
+    ui.verify.dataset.status = !result.ok ? "failed" : partial ? "commitment-only" : "verified";
+    ui.verify.textContent = !result.ok
+      ? `FAILED: ${failed.map((c) => c.detail).join("; ")}`
+      : partial
+        ? `the revealed seed matches the commitment${input.note}`
+        : `verified: ${result.checks.map((c) => c.name).join(", ")} match the revealed seed`;
     ui.verify.title = result.checks.map((c) => `${c.name}: ${c.detail}`).join("\n");
   } catch (error) {
     ui.verify.dataset.status = "error";
@@ -460,5 +463,6 @@ function verifyInput(view: RoundView): { input: fairness.VerifyInput; note: stri
       note: "",
     };
   }
-  return { input: base, note: ` (the ${view.variant} deal order is not rebuilt on this page: commitment only)` };
+  const why = view.variant === "red_envelope_bull" ? "no envelope was sent in this round" : `this page does not rebuild the ${view.variant} deal`;
+  return { input: base, note: ` (${why})` };
 }
