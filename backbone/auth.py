@@ -1,17 +1,18 @@
 """Who is calling: signed JWTs carried as ``authorization: Bearer <token>`` metadata.
 
-Roles: ``player`` (subject = their account id), ``admin``, ``auditor`` and
-``service`` (subject = ``service:<name>``, e.g. ``service:table``).
+Roles: ``player`` (subject = their account id), ``admin``, ``auditor``, ``cashier``
+(an operator's payment integration: the wallet lets it only deposit to and withdraw
+from player accounts) and ``service`` (subject = ``service:<name>``, e.g. ``service:table``).
 
 Tokens are signed with Ed25519 keys (JWS ``EdDSA``); every key has an *owner*:
 
-- ``issuer``: the wallet's key for player, admin and auditor tokens (issued at log-in);
+- ``issuer``: the wallet's key for player, admin, auditor and cashier tokens (issued at log-in);
 - ``service:<name>``: one key per service for its own calls to other services.
 
 A verifier trusts a set of public keys (a JWKS file, ``NIUNIU_JWKS_FILE``), each with
 its key id (``kid``, the RFC 7638 thumbprint) and its owner, and accepts a token only if
 the key named by its ``kid`` is trusted *and its owner may vouch for the token's role*:
-``service:table`` only from the table's key, player/admin/auditor only from the
+``service:table`` only from the table's key, player/admin/auditor/cashier only from the
 issuer's key. So a service, which holds only its own private key, can never mint a
 player's or an admin's token. Rotation: publish the new public key in the JWKS next to
 the old one, switch the signer to the new private key, drop the old public key once
@@ -47,7 +48,7 @@ from backbone.errors import PermissionDenied, Unauthenticated
 log = logging.getLogger(__name__)
 
 ALGORITHM = "EdDSA"
-ISSUER = "issuer"  # the owner of the key that signs player, admin and auditor tokens
+ISSUER = "issuer"  # the owner of the key that signs player, admin, auditor and cashier tokens
 SERVICES = ("rng", "table", "wallet", "ledger")
 DEFAULT_TTL_S = 12 * 3600  # a log-in
 SERVICE_TTL_S = 15 * 60  # a service's own token; renewed well before it expires
@@ -66,6 +67,7 @@ class Role(StrEnum):
     PLAYER = "player"
     ADMIN = "admin"
     AUDITOR = "auditor"
+    CASHIER = "cashier"
     SERVICE = "service"
 
 

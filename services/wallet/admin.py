@@ -1,12 +1,15 @@
 """Operator commands for the wallet, run next to the service with its environment.
 
     python -m services.wallet.admin create --role admin --username root --email root@example.org
+    python -m services.wallet.admin create --role cashier --username payments --email payments@example.org
     python -m services.wallet.admin set-password --username root
     python -m services.wallet.admin service-token --service table
 
-``create`` writes a staff account (admin or auditor) through the application layer
+``create`` writes a staff account (admin, auditor or cashier) through the application layer
 into the wallet's database (its AccountOpened event is published by the running
-service's relay); ``set-password`` gives a staff account a new password. The password
+service's relay); a cashier is the identity of an operator's payment integration: it
+logs in like any staff account and may only Deposit to and Withdraw from player
+accounts. ``set-password`` gives a staff account a new password. The password
 comes from ``--password-file`` (one line), NIUNIU_ADMIN_PASSWORD or a prompt; there is
 no default. ``service-token`` prints a token of that service, signed with the
 service's own key (NIUNIU_<SERVICE>_KEY_FILE): this tool cannot mint a service's token
@@ -71,12 +74,12 @@ def _password(path: str | None) -> str:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m services.wallet.admin")
     commands = parser.add_subparsers(dest="command", required=True)
-    make = commands.add_parser("create", help="create an admin or auditor account")
-    make.add_argument("--role", choices=[Role.ADMIN.value, Role.AUDITOR.value], required=True)
+    make = commands.add_parser("create", help="create an admin, auditor or cashier account")
+    make.add_argument("--role", choices=[Role.ADMIN.value, Role.AUDITOR.value, Role.CASHIER.value], required=True)
     make.add_argument("--username", required=True)
     make.add_argument("--email", required=True)
     make.add_argument("--password-file", help="read the password from this file (first line)")
-    reset = commands.add_parser("set-password", help="give an admin or auditor a new password")
+    reset = commands.add_parser("set-password", help="give an admin, auditor or cashier a new password")
     reset.add_argument("--username", required=True)
     reset.add_argument("--password-file", help="read the password from this file (first line)")
     token = commands.add_parser("service-token", help="print a token of a service, signed with its own key")

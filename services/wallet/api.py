@@ -2,7 +2,9 @@
 
 Who may call what is decided here, in one place per RPC (see wallet.proto):
 players reach only their own account; admin and auditor any account (auditor only
-reads); holds are placed, resized and resolved only by the table service (or an admin).
+reads); a cashier (an operator's payment integration) only Deposit and Withdraw, and
+only on player accounts, with no reads; holds are placed, resized and resolved only by
+the table service (or an admin).
 Domain errors become status codes in backbone.grpcserver's interceptor.
 """
 
@@ -55,6 +57,14 @@ def _account_for(caller: Principal, account: str, *, staff: tuple[Role, ...], se
     if not account:
         raise InvalidArgument("ACCOUNT_REQUIRED", "name the account")
     return account
+
+
+def _cash_caller(caller: Principal, account: str) -> Principal:
+    """Deposit/Withdraw: an admin on any account, a cashier on player accounts only."""
+    require(caller, Role.ADMIN, Role.CASHIER)
+    if caller.role is Role.CASHIER and domain.account_kind(account) is not domain.AccountKind.PLAYER:
+        raise PermissionDenied("PLAYER_ACCOUNTS_ONLY", "a cashier may only move money to and from player accounts")
+    return caller
 
 
 def _require_one_of(caller: Principal, roles: tuple[Role, ...], services: tuple[str, ...]) -> None:
@@ -186,14 +196,14 @@ class WalletServicer(wallet_pb2_grpc.WalletServicer):
     # ------------------------------------------------------------------- cash
 
     async def Deposit(self, request: pb.DepositRequest, context: Context) -> pb.MovementResult:
-        caller = require(self._caller(context), Role.ADMIN)
+        caller = _cash_caller(self._caller(context), request.account)
         result = await self._app.deposit(caller.subject, request.request_id, request.account, request.amount_minor)
         return pb.MovementResult(
             movement_id=result.movement_id, balance=balance_pb(result.balance), replayed=result.replayed
         )
 
     async def Withdraw(self, request: pb.WithdrawRequest, context: Context) -> pb.MovementResult:
-        caller = require(self._caller(context), Role.ADMIN)
+        caller = _cash_caller(self._caller(context), request.account)
         result = await self._app.withdraw(caller.subject, request.request_id, request.account, request.amount_minor)
         return pb.MovementResult(
             movement_id=result.movement_id, balance=balance_pb(result.balance), replayed=result.replayed

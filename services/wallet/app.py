@@ -195,8 +195,8 @@ class WalletApp:
         return await self._transaction(work)
 
     async def create_staff(self, role: domain.Role, username: str, email: str, password: str) -> repo.User:
-        """Admin and auditor accounts: only through the admin command (python -m services.wallet.admin)."""
-        assert role in (domain.Role.ADMIN, domain.Role.AUDITOR)
+        """Admin, auditor and cashier accounts: only through the admin command (python -m services.wallet.admin)."""
+        assert role in (domain.Role.ADMIN, domain.Role.AUDITOR, domain.Role.CASHIER)
         domain.check_registration(username, email, password)
         password_hash = await asyncio.to_thread(self._hasher.hash, password)
         return await self._transaction(lambda conn: self._create_user(conn, role, username, email, password_hash, None))
@@ -206,7 +206,7 @@ class WalletApp:
         async with self._pool.connection() as conn:
             user = await repo.user_by(conn, "username", username)
         if user is None or user.role == domain.Role.PLAYER.value:
-            raise NotFound("STAFF_NOT_FOUND", f"no admin or auditor named {username[:80]}")
+            raise NotFound("STAFF_NOT_FOUND", f"no staff account named {username[:80]}")
         domain.check_registration(username, user.email, password)
         password_hash = await asyncio.to_thread(self._hasher.hash, password)
         async with self._pool.connection() as conn:

@@ -66,6 +66,7 @@ class Role(StrEnum):
     PLAYER = "player"
     ADMIN = "admin"
     AUDITOR = "auditor"
+    CASHIER = "cashier"  # a payment integration: Deposit/Withdraw on player accounts only
 
 
 # --------------------------------------------------------------------------- input

@@ -42,7 +42,7 @@ SCHEMA = (
         username       TEXT NOT NULL UNIQUE,
         email          TEXT NOT NULL,
         password_hash  TEXT NOT NULL,
-        role           TEXT NOT NULL CHECK (role IN ('player', 'admin', 'auditor')),
+        role           TEXT NOT NULL CHECK (role IN ('player', 'admin', 'auditor', 'cashier')),
         request_id     TEXT UNIQUE,
         created_at     TIMESTAMPTZ NOT NULL
     )
@@ -76,6 +76,22 @@ SCHEMA = (
         postings                 JSONB NOT NULL DEFAULT '[]',
         resized_minor            BIGINT CHECK (resized_minor > 0)
     )
+    """,
+    # Tables created before the cashier role: widen the role check once (a no-op afterwards).
+    """
+    DO $$
+    BEGIN
+        IF EXISTS (
+            SELECT 1 FROM pg_constraint
+            WHERE conrelid = 'wallet_users'::regclass AND conname = 'wallet_users_role_check'
+              AND pg_get_constraintdef(oid) NOT LIKE '%cashier%'
+        ) THEN
+            ALTER TABLE wallet_users DROP CONSTRAINT wallet_users_role_check;
+            ALTER TABLE wallet_users ADD CONSTRAINT wallet_users_role_check
+                CHECK (role IN ('player', 'admin', 'auditor', 'cashier'));
+        END IF;
+    END
+    $$
     """,
     # amount_minor stays what PlaceHold asked; resized_minor (NULL: never resized) is what
     # the hold holds after its last ResizeHold. For tables created before ResizeHold:
