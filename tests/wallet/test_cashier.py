@@ -72,6 +72,7 @@ async def test_a_cashier_deposits_and_withdraws_for_players_idempotently(
     first = await wallet.stub.Deposit(deposit("psp-tx-1", player.account, 10_000), metadata=cashier)
     assert (first.balance.account, first.balance.available_minor, first.replayed) == (player.account, 10_000, False)
     assert await wallet.balance(player.account) == (10_000, 0)
+    assert first.movement_id == f"deposit:{account_id}:psp-tx-1"  # the payment system's id, recorded
     # A retry (the integration timed out, say) replays the first answer and moves nothing.
     again = await wallet.stub.Deposit(deposit("psp-tx-1", player.account, 10_000), metadata=cashier)
     assert (again.movement_id, again.balance, again.replayed) == (first.movement_id, first.balance, True)
@@ -129,6 +130,11 @@ async def test_a_cashier_reaches_only_player_accounts(
         wallet.stub.Deposit(deposit("d-bad", "player:not-a-uuid", 100), metadata=cashier),
         grpc.StatusCode.INVALID_ARGUMENT,
         "ACCOUNT_INVALID",
+    )
+    await expect_error(
+        wallet.stub.Deposit(deposit("d-nobody", f"player:{uuid.uuid4()}", 100), metadata=cashier),
+        grpc.StatusCode.NOT_FOUND,
+        "ACCOUNT_NOT_FOUND",
     )
     balances = await wallet.balances()
     assert balances["house"] == (1_000, 0)
