@@ -56,13 +56,12 @@ from backbone.errors import AlreadyExists, DomainError, FailedPrecondition, Inva
 from bull.variants import Funding, RoundShape, get
 from bull.variants.baibian_bull import BaibianTableConfig
 from services.table.banker_store import RoundBanker, Seat
-from services.table.common import banker_stream, player_account, unix_ms
+from services.table.common import HOLD_GRACE, banker_stream, player_account, unix_ms
 from services.table.context import TableContext
 from services.table.store import Conn, Row
 
 log = logging.getLogger(__name__)
 
-HOLD_GRACE = timedelta(hours=1)  # as a bet's hold: the round settles long before
 # Every pass of the seating loop ends a tenure or seats a banker; a queue longer than this waits a round.
 MAX_SEATING_STEPS = 1_000
 # Waiting for the wallet to apply the previous round blocks the table's loop: well under its lease's TTL.

@@ -31,6 +31,7 @@ from services.table.common import (
     BETS,
     BETS_REFUSED,
     COMMAND_ID,
+    HOLD_GRACE,
     MAX_STAKE_MINOR,
     BetReceipt,
     Phase,
@@ -46,7 +47,6 @@ from services.table.round_base import RoundMachine, check_not_closing, limits_of
 from services.table.round_envelope import OneBetPerRound
 from services.table.store import Conn, Row
 
-HOLD_GRACE_S = 3_600
 CONFIG_CACHE_SIZE = 4_096
 
 
@@ -122,7 +122,7 @@ class Bets:
             "hold_minor": hold,
             "hold_id": f"bet.{bet_id}",
         }
-        expires = unix_ms(current["betting_closes_at"]) + HOLD_GRACE_S * 1000
+        expires = unix_ms(current["betting_closes_at"] + HOLD_GRACE)
         try:
             await self._ctx.wallet.place_hold(bet["hold_id"], player, hold, f"bet on {area}", bet["round_id"], expires)
         except Unavailable:

@@ -7,7 +7,7 @@ import hashlib
 import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from datetime import datetime
+from datetime import datetime, timedelta
 
 from niuniu.table.v1 import events_pb2 as ev
 from prometheus_client import Counter, Histogram
@@ -18,6 +18,13 @@ from bull import fairness as fair
 from bull import variants
 from bull.money import Settlement
 from bull.variants import Variant
+
+HOLD_GRACE = timedelta(hours=48)
+"""How long a round's holds outlive its betting window before the wallet's sweeper may release
+them. The table settles or voids its own rounds (a replica takes over a lost table, CloseTable
+ends one), so the wallet's expiry is only the net for a table that is gone for good. It must
+outlast any step of the wall clock a round can live through (a VM resumed, an NTP step): a hold
+expired under a round in play makes the wallet refuse that round's settlement."""
 
 COMMAND_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9._:-]{0,127}")  # matched whole (fullmatch), like every id
 TABLE_ID = re.compile(r"[a-z0-9][a-z0-9-]{0,63}")

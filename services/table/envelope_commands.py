@@ -37,6 +37,7 @@ from bull.variants.red_envelope_bull import MAX_BID_MINOR, EnvelopeTableConfig
 from services.table.bets import Bets, check_command_id, window_open
 from services.table.common import (
     BIDS,
+    HOLD_GRACE,
     MAX_STAKE_MINOR,
     BetReceipt,
     Phase,
@@ -52,8 +53,6 @@ from services.table.round_base import check_not_closing, limits_of
 from services.table.store import Row
 
 log = logging.getLogger(__name__)
-
-HOLD_GRACE = timedelta(hours=1)
 
 
 @dataclass(frozen=True, slots=True)
