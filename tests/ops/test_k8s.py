@@ -172,7 +172,15 @@ def test_network_policies(rendered: dict[str, list[Doc]], where: str) -> None:
     only_table = [{"podSelector": {"matchLabels": {"app.kubernetes.io/name": "table"}}}]
     for service, expected in [
         ("rng", only_table),
-        ("wallet", [*only_table, {"podSelector": {"matchLabels": {"app.kubernetes.io/name": "gateway"}}}]),
+        (
+            "wallet",
+            [
+                # the operator's payment backend (cashier role), then the table and the browser gateway
+                {"namespaceSelector": {"matchLabels": {"niuniu.io/access-cashier": "true"}}},
+                *only_table,
+                {"podSelector": {"matchLabels": {"app.kubernetes.io/name": "gateway"}}},
+            ],
+        ),
         (
             "table",
             [
