@@ -617,8 +617,9 @@ class WalletApp:
         await repo.save_round(
             conn, repo.RoundRecord(command.round_id, command.table_id, outcome, version + 1, digest, "", "", now)
         )
+        released = await self._release_strays(conn, command, now)
         metrics.SETTLEMENTS_APPLIED.labels(outcome).inc()
-        for hold in plan.holds:
+        for hold in (*plan.holds, *released):
             self._count_resolution(hold)
         log.info(
             "settlement applied",
@@ -631,9 +632,40 @@ class WalletApp:
     ) -> domain.SettlementPlan:
         hold_ids = command.all_hold_ids()
         owners = {h.account for h in (await repo.holds(conn, hold_ids)).values()}
-        locked = await repo.lock_accounts(conn, command.accounts() | owners)
+        # The owners of the round's holds the settlement does not name are locked now too (with
+        # the rest, in one order), for _release_strays.
+        strays = {account for _, account in await repo.open_holds_of_round(conn, command.round_id, hold_ids)}
+        locked = await repo.lock_accounts(conn, command.accounts() | owners | strays)
         holds = await repo.holds(conn, hold_ids, lock=True)
         return domain.decide_settlement(command, {n: a.state for n, a in locked.items()}, holds, now)
+
+    async def _release_strays(
+        self, conn: psycopg.AsyncConnection, command: SettlementCommand, now: datetime
+    ) -> list[Hold]:
+        """Release the round's open holds its settlement does not name, as VoidHold would.
+
+        A bet whose hold the wallet placed but whose recording at the table failed (the table
+        timed out waiting for the wallet and could not reach it to void the hold) is in no
+        settlement: once the round's one settlement is applied nothing can post that hold, so
+        it is released here, in the settlement's transaction, instead of waiting for its expiry.
+        The movement is the one VoidHold makes (``void:<hold id>``), so a later VoidHold from the
+        table is a replay."""
+        released: list[Hold] = []
+        for hold_id, account in await repo.open_holds_of_round(conn, command.round_id, command.all_hold_ids()):
+            locked = await repo.lock_accounts(conn, [account])  # held already: the current version
+            hold = await repo.hold(conn, hold_id, lock=True)
+            if hold is None or account not in locked:
+                continue
+            decision = domain.decide_void(hold, now)
+            if decision.replayed:
+                continue
+            await self._save_resolution(conn, locked, decision, now)
+            released.append(decision.hold)
+            log.warning(
+                "hold of a settled round released: the settlement does not name it",
+                extra={"round_id": command.round_id, "hold_id": hold_id, "amount_minor": hold.amount_minor},
+            )
+        return released
 
     async def reject_settlement(
         self,

@@ -529,6 +529,18 @@ async def due_holds(conn: psycopg.AsyncConnection, now: datetime, limit: int) ->
     return [(r[0], r[1]) for r in await cur.fetchall()]
 
 
+async def open_holds_of_round(
+    conn: psycopg.AsyncConnection, round_id: str, known: Sequence[str]
+) -> list[tuple[str, str]]:
+    """(hold id, account) of the round's open holds that are not among ``known``."""
+    cur = await conn.execute(
+        "SELECT hold_id, account FROM wallet_holds WHERE status = 'open' AND round_id = %s"
+        " AND NOT (hold_id = ANY(%s)) ORDER BY hold_id",
+        (round_id, list(known)),
+    )
+    return [(r[0], r[1]) for r in await cur.fetchall()]
+
+
 async def open_hold_stats(conn: psycopg.AsyncConnection) -> tuple[int, datetime | None]:
     cur = await conn.execute("SELECT count(*), min(placed_at) FROM wallet_holds WHERE status = 'open'")
     row = await cur.fetchone()

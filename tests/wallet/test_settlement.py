@@ -242,6 +242,31 @@ async def test_a_hold_from_another_round_is_refused(wallet: Wallet) -> None:
     assert await wallet.balance(a.account) == (700, 300)
 
 
+async def test_a_hold_of_the_round_its_settlement_does_not_name_is_released(wallet: Wallet) -> None:
+    # A bet's hold the wallet placed while the table, timed out, never recorded the bet: no
+    # settlement names it. Once the round's settlement is applied nothing can post it, so the
+    # settlement's transaction releases it (as VoidHold would) instead of leaving it to its expiry.
+    a, b = await wallet.player(1_000), await wallet.player(1_000)
+    named = await wallet.hold(a.account, 300, "r-stray")
+    stray = await wallet.hold(b.account, 200, "r-stray")
+    elsewhere = await wallet.hold(b.account, 100, "r-later")
+    settlement = settled("r-stray", [transfer(a.account, "house", 300, hold_id=named.hold_id)], [named.hold_id])
+    await wallet.settle_direct(ROUND_SETTLED, settlement, "r-stray")
+    assert (await round_status(wallet, "r-stray")).status == "settled"
+    assert await wallet.balance(a.account) == (700, 0)
+    assert await wallet.balance(b.account) == (900, 100)  # the stray released, the other round's kept
+    hold = await wallet.stub.GetHold(pb.GetHoldRequest(hold_id=stray.hold_id), metadata=TABLE)
+    assert hold.status == pb.HOLD_STATUS_VOIDED
+    assert (await wallet.stub.GetHold(pb.GetHoldRequest(hold_id=elsewhere.hold_id), metadata=TABLE)).status == (
+        pb.HOLD_STATUS_OPEN
+    )
+    # The table's own late VoidHold is a replay; the settlement arriving again changes nothing.
+    await wallet.stub.VoidHold(pb.VoidHoldRequest(hold_id=stray.hold_id), metadata=TABLE)
+    await wallet.settle_direct(ROUND_SETTLED, settlement, "r-stray")
+    assert await wallet.balance(b.account) == (900, 100)
+    await wallet.ledger_agrees()
+
+
 async def red_envelope_table(wallet: Wallet, round_id: str) -> tuple[str, str, str, str, list[str]]:
     """A dealer (2 000, of which the pool of 1 000 held), two losers and a winner, each bet held."""
     dealer, loser_1, loser_2, winner = [await wallet.player(n) for n in (2_000, 1_000, 1_000, 1_000)]
