@@ -25,7 +25,7 @@ from psycopg_pool import AsyncConnectionPool
 
 from backbone.auth import Role as TokenRole
 from backbone.auth import Tokens
-from backbone.errors import Aborted, AlreadyExists, InvalidArgument, NotFound, Unauthenticated
+from backbone.errors import Aborted, AlreadyExists, FailedPrecondition, InvalidArgument, NotFound, Unauthenticated
 from backbone.eventstore import ConcurrencyError, EventStore, NewEvent, utc_now
 from services.wallet import domain, events, metrics, repo
 from services.wallet.domain import (
@@ -331,10 +331,13 @@ class WalletApp:
         # account's settings; then the hold, its movement, its event and the COMMIT. The losses of a
         # window are read (a third) only when a loss limit is in force.
         async def work(conn: psycopg.AsyncConnection) -> Decision:
-            loaded = await repo.hold_context(conn, request.account, request.hold_id)
+            loaded = await repo.hold_context(conn, request.account, request.hold_id, request.round_id)
             target, existing = loaded.account, loaded.existing
             if target is None:
                 raise NotFound("ACCOUNT_NOT_FOUND", f"no account {request.account}")
+            if existing is None and loaded.round_ended:
+                # Its settlement is applied: nothing could post this hold or release it but the sweeper.
+                raise FailedPrecondition("ROUND_ENDED", f"round {request.round_id} is already settled")
             now = self.clock()
             play = ResponsiblePlay()
             if existing is None:

@@ -208,10 +208,11 @@ class HoldContext:
     existing: Hold | None
     limits: dict[LimitKind, LimitSetting]
     exclusion: Exclusion
+    round_ended: bool = False  # the wallet has applied the settlement of the hold's round
 
 
-async def hold_context(conn: psycopg.AsyncConnection, name: str, hold_id: str) -> HoldContext:
-    """Lock the account and read the rest PlaceHold needs: four statements, one round trip in pipeline mode.
+async def hold_context(conn: psycopg.AsyncConnection, name: str, hold_id: str, round_id: str = "") -> HoldContext:
+    """Lock the account and read the rest PlaceHold needs: five statements, one round trip in pipeline mode.
 
     The account's row lock comes first; the reads after it (READ COMMITTED: each statement
     its own snapshot) see every hold and setting committed before the lock was granted.
@@ -225,7 +226,12 @@ async def hold_context(conn: psycopg.AsyncConnection, name: str, hold_id: str) -
         "SELECT kind, value, pending_value, pending_effective_at FROM wallet_limits WHERE account = %s", (name,)
     )
     excluded = await conn.execute("SELECT until, permanent FROM wallet_exclusions WHERE account = %s", (name,))
+    ended = await conn.execute(
+        "SELECT 1 FROM wallet_rounds WHERE round_id = %s AND round_id <> '' AND status IN ('settled', 'voided')",
+        (round_id,),
+    )
     a, h, e = await locked.fetchone(), await held.fetchone(), await excluded.fetchone()
+    round_ended = await ended.fetchone() is not None
     settings = {
         LimitKind(r[0]): LimitSetting(LimitKind(r[0]), int(r[1]), None if r[2] is None else int(r[2]), r[3])
         for r in await limit_rows.fetchall()
@@ -235,6 +241,7 @@ async def hold_context(conn: psycopg.AsyncConnection, name: str, hold_id: str) -
         _hold(h) if h else None,
         settings,
         Exclusion(e[0], bool(e[1])) if e else Exclusion(),
+        round_ended,
     )
 
 

@@ -6,6 +6,7 @@ import asyncio
 import time
 from collections.abc import AsyncIterator
 
+import grpc
 import psycopg
 import pytest
 from kafka import TopicPartition
@@ -14,7 +15,7 @@ from niuniu.wallet.v1 import events_pb2 as wallet_events
 from niuniu.wallet.v1 import wallet_pb2 as pb
 from prometheus_client import REGISTRY
 from psycopg_pool import AsyncConnectionPool
-from wallet_helpers import ADMIN, TABLE, Wallet, envelope, settled, transfer, wallet_service
+from wallet_helpers import ADMIN, TABLE, Wallet, envelope, expect_error, settled, transfer, wallet_service
 
 from backbone.db import create_schema, open_pool
 from backbone.eventstore import EventStore, NewEvent
@@ -263,6 +264,9 @@ async def test_a_hold_of_the_round_its_settlement_does_not_name_is_released(wall
     # The table's own late VoidHold is a replay; the settlement arriving again changes nothing.
     await wallet.stub.VoidHold(pb.VoidHoldRequest(hold_id=stray.hold_id), metadata=TABLE)
     await wallet.settle_direct(ROUND_SETTLED, settlement, "r-stray")
+    assert await wallet.balance(b.account) == (900, 100)
+    # A hold for the settled round arriving late (a delayed PlaceHold) is refused, not left open.
+    await expect_error(wallet.hold(b.account, 50, "r-stray"), grpc.StatusCode.FAILED_PRECONDITION, "ROUND_ENDED")
     assert await wallet.balance(b.account) == (900, 100)
     await wallet.ledger_agrees()
 
