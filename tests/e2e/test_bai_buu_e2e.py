@@ -197,17 +197,25 @@ def verify_code(view: table_pb2.RoundView) -> int:
         return verify.main(argv)
 
 
-def reveals_group_by_group(view: table_pb2.RoundView) -> None:
+REVEAL_ORDER = [(seat, group) for group in ("head", "last") for seat in (*bai_buu.PLAYER_SEATS, bai_buu.BANKER)]
+"""Every hand's head, players first and the banker last; then every hand's last two cards."""
+
+
+def hands_in_deal_order(view: table_pb2.RoundView) -> None:
+    """GetRound lists the hands in the deal's order: the banker, then player_01..03, head then last."""
     order = [(h.seat, h.group) for h in view.hands]
-    expected = [(seat, group) for group in ("head", "last") for seat in (*bai_buu.PLAYER_SEATS, bai_buu.BANKER)]
-    assert order == expected, order
+    assert order == [(seat, group) for seat in bai_buu.SEATS for group in ("head", "last")], order
     assert all(len(h.cards) == 2 for h in view.hands)
     assert all(bool(h.hand_category) == (h.group == "last") for h in view.hands)
 
 
-async def jackpot(
-    c: Clients, player: Player, *, settled: bool = True, table_id: str = TABLES[0]
-) -> table_pb2.Jackpot:
+def revealed_group_by_group(updates: Sequence[table_pb2.TableUpdate], round_id: str) -> None:
+    """The stream reveals a round's hands group by group (the rule's order)."""
+    reveals = [u.hand_revealed for u in updates if kind(u) == "hand_revealed" and u.round_id == round_id]
+    assert [(h.seat, h.group) for h in reveals] == REVEAL_ORDER
+
+
+async def jackpot(c: Clients, player: Player, *, settled: bool = True, table_id: str = TABLES[0]) -> table_pb2.Jackpot:
     """The pool (one for every table) through a table's GetJackpot; with ``settled``, once nothing is in flight."""
     deadline = time.monotonic() + WAIT_S
     while True:
@@ -328,7 +336,8 @@ async def test_four_tables_play_a_hundred_rounds_with_every_bet_and_everything_r
         for t in TABLES:
             for round_id in played[t]:
                 view = await round_view(c, t, round_id)
-                reveals_group_by_group(view)
+                hands_in_deal_order(view)
+                revealed_group_by_group(watchers[t][0].updates, round_id)
                 assert verify_code(view) == 0, f"{round_id} does not verify from its revealed seed"
                 assert set(view.area_outcomes) == set(MAIN + JACKPOTS)
                 for b in view.my_bets:
@@ -416,8 +425,9 @@ async def test_the_seed_examples_settle_through_the_api(stack: Stack) -> None:
         balance = await c.wallet.GetBalance(wallet_pb2.GetBalanceRequest(account=p.account), metadata=p.auth)
         assert (balance.available_minor, balance.held_minor) == (100_000 + 4_800 + 4_800, 0)
 
-        reveals_group_by_group(view_1)
-        assert [(h.seat, list(h.cards), h.category) for h in view_1.hands[:1]] == [
+        hands_in_deal_order(view_1)
+        revealed_group_by_group(watcher.updates, r1)
+        assert [(h.seat, list(h.cards), h.category) for h in view_1.hands if (h.seat, h.group) == REVEAL_ORDER[0]] == [
             ("player_01", ["2S", "3H"], "points_5")
         ]
         assert {h.seat: h.hand_category for h in view_1.hands if h.group == "last"}["banker"] == "three_of_a_kind"
