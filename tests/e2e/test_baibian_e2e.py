@@ -64,6 +64,9 @@ def _rng_with_test_decks() -> Iterator[None]:
 
 VARIANT = "baibian_bull"
 AREAS = ("heaven", "earth", "mystic", "yellow")
+# GetRound lists the hands in deal order (the banker first, each seat's face-up four then the whole
+# hand); the stream reveals every face-up four, then the hands, the banker last.
+DEAL_ORDER = [(group, seat) for seat in ("banker", *AREAS) for group in ("face_up", "open")]
 REVEALS = [(group, seat) for group in ("face_up", "open") for seat in (*AREAS, "banker")]
 BETTORS = 200
 ROUNDS = 20
@@ -157,7 +160,7 @@ def verify_deal(view: table_pb2.RoundView, drawn_card: str) -> None:
     """The 54-card deck from the revealed seed; the dealt prefix rebuilt by the deal convention."""
     hands = opened_hands(view)
     assert sorted(hands) == sorted(bb.SEATS), hands
-    assert [(h.group, h.seat) for h in view.hands] == REVEALS
+    assert [(h.group, h.seat) for h in view.hands] == DEAL_ORDER
     for h in view.hands:
         if h.group == "face_up":
             assert list(h.cards) == hands[h.seat][:4]
