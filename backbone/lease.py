@@ -40,8 +40,9 @@ FENCE_SCHEMA = (
 FENCE_LOCK_TIMEOUT = "2s"
 """How long a new owner waits for an older owner's writes in flight before it gives up (and tries again)."""
 
-# KEYS[1] lease key, KEYS[2] fence counter; ARGV[1] owner, ARGV[2] ttl_ms.
-_ACQUIRE = """
+# Both take a free key, or renew it for its owner: KEYS[1] lease key; ARGV[1] owner, ARGV[2] ttl_ms.
+# They return our token, or false when another owner holds the key.
+_HELD = """
 local current = redis.call('GET', KEYS[1])
 if current then
   local owner, token = string.match(current, '^(.*)|(%d+)$')
@@ -51,26 +52,26 @@ if current then
   end
   return false
 end
+"""
+
+# Unfenced: the token is the Redis counter KEYS[2].
+_ACQUIRE = (
+    _HELD
+    + """
 local token = redis.call('INCR', KEYS[2])
 redis.call('SET', KEYS[1], ARGV[1] .. '|' .. token, 'PX', ARGV[2])
 return token
 """
+)
 
-# Fenced: take the key with the placeholder token 0 (the token comes from PostgreSQL next).
-# KEYS[1] lease key; ARGV[1] owner, ARGV[2] ttl_ms. Returns our token (0: reserved, fetch one), or false.
-_RESERVE = """
-local current = redis.call('GET', KEYS[1])
-if current then
-  local owner, token = string.match(current, '^(.*)|(%d+)$')
-  if owner == ARGV[1] then
-    redis.call('PEXPIRE', KEYS[1], ARGV[2])
-    return tonumber(token)
-  end
-  return false
-end
+# Fenced: take the key with the placeholder token 0 (0: reserved, the token comes from PostgreSQL next).
+_RESERVE = (
+    _HELD
+    + """
 redis.call('SET', KEYS[1], ARGV[1] .. '|0', 'PX', ARGV[2])
 return 0
 """
+)
 
 # KEYS[1] lease key; ARGV[1] owner|0, ARGV[2] owner|token, ARGV[3] ttl_ms.
 _CONFIRM = """

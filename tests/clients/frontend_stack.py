@@ -10,7 +10,7 @@ import contextlib
 import os
 import subprocess
 import sys
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -22,9 +22,7 @@ import grpc  # noqa: E402
 from niuniu.table.v1 import events_pb2 as ev  # noqa: E402
 from niuniu.table.v1 import table_pb2  # noqa: E402
 from players import Clients, Player, register  # noqa: E402
-from stack import BIN, ROOT, Stack, free_port  # noqa: E402
-
-from services.gateway.server import check  # noqa: E402
+from stack import BIN, ROOT, Stack, free_port, running_stack, start_gateway, stop  # noqa: E402
 
 SDK = ROOT / "clients" / "typescript"
 WEB = ROOT / "clients" / "web"
@@ -90,39 +88,6 @@ async def create_table(
 async def funded_players(c: Clients, names: list[str]) -> list[Credentials]:
     """Players registered through the wallet (password ``<name>-secret-pw``), funded by the admin."""
     return [Credentials(name, f"{name}-secret-pw", await register(c, name, FUNDING_MINOR)) for name in names]
-
-
-def start_gateway(stack: Stack, name: str = "gateway", **settings: str) -> tuple[subprocess.Popen[bytes], str]:
-    """A gateway process in front of the stack's table and wallet; returns it and its base URL."""
-    port = free_port()
-    env = stack.env("table")  # the development keys and the services' addresses (NIUNIU_TABLE_ADDR, ...)
-    env.update({"NIUNIU_GATEWAY_PORT": str(port), **settings})
-    log = (stack.log_dir / f"{name}.log").open("ab")
-    proc = subprocess.Popen([str(BIN / "niuniu-gateway")], env=env, stdout=log, stderr=subprocess.STDOUT, cwd=ROOT)
-    url = f"http://127.0.0.1:{port}"
-    if not check(url + "/healthz", 30.0):
-        proc.kill()
-        raise RuntimeError(f"the gateway did not come up; see {stack.log_dir / name}.log")
-    return proc, url
-
-
-def stop(proc: subprocess.Popen[bytes]) -> None:
-    proc.terminate()
-    try:
-        proc.wait(timeout=10)
-    except subprocess.TimeoutExpired:
-        proc.kill()
-        proc.wait(timeout=5)
-
-
-@contextlib.contextmanager
-def running_stack(infra: dict[str, str], run_id: str) -> Iterator[Stack]:
-    system = Stack(run_id, infra, ROOT / ".run" / "e2e" / run_id)
-    try:
-        system.start_all()
-        yield system
-    finally:
-        system.stop_all()
 
 
 def npm_build(package: Path, *inputs: Path) -> None:

@@ -8,17 +8,20 @@ and restarted.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import socket
 import subprocess
 import sys
 import time
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from backbone.auth import development_env
 from backbone.healthcheck import check
+from services.gateway.server import check as http_ready
 
 ROOT = Path(__file__).resolve().parents[2]
 BIN = Path(sys.executable).parent
@@ -117,3 +120,37 @@ class Stack:
             except subprocess.TimeoutExpired:
                 proc.kill()
                 proc.wait(timeout=5)
+
+
+@contextlib.contextmanager
+def running_stack(infra: dict[str, str], run_id: str) -> Iterator[Stack]:
+    """The four services started for the block, stopped after it."""
+    system = Stack(run_id, infra, ROOT / ".run" / "e2e" / run_id)
+    try:
+        system.start_all()
+        yield system
+    finally:
+        system.stop_all()
+
+
+def start_gateway(stack: Stack, name: str = "gateway", **settings: str) -> tuple[subprocess.Popen[bytes], str]:
+    """A browser gateway process in front of the stack's table and wallet; returns it and its base URL."""
+    port = free_port()
+    env = stack.env("table")  # the development keys and the services' addresses (NIUNIU_TABLE_ADDR, ...)
+    env.update({"NIUNIU_GATEWAY_PORT": str(port), **settings})
+    log = (stack.log_dir / f"{name}.log").open("ab")
+    proc = subprocess.Popen([str(BIN / "niuniu-gateway")], env=env, stdout=log, stderr=subprocess.STDOUT, cwd=ROOT)
+    url = f"http://127.0.0.1:{port}"
+    if not http_ready(url + "/healthz", 30.0):
+        proc.kill()
+        raise RuntimeError(f"the gateway did not come up; see {stack.log_dir / name}.log")
+    return proc, url
+
+
+def stop(proc: subprocess.Popen[bytes]) -> None:
+    proc.terminate()
+    try:
+        proc.wait(timeout=10)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.wait(timeout=5)

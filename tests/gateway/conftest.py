@@ -14,44 +14,21 @@ E2E = Path(__file__).resolve().parents[1] / "e2e"
 if str(E2E) not in sys.path:
     sys.path.insert(0, str(E2E))  # the end-to-end stack and its clients, imported by their bare names
 
-from stack import BIN, ROOT, Stack, free_port  # noqa: E402
-
-from services.gateway.server import check  # noqa: E402
+from stack import Stack, running_stack, stop  # noqa: E402
+from stack import start_gateway as start_stack_gateway  # noqa: E402
 
 ALLOWED_ORIGIN = "http://table.example.test"
 
 
 @pytest.fixture(scope="module")
 def stack(infra: dict[str, str]) -> Iterator[Stack]:
-    run_id = uuid.uuid4().hex[:8]
-    system = Stack(run_id, infra, ROOT / ".run" / "e2e" / run_id)
-    try:
-        system.start_all()
+    with running_stack(infra, uuid.uuid4().hex[:8]) as system:
         yield system
-    finally:
-        system.stop_all()
 
 
 def start_gateway(stack: Stack, name: str, **settings: str) -> tuple[subprocess.Popen[bytes], str]:
-    port = free_port()
-    env = stack.env("table")  # the development keys and the services' addresses (NIUNIU_TABLE_ADDR, ...)
-    env.update({"NIUNIU_GATEWAY_PORT": str(port), "NIUNIU_GATEWAY_CORS_ORIGINS": ALLOWED_ORIGIN, **settings})
-    log = (stack.log_dir / f"{name}.log").open("ab")
-    proc = subprocess.Popen([str(BIN / "niuniu-gateway")], env=env, stdout=log, stderr=subprocess.STDOUT, cwd=ROOT)
-    url = f"http://127.0.0.1:{port}"
-    if not check(url + "/healthz", 30.0):
-        proc.kill()
-        raise RuntimeError(f"the gateway did not come up; see {stack.log_dir / name}.log")
-    return proc, url
-
-
-def stop(proc: subprocess.Popen[bytes]) -> None:
-    proc.terminate()
-    try:
-        proc.wait(timeout=10)
-    except subprocess.TimeoutExpired:
-        proc.kill()
-        proc.wait(timeout=5)
+    """A gateway whose CORS is open to ALLOWED_ORIGIN only (besides its own pages)."""
+    return start_stack_gateway(stack, name, **{"NIUNIU_GATEWAY_CORS_ORIGINS": ALLOWED_ORIGIN, **settings})
 
 
 @pytest.fixture
