@@ -166,6 +166,12 @@ class CardGame:
     reveal_order: tuple[str, ...] = ()
     reveal_groups: tuple[str, ...] = (WHOLE_HAND,)
 
+    @property
+    def deal_order(self) -> tuple[str, ...]:
+        """The seats in the order their cards left the deck: the dealer or banker (last to be
+        revealed) first, then the others in reveal order."""
+        return self.reveal_order[-1:] + self.reveal_order[:-1]
+
     def reveal_plan(self, hands: Mapping[str, SeatHand]) -> tuple[tuple[str, str], ...]:
         return card_reveal_plan(self.reveal_order, self.reveal_groups)
 

@@ -182,10 +182,9 @@ class TableServicer(BankerRpcs, table_pb2_grpc.TableServicer):
             else:
                 envelope.fold(event)
         variant = await self._variant_of_table(row["table_id"])
-        # Deal order, the order the cards left the deck (the dealer or banker first): the
-        # reveal order shows the dealer last (docs/api/frontend/stream.md, card-to-seat order).
-        reveal: tuple[str, ...] = tuple(getattr(variant_of(variant), "reveal_order", ()))  # red envelope: no hands
-        deal = {seat: n for n, seat in enumerate(reveal[-1:] + reveal[:-1])}
+        # Deal order, the order the cards left the deck (docs/api/frontend/stream.md, card-to-seat order).
+        seats: tuple[str, ...] = tuple(getattr(variant_of(variant), "deal_order", ()))  # red envelope: no hands
+        deal = {seat: n for n, seat in enumerate(seats)}
         hands.sort(key=lambda hand: deal.get(hand.seat, len(deal)))  # stable: parts stay in order
         bets = await self._app.round_bets(row["round_id"])
         totals: dict[str, int] = {}
