@@ -16,6 +16,7 @@ that follows the replica the chaos run designates.
 from __future__ import annotations
 
 import contextlib
+import importlib.util
 import os
 import re
 import shutil
@@ -40,7 +41,26 @@ SERVICES = ("rng", "wallet", "ledger", "table")
 HEALTH_TIMEOUT_S = 90.0
 INFRA_TIMEOUT_S = 600.0
 KAFKA_TIMEOUT_S = 120.0
-LIBFAKETIME = next(iter(sorted(Path("/usr/lib").glob("*/faketime/libfaketime.so.1"))), Path("/nonexistent"))
+
+
+def _libfaketime() -> Path:
+    """The libfaketime build shipped in the ``libfaketime`` wheel (a dev dependency).
+
+    Debian bookworm's 0.9.10 cannot leave the monotonic clock alone: with
+    FAKETIME_DONT_FAKE_MONOTONIC it hands Python 3.11's ``time.sleep`` a negative deadline
+    (EINVAL, wolfcw/libfaketime#426), so every loop that sleeps between retries spins; with the
+    monotonic clock faked, every timed lock wait lasts the offset too. The wheel's newer build
+    has the fix.
+    """
+    spec = importlib.util.find_spec("libfaketime")
+    for base in spec.submodule_search_locations or () if spec else ():
+        lib = Path(base) / "vendor" / "libfaketime" / "src" / "libfaketime.so.1"
+        if lib.exists():
+            return lib
+    return Path("/nonexistent")
+
+
+LIBFAKETIME = _libfaketime()
 # Which other services each service calls (its NIUNIU_<S>_ADDR goes through a proxy of its own).
 CALLS = {"table": ("rng", "wallet"), "ledger": ("table", "wallet"), "wallet": (), "rng": ()}
 
@@ -400,9 +420,7 @@ class ServiceSet:
                 "FAKETIME_CACHE_DURATION": "1",
                 # Only the wall clock steps forward (as NTP would step it). With the monotonic clock
                 # faked too, every timed wait after a step lasted the offset plus its timeout (a relay's
-                # producer flush hung for an hour). Known cost: libfaketime's exclude-monotonic mode makes
-                # Python 3.11's time.sleep fail with EINVAL (wolfcw/libfaketime#426), so loops that sleep
-                # between retries spin and log heavily.
+                # producer flush hung for an hour): glibc's sem_clockwait is not intercepted.
                 "FAKETIME_DONT_FAKE_MONOTONIC": "1",
             }
         )
