@@ -134,8 +134,7 @@ class TableServicer(BankerRpcs, table_pb2_grpc.TableServicer):
             if not stakes:
                 raise InvalidArgument("NO_JACKPOT", f"table {request.table_id} has no jackpot side bets")
             stake = max(stakes)
-        async with self._app.pool.connection() as conn, conn.transaction():
-            pool = await self._app.jackpot.read(conn)
+        pool = await self._app.jackpot.read(self._app.pool)
         return table_pb2.Jackpot(
             account=JACKPOT_POOL,
             balance_minor=pool.balance_minor,

@@ -41,6 +41,7 @@ leaving (``LeaveBanker`` or ``LeaveTable``) takes effect at the next opening.
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import time
 from collections.abc import Mapping
@@ -64,9 +65,28 @@ log = logging.getLogger(__name__)
 
 # Every pass of the seating loop ends a tenure or seats a banker; a queue longer than this waits a round.
 MAX_SEATING_STEPS = 1_000
+# Balances of the queue read before a seating when the banker does not stay: the first usually takes the seat.
+PREFETCHED_QUEUED = 2
 # Waiting for the wallet to apply the previous round blocks the table's loop: well under its lease's TTL.
 SETTLEMENT_PATIENCE_S = 2.0
 SETTLEMENT_POLL_S = 0.05
+
+
+Balances = dict[str, int | DomainError]
+"""Players' available balances read before a seating (or the wallet's refusal to tell)."""
+
+
+class StakeRefused(FailedPrecondition):
+    """``reserve`` refused a bet the wallet already holds: the caller voids the hold once the bet's
+    transaction has rolled back."""
+
+
+class _Unfetched(Exception):
+    """The seating needs a balance that was not read before its transaction: roll back, read it, plan again."""
+
+    def __init__(self, player: str) -> None:
+        super().__init__(player)
+        self.player = player
 
 
 def is_banked(variant_id: str) -> bool:
@@ -93,6 +113,9 @@ class BankerSeats:
         player = player_account(who)
         if not 0 <= capital_minor <= 10**15:
             raise InvalidArgument("CAPITAL_INVALID", "capital_minor must be 0 (the whole balance) or positive")
+        # Read before the seat is locked (no remote call under a row lock); its error, if any, is
+        # raised where the balance is used, so an answer that does not need it is unchanged.
+        available = await self._balance(player)
         async with self._ctx.store.transaction() as conn:
             table = await self._banked_table(conn, table_id)
             config = table_config(table)
@@ -108,7 +131,8 @@ class BankerSeats:
                 raise FailedPrecondition(
                     "BANKER_CAPITAL_TOO_LOW", f"a banker brings at least {config.min_capital_minor}"
                 )
-            available = await self._ctx.wallet.balance_minor(player)
+            if isinstance(available, DomainError):
+                raise available
             if min(available, capital_minor or available) < config.min_capital_minor:
                 raise FailedPrecondition(
                     "BANKER_CAPITAL_TOO_LOW",
@@ -219,13 +243,52 @@ class BankerSeats:
             await self._ctx.sleep(SETTLEMENT_POLL_S)
 
     async def _plan(self, table: Mapping[str, Any], round_id: str, config: BaibianTableConfig) -> RoundBanker:
+        """Fix the round's banker. The balances it needs are read before the seat is locked (no remote
+        call under a row lock): the seated player's and the first in line's; when the seating needs
+        one more (the queue changed, or those were not eligible) it rolls back and plans again."""
+        table_id = table["table_id"]
+        balances: Balances = {}
+        missing: str | None = None
+        for _ in range(MAX_SEATING_STEPS):
+            await self._prefetch(table_id, config, balances, missing)
+            try:
+                return await self._plan_with(table, round_id, config, balances)
+            except _Unfetched as unfetched:
+                missing = unfetched.player
+        raise FailedPrecondition("BANKER_SEATING_STUCK", f"could not seat a banker for {round_id}")
+
+    async def _prefetch(
+        self, table_id: str, config: BaibianTableConfig, balances: Balances, missing: str | None
+    ) -> None:
+        """Read (without a lock) the balances the seating will likely need and has not read yet: ``missing``,
+        the seated banker's, and, unless that banker stays on, the next ``PREFETCHED_QUEUED`` in line's."""
+        async with self._ctx.store.read() as conn:
+            seat = await self._seats.seat(conn, table_id)
+            queue = await self._seats.queue(conn, table_id)
+        stays = seat.player is not None and not seat.leaving and seat.rounds_banked < config.session_rounds
+        wanted = [p for p in dict.fromkeys((missing, seat.player)) if p is not None and p not in balances]
+        if missing is not None or not stays:
+            wanted += [p for p, _, _ in queue if p not in balances and p not in wanted][:PREFETCHED_QUEUED]
+        for player, balance in zip(wanted, await asyncio.gather(*map(self._balance, wanted)), strict=True):
+            balances[player] = balance
+
+    async def _balance(self, player: str) -> int | DomainError:
+        """The player's available balance, or the wallet's refusal to tell (raised where it is needed)."""
+        try:
+            return await self._ctx.wallet.balance_minor(player)
+        except DomainError as error:
+            return error
+
+    async def _plan_with(
+        self, table: Mapping[str, Any], round_id: str, config: BaibianTableConfig, balances: Balances
+    ) -> RoundBanker:
         table_id = table["table_id"]
         async with self._ctx.store.transaction() as conn:
             seat = await self._seats.lock_seat(conn, table_id)
             existing = await self._seats.round_banker(conn, round_id)
             if existing is not None:
                 return existing  # a retried opening: the same banker and hold
-            capital = await self._seat_banker(conn, table_id, round_id, seat, config)
+            capital = await self._seat_banker(conn, table_id, round_id, seat, config, balances)
             if seat.player is None:
                 plan = RoundBanker(round_id, table_id, None, 0, "", None, 0)
             else:
@@ -240,7 +303,7 @@ class BankerSeats:
             return plan
 
     async def _seat_banker(
-        self, conn: Conn, table_id: str, round_id: str, seat: Seat, config: BaibianTableConfig
+        self, conn: Conn, table_id: str, round_id: str, seat: Seat, config: BaibianTableConfig, balances: Balances
     ) -> int:
         """End the tenure if it is over, seat the first eligible in line; returns the banker's capital."""
         for _ in range(MAX_SEATING_STEPS):
@@ -249,7 +312,7 @@ class BankerSeats:
                 if seat.leaving or seat.rounds_banked >= config.session_rounds:
                     await self._end_tenure(conn, table_id, round_id, seat, reason)
                     continue
-                capital = await self._capital(seat)
+                capital = _capital(seat, balances)
                 if capital >= config.min_capital_minor:
                     return capital
                 detail = f"capital {capital} < {config.min_capital_minor}"
@@ -259,7 +322,7 @@ class BankerSeats:
             if head is None:
                 return 0  # nobody to bank
             player, applied_capital = head
-            capital = await self._capital(Seat(player, applied_capital, 0, False))
+            capital = _capital(Seat(player, applied_capital, 0, False), balances)
             if capital < config.min_capital_minor:
                 withdrew = ev.BankerWithdrew(
                     table_id=table_id, player=player, cause="capital_below_minimum", seated=False
@@ -277,14 +340,6 @@ class BankerSeats:
             await self._append(conn, table_id, "table.banker_seated", seated, round_id)
             return capital
         return 0
-
-    async def _capital(self, seat: Seat) -> int:
-        assert seat.player is not None
-        try:
-            available = await self._ctx.wallet.balance_minor(seat.player)
-        except (NotFound, InvalidArgument):
-            return 0
-        return available if seat.capital_minor == 0 else min(seat.capital_minor, available)
 
     async def _end_tenure(
         self, conn: Conn, table_id: str, round_id: str, seat: Seat, reason: str, detail: str = ""
@@ -325,20 +380,20 @@ class BankerSeats:
     async def reserve(self, conn: Conn, round_id: str, player: str, amount: int, hold_id: str) -> None:
         """In the bet's transaction: count the stake against the table cap, atomically (see the module docstring).
 
-        A refused bet was already held by the wallet: its hold is voided here, before the
-        refusal rolls the bet back (the wallet answers a repeated void as the first).
+        A refused bet was already held by the wallet: the refusal (``StakeRefused``) rolls the bet
+        back, then the caller voids its hold, outside the transaction (no remote call under a row
+        lock; the wallet answers a repeated void as the first).
         """
         if await self._seats.count_stake(conn, round_id, player, amount):
             return
         plan = await self._seats.round_banker(conn, round_id)
         if plan is None:
             return  # not a banked round
-        await self._ctx.wallet.void_hold(hold_id)
         if plan.banker is None:
-            raise FailedPrecondition("NO_BANKER", "nobody banks this round")
+            raise StakeRefused("NO_BANKER", "nobody banks this round")
         if plan.banker == player:
-            raise FailedPrecondition("BANKER_CANNOT_BET", "the banker does not bet against their own seat")
-        raise _table_cap_reached(plan, await self._seats.staked_minor(conn, round_id))
+            raise StakeRefused("BANKER_CANNOT_BET", "the banker does not bet against their own seat")
+        raise _table_cap_reached(plan, await self._seats.staked_minor(conn, round_id), StakeRefused)
 
     async def release(self, conn: Conn, round_id: str, amount: int) -> None:
         """A cancelled or refunded bet gives its room under the table cap back."""
@@ -381,8 +436,23 @@ def stamp_opened(opened: ev.RoundOpened, plan: RoundBanker) -> None:
     opened.table_cap_minor = plan.table_cap_minor
 
 
-def _table_cap_reached(plan: RoundBanker, staked: int) -> FailedPrecondition:
-    return FailedPrecondition(
+def _capital(seat: Seat, balances: Balances) -> int:
+    """Banker capital: the capital applied with (0 = all) capped by the available balance read before."""
+    assert seat.player is not None
+    if seat.player not in balances:
+        raise _Unfetched(seat.player)
+    available = balances[seat.player]
+    if isinstance(available, (NotFound, InvalidArgument)):
+        return 0
+    if isinstance(available, DomainError):
+        raise available
+    return available if seat.capital_minor == 0 else min(seat.capital_minor, available)
+
+
+def _table_cap_reached(
+    plan: RoundBanker, staked: int, error: type[FailedPrecondition] = FailedPrecondition
+) -> FailedPrecondition:
+    return error(
         "TABLE_CAP_REACHED",
         f"the table's stakes may total {plan.table_cap_minor} (banker capital / 10); {staked} is staked",
     )

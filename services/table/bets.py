@@ -26,6 +26,7 @@ from backbone.errors import (
 )
 from backbone.eventstore import NewEvent
 from bull.variants import Variant
+from services.table.banker import StakeRefused
 from services.table.common import (
     BET_STAKES,
     BETS,
@@ -133,10 +134,11 @@ class Bets:
             raise
         try:
             receipt = await self._record(bet, machine, client_seed)
-        except (WindowClosed, OneBetPerRound):
+        except (WindowClosed, OneBetPerRound, StakeRefused):
             # The window closed while the wallet held, or the player's other bet of the round won
-            # a race: release the hold. (A bet that lost a race with the same command id keeps
-            # the hold: it belongs to the recorded bet.)
+            # a race, or the table cap filled meanwhile: release the hold, the bet rolled back.
+            # (A bet that lost a race with the same command id keeps the hold: it belongs to the
+            # recorded bet.)
             await self._ctx.wallet.void_hold(bet["hold_id"])
             raise
         BETS.labels(variant.variant_id, area).inc()

@@ -35,7 +35,7 @@ from services.table.common import (
     variant_of,
 )
 from services.table.context import TableContext
-from services.table.jackpot import JackpotPool
+from services.table.jackpot import JackpotPool, PoolReading
 from services.table.store import Conn, Row
 
 Step = Callable[[Row, Row], Awaitable[float | None]]
@@ -191,6 +191,10 @@ class RoundMachine:
         self.ctx.wake(table_id)
 
     async def settle(self, table: Row, current: Row) -> None:
+        # Paying from the jackpot pool needs the wallet, which is read before the transaction (jackpot.py).
+        await self.jackpot.with_reading(self.ctx.store.pool, lambda reading: self._settle(table, current, reading))
+
+    async def _settle(self, table: Row, current: Row, reading: PoolReading | None) -> None:
         round_id, table_id = current["round_id"], current["table_id"]
         variant = variant_of(table["variant"])
         config = variant.parse_config(current["config"])
@@ -202,7 +206,7 @@ class RoundMachine:
             hands = await self.hands(conn, locked, variant, config)
             void = variant.void_reason(hands, config)
             if not void:
-                settlement = await self._settle_in(conn, table_id, locked, variant, config, hands)
+                settlement = await self._settle_in(conn, table_id, locked, variant, config, hands, reading)
         if void:
             await self.redeal(table_id, round_id, void)
             return
@@ -212,7 +216,14 @@ class RoundMachine:
         self.ctx.wake(table_id)
 
     async def _settle_in(
-        self, conn: Conn, table_id: str, current: Row, variant: Variant, config: Any, hands: dict[str, SeatHand]
+        self,
+        conn: Conn,
+        table_id: str,
+        current: Row,
+        variant: Variant,
+        config: Any,
+        hands: dict[str, SeatHand],
+        reading: PoolReading | None = None,
     ) -> Settlement:
         round_id = current["round_id"]
         bets = await self.ctx.store.round_bets(conn, round_id)
@@ -220,7 +231,7 @@ class RoundMachine:
         funding, holds = await self.funding(conn, current)
         pool = None
         if variant.claims_jackpot_pool(hands, live, config):
-            pool = await self.jackpot.lock_and_read(conn)
+            pool = await self.jackpot.lock_and_read(conn, reading)
             funding = replace(funding, jackpot_pool_minor=pool.payable_minor)
         settlement = variant.settle(hands, live, config, funding)
         if pool is not None:
