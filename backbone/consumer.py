@@ -187,7 +187,10 @@ class ExactlyOnceConsumer:
         applied = 0
         for tp, records in batches.items():
             for first in range(0, len(records), self._batch_size):
-                applied += await self._apply_partition(tp, records[first : first + self._batch_size])
+                done, complete = await self._apply_partition(tp, records[first : first + self._batch_size])
+                applied += done
+                if not complete:  # the partition is read again from its failed record: nothing after it first
+                    break
         now = time.monotonic()
         if self._hints and now - self._hinted_at >= COMMIT_HINT_INTERVAL_S:
             await self._commit_hints()
@@ -274,19 +277,20 @@ class ExactlyOnceConsumer:
                     return
                 time.sleep(0.2)
 
-    async def _apply_partition(self, tp: TopicPartition, records: list[Any]) -> int:
+    async def _apply_partition(self, tp: TopicPartition, records: list[Any]) -> tuple[int, bool]:
+        """Apply one batch of a partition's records; returns how many were new and whether all landed."""
         next_offset = await self._stored_position(tp)
         fresh = [r for r in records if r.offset >= next_offset]
         if len(fresh) < len(records):
             metrics.CONSUMER_DUPLICATES.labels(self.name, tp.topic).inc(len(records) - len(fresh))
         if not fresh:
-            return 0
+            return 0, True
         items = [(record, _envelope(record)) for record in fresh]
         wanted = [(r, e) for r, e in items if self._event_types is None or e.event_type in self._event_types]
         if not wanted:  # nothing the handler acts on: no transaction, no tracking row
             self._advance(tp, fresh[-1].offset + 1)
             await self._after_commit(fresh)
-            return 0
+            return 0, True
         try:
             applied = await self._apply_batch(tp, wanted, fresh[-1].offset + 1)
         except Exception:
@@ -296,7 +300,7 @@ class ExactlyOnceConsumer:
             return await self._apply_one_by_one(tp, wanted)
         self._advance(tp, fresh[-1].offset + 1)
         await self._after_commit(fresh)
-        return applied
+        return applied, True
 
     def _advance(self, tp: TopicPartition, next_offset: int) -> None:
         self._positions[tp] = max(next_offset, self._positions.get(tp, 0))
@@ -314,7 +318,15 @@ class ExactlyOnceConsumer:
         except Exception as error:  # e.g. a rebalance in progress: the next commit catches up
             log.info("kafka offset commit skipped", extra={"error": repr(error)})
 
-    async def _apply_one_by_one(self, tp: TopicPartition, items: list[tuple[Any, events_pb2.EventEnvelope]]) -> int:
+    async def _apply_one_by_one(
+        self, tp: TopicPartition, items: list[tuple[Any, events_pb2.EventEnvelope]]
+    ) -> tuple[int, bool]:
+        """Apply the records one at a time up to the first that fails; returns (new, all landed).
+
+        The partition is then read again from the failed record, and the caller must apply none
+        of the partition's later records before it (they would move the stored position past it,
+        and the failed record would be skipped as already applied).
+        """
         applied = 0
         for record, envelope in items:
             try:
@@ -324,10 +336,10 @@ class ExactlyOnceConsumer:
                 log.exception("handler failed; will retry", extra={"topic": tp.topic, "offset": record.offset})
                 self._kafka.seek(tp, record.offset)  # re-read it on the next poll
                 await asyncio.sleep(RETRY_SLEEP_S)
-                return applied
+                return applied, False
             self._advance(tp, record.offset + 1)
             await self._after_commit([record])
-        return applied
+        return applied, True
 
     async def _after_commit(self, records: list[Any]) -> None:
         if self.after_commit is not None:

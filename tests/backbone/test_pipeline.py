@@ -8,6 +8,7 @@ import time
 from collections.abc import AsyncIterator
 from typing import Any
 
+import psycopg
 import pytest
 from credits_projection import CREDITS_DDL, apply_credit, credited, credits
 from kafka import KafkaConsumer, TopicPartition
@@ -313,3 +314,33 @@ async def test_a_leased_consumer_goes_on_applying_while_redis_is_unreachable(
         consumer._kafka.close()
     finally:
         await redis.aclose()
+
+
+async def test_a_record_whose_transaction_fails_is_applied_before_any_record_after_it(
+    pool: AsyncConnectionPool, store: EventStore, topic: str, kafka_servers: str, unique: str
+) -> None:
+    """One event per transaction (as the wallet applies settlements): the sixth fails while the database is
+    away (its batch and its one-by-one retry); it is applied on a later poll, and none after it is applied
+    first (they would move the stored position past it and it would be skipped for good)."""
+    await append_credits(pool, store, 30, accounts=1)  # one stream: one partition, in order
+    await OutboxRelay("test", pool, make_producer(kafka_servers, "relay")).publish_once()
+    applied: list[int] = []
+    failures = 0
+
+    async def flaky(conn: Any, envelope: Any) -> None:
+        nonlocal failures
+        if len(applied) == 5 and failures < 2:
+            failures += 1
+            raise psycopg.OperationalError("the database went away")
+        await apply_credit(conn, envelope)
+        applied.append(len(applied))
+
+    kafka = make_consumer(kafka_servers, f"g-{unique}", "flaky")
+    consumer = ExactlyOnceConsumer(f"g-{unique}", [topic], pool, flaky, kafka, batch_size=1)
+    await drain(consumer, pool, 30)
+    for _ in range(3):
+        await consumer.poll_once()
+    async with pool.connection() as conn:
+        assert failures == 2
+        assert await credits(conn) == expected_totals(30, accounts=1)  # every credit once, the failed one too
+    kafka.close()
