@@ -248,9 +248,13 @@ async def create_tables(
 async def follow_tables(
     table: Any, admin: tuple[tuple[str, str]], states: list[TableState], stop: asyncio.Event
 ) -> None:
-    """Keep each table's phase and window close time fresh (a GetTable per table every 0.2 s)."""
+    """Keep each table's phase and window close time fresh: a GetTable every 0.2 s per table that is not
+    known to be taking bets (a table whose window is open is left alone until it is about to close, so
+    the follower's own calls do not compete with the bets: 60 GetTable/s on 12 tables before)."""
     while not stop.is_set():
         for state in states:
+            if state.betting and state.closes_at_ms - TABLE_POLL_S * 1000 > time.time() * 1000:
+                continue
             try:
                 info = await table.GetTable(table_pb2.GetTableRequest(table_id=state.table_id), metadata=admin)
             except grpc.aio.AioRpcError:

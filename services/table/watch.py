@@ -71,17 +71,31 @@ class Notifier:
         self._redis = redis
         self._prefix = f"{CHANNEL_PREFIX}{prefix}"
         self._events: dict[str, asyncio.Event] = defaultdict(asyncio.Event)
-        self._sending: set[asyncio.Task[None]] = set()
+        self._sending: dict[str, asyncio.Task[None]] = {}
+        self._again: set[str] = set()
 
     def publish(self, table_id: str) -> None:
-        async def send() -> None:
-            # A lost wake-up only delays watchers until their next poll.
-            with contextlib.suppress(Exception):
-                await self._redis.publish(self._prefix + table_id, "1")
+        """Wake the table's watchers: one PUBLISH in flight per table, the moves meanwhile folded into one more.
 
-        task = asyncio.get_running_loop().create_task(send())
-        self._sending.add(task)
-        task.add_done_callback(self._sending.discard)
+        A watcher re-reads the table from the database when woken, so one wake-up sent after a move
+        covers every move before it: a busy table costs a PUBLISH per Redis round trip, not one per bet.
+        """
+        if table_id in self._sending:
+            self._again.add(table_id)
+            return
+        self._sending[table_id] = asyncio.get_running_loop().create_task(self._send(table_id))
+
+    async def _send(self, table_id: str) -> None:
+        try:
+            while True:
+                self._again.discard(table_id)
+                # A lost wake-up only delays watchers until their next poll.
+                with contextlib.suppress(Exception):
+                    await self._redis.publish(self._prefix + table_id, "1")
+                if table_id not in self._again:
+                    return
+        finally:
+            self._sending.pop(table_id, None)
 
     async def wait(self, table_id: str, timeout_s: float) -> None:
         event = self._events[table_id]

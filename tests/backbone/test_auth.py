@@ -202,3 +202,20 @@ def test_require_checks_role_and_service_identity() -> None:
         require(wallet, Role.SERVICE, service="table")
     with pytest.raises(PermissionDenied):
         require(player, Role.SERVICE, Role.ADMIN)
+
+
+def test_a_verified_token_is_still_checked_against_the_clock_on_every_call() -> None:
+    signers, _ = _ring(ISSUER)
+    now = [1_000_000.0]
+    tokens = Tokens([s.trusted for s in signers], signers, clock=lambda: now[0])
+    token = tokens.issue("player:7", Role.PLAYER, ttl_s=60)
+    assert tokens.verify(token) == Principal("player:7", Role.PLAYER)
+    assert tokens.verify(token) == Principal("player:7", Role.PLAYER)  # the second time from what the first checked
+    tampered = token[:-4] + ("AAAA" if not token.endswith("AAAA") else "BBBB")
+    with pytest.raises(Unauthenticated) as forged:
+        tokens.verify(tampered)  # a token differing in its signature is verified on its own
+    assert forged.value.reason == "TOKEN_INVALID"
+    now[0] += 60 + 31  # past its expiry and the leeway
+    with pytest.raises(Unauthenticated) as expired:
+        tokens.verify(token)
+    assert expired.value.reason == "TOKEN_EXPIRED"
