@@ -231,3 +231,20 @@ async def test_a_new_owner_waits_for_the_old_owners_write_in_flight(fence_pool: 
     second = await taking_over
     order.append("new token")
     assert second == first + 1 and order == ["old write committed", "new token"]
+
+
+async def test_a_lease_renewed_every_so_often_asks_redis_only_then(
+    redis: Redis, fence_pool: AsyncConnectionPool
+) -> None:
+    """``renew_every_ms``: between confirmations ``renew`` trusts the last one; then it asks Redis again."""
+    name = f"relay:every-{time.monotonic_ns()}"
+    a = RedisLease(redis, name, "a", ttl_ms=3_000, fence=PgFence(fence_pool, name), renew_every_ms=300)
+    assert await a.acquire() is not None
+    await redis.delete(a.key)  # Redis forgets the lease (a FLUSHALL, a restart)
+    assert await a.renew()  # within 300 ms of the acquisition: not asked
+    await asyncio.sleep(0.35)
+    assert await a.renew() is False  # asked again: the owner learns it lost the lease
+    with pytest.raises(ValueError):
+        RedisLease(redis, name, "b", ttl_ms=3_000, renew_every_ms=300)  # only with a fence
+    with pytest.raises(ValueError):
+        RedisLease(redis, name, "b", ttl_ms=600, fence=PgFence(fence_pool, name), renew_every_ms=300)
