@@ -6,30 +6,46 @@ partition of the topics from the beginning up to the end offsets seen when it
 started, and applies the same handler with the same exactly-once rules. The
 two results can then be compared table by table.
 
-A replay works a poll (up to 2 000 records) at a time: the envelopes are decoded
-together, their tracking rows staged with COPY and written in one statement, and the events applied in
-one transaction — by the projection's ``batch_handler`` when it has one (the same
-effects as the handler applied event by event, in order, in a few statements), else
-by the handler with the statements pipelined.
+A replay works a poll (up to ``MAX_REPLAY_POLL_RECORDS``) at a time, in one transaction:
+the poll's tracking rows are staged with one COPY and recorded in one statement, which
+also leaves the poll indexes of the events seen for the first time in the temporary
+table ``replay_fresh (n)``; the events are then applied by the projection's ``stager``
+when it has one (the poll's rows prepared off the event loop, written with COPY and a
+few statements that keep the fresh events only), else its ``batch_handler``, else the
+handler with the statements pipelined, always with the effects of the handler applied
+event by event, in order. Decoding and staging the next poll (a worker thread) overlaps
+with PostgreSQL writing the previous one.
+
+The scratch schema is thrown away after the comparison, so its tables are UNLOGGED (no
+WAL) and the session commits without waiting for a WAL flush. The projection's plain
+(non-unique) indexes are built once at the end instead of row by row, and its foreign keys
+are put back at the end (each checked once over the whole table instead of by a trigger per
+row); unique indexes, which the exactly-once rules rely on, exist from the start.
 """
 
 from __future__ import annotations
 
 import asyncio
+import re
 import time
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
+from typing import Any, Protocol
 
 import psycopg
-from kafka import TopicPartition
+from kafka import KafkaConsumer, TopicPartition
 from niuniu.v1 import events_pb2
 from psycopg import sql
 
-from backbone.consumer import TRACKING_SCHEMA, Handler, canonical_event_id
+from backbone.consumer import TRACKING_SCHEMA, Handler
 from backbone.db import create_schema, run_ddl
 from backbone.kafka import make_consumer
 
-MAX_REPLAY_POLL_RECORDS = 2_000
+MAX_REPLAY_POLL_RECORDS = 5_000
+# Fetch sizes: a poll's records come in a few large fetches instead of many 1 MiB ones.
+REPLAY_PARTITION_FETCH_BYTES = 8 * 1024 * 1024
+REPLAY_FETCH_BYTES = 64 * 1024 * 1024
+POLL_TIMEOUT_MS = 500
 
 
 @dataclass(frozen=True, slots=True)
@@ -45,6 +61,17 @@ class Tracked:
 BatchHandler = Callable[[psycopg.AsyncConnection, Sequence[Tracked]], Awaitable[None]]
 
 
+class StagedBatch(Protocol):
+    """A poll prepared by a projection's stager (pure work, done on a worker thread)."""
+
+    async def write(self, conn: psycopg.AsyncConnection, stale: frozenset[int]) -> None:
+        """Apply the events of the poll whose index is in ``replay_fresh`` (``stale``: the other indexes)."""
+
+
+# Prepares the poll's events (index = position in the sequence) for writing; no I/O.
+Stager = Callable[[Sequence[Tracked]], StagedBatch]
+
+
 @dataclass(frozen=True, slots=True)
 class Projection:
     name: str
@@ -53,6 +80,10 @@ class Projection:
     tables: Sequence[str]
     # Optional: applies several events (new ones, in order) with the effects of ``handler`` on each.
     batch_handler: BatchHandler | None = None
+    # Optional, replay only: prepares a whole poll off the event loop; its ``write`` applies the fresh
+    # events with the effects of ``handler`` on each, in order. ``stage_ddl``: its temporary tables.
+    stager: Stager | None = None
+    stage_ddl: Sequence[str] = ()
 
 
 @dataclass(frozen=True, slots=True)
@@ -61,6 +92,29 @@ class ReplayReport:
     events_read: int
     events_applied: int
     seconds: float
+
+
+_REPLAY_STAGE = (
+    "CREATE TEMP TABLE IF NOT EXISTS replay_polled"
+    ' (n INT, event_id UUID, topic TEXT, partition INT, "offset" BIGINT) ON COMMIT DELETE ROWS',
+    "CREATE TEMP TABLE IF NOT EXISTS replay_fresh (n INT PRIMARY KEY) ON COMMIT DELETE ROWS",
+)
+
+# The poll's tracking rows, in poll order; an event read twice is new once (its first copy).
+_RECORD_POLLED = """
+WITH recorded AS (
+    INSERT INTO processed_events (consumer, event_id, topic, partition, "offset")
+    SELECT %s, event_id, topic, partition, "offset" FROM replay_polled ORDER BY n
+    ON CONFLICT DO NOTHING RETURNING event_id
+), fresh AS (
+    INSERT INTO replay_fresh (n)
+    SELECT min(p.n) FROM replay_polled p JOIN recorded USING (event_id) GROUP BY p.event_id
+    RETURNING n
+)
+SELECT count(*) FROM fresh
+"""
+
+_PLAIN_INDEX = re.compile(r"\s*CREATE\s+INDEX\s", re.IGNORECASE)
 
 
 async def replay(
@@ -74,9 +128,7 @@ async def replay(
 ) -> ReplayReport:
     """Rebuild ``projection`` from offset 0 of ``topics`` into the fresh ``schema``."""
     started = time.perf_counter()
-    consumer = make_consumer(
-        bootstrap_servers, None, f"replay-{projection.name}", max_poll_records=MAX_REPLAY_POLL_RECORDS
-    )
+    consumer = replay_consumer(bootstrap_servers, f"replay-{projection.name}")
     try:
         partitions = [
             TopicPartition(topic, p) for topic in topics for p in sorted(consumer.partitions_for_topic(topic) or ())
@@ -88,12 +140,107 @@ async def replay(
         async with await psycopg.AsyncConnection.connect(dsn) as conn:
             await create_schema(conn, schema, fresh=True)
             await conn.execute(sql.SQL("SET search_path TO {}, public").format(sql.Identifier(schema)))
+            await conn.execute("SET synchronous_commit = off")  # a scratch schema: nothing to lose in a crash
             await conn.commit()
-            await run_ddl(conn, [*TRACKING_SCHEMA, *projection.ddl])
+            later = [s for s in projection.ddl if _PLAIN_INDEX.match(s)]
+            await run_ddl(conn, [*TRACKING_SCHEMA, *(s for s in projection.ddl if not _PLAIN_INDEX.match(s))])
+            foreign_keys = await _scratch_tables(conn, schema)
+            await run_ddl(conn, [*_REPLAY_STAGE, *projection.stage_ddl])
             read, applied = await _drain(consumer, conn, projection, end, total, progress)
+            async with conn.transaction():  # built once over the whole replay: no statement timeout
+                await conn.execute("SET LOCAL statement_timeout = 0")
+                for index in later:
+                    await conn.execute(index)
+                for foreign_key in foreign_keys:
+                    await conn.execute(foreign_key)
     finally:
         consumer.close()
     return ReplayReport(schema, read, applied, time.perf_counter() - started)
+
+
+def replay_consumer(bootstrap_servers: str, client_id: str) -> KafkaConsumer:
+    """A consumer with the replay's settings (no group: partitions are assigned)."""
+    return make_consumer(
+        bootstrap_servers,
+        None,
+        client_id,
+        max_poll_records=MAX_REPLAY_POLL_RECORDS,
+        max_partition_fetch_bytes=REPLAY_PARTITION_FETCH_BYTES,
+        fetch_max_bytes=REPLAY_FETCH_BYTES,
+    )
+
+
+async def _scratch_tables(conn: psycopg.AsyncConnection, schema: str) -> list[sql.Composed]:
+    """Make the scratch schema's tables UNLOGGED and take their foreign keys off until the end.
+
+    Returns the statements that put the foreign keys back: each is then checked once, over the
+    whole replayed table, instead of by a trigger on every row inserted.
+    """
+    async with conn.transaction():
+        cur = await conn.execute(
+            "SELECT r.relname, k.conname, pg_get_constraintdef(k.oid) FROM pg_constraint k"
+            " JOIN pg_class r ON r.oid = k.conrelid JOIN pg_namespace s ON s.oid = r.relnamespace"
+            " WHERE s.nspname = %s AND k.contype = 'f' ORDER BY 1, 2",
+            (schema,),
+        )
+        foreign_keys = [(str(r[0]), str(r[1]), str(r[2])) for r in await cur.fetchall()]
+        for table, name, _ in foreign_keys:
+            await conn.execute(
+                sql.SQL("ALTER TABLE {}.{} DROP CONSTRAINT {}").format(
+                    sql.Identifier(schema), sql.Identifier(table), sql.Identifier(name)
+                )
+            )
+        cur = await conn.execute(
+            "SELECT c.relname FROM pg_class c JOIN pg_namespace s ON s.oid = c.relnamespace"
+            " WHERE s.nspname = %s AND c.relkind = 'r' ORDER BY 1",
+            (schema,),
+        )
+        for (table,) in await cur.fetchall():
+            await conn.execute(
+                sql.SQL("ALTER TABLE {}.{} SET UNLOGGED").format(sql.Identifier(schema), sql.Identifier(str(table)))
+            )
+    return [
+        sql.SQL("ALTER TABLE {}.{} ADD CONSTRAINT {} {}").format(
+            sql.Identifier(schema), sql.Identifier(table), sql.Identifier(name), sql.SQL(definition)
+        )
+        for table, name, definition in foreign_keys
+    ]
+
+
+@dataclass(slots=True)
+class _Poll:
+    polled: list[Tracked]
+    tracking: bytes  # replay_polled's rows in COPY text format
+    staged: StagedBatch | None
+    done: bool
+
+
+def _poll_and_stage(
+    consumer: Any, projection: Projection, end: dict[TopicPartition, int], remaining: set[TopicPartition]
+) -> _Poll:
+    """One poll, decoded and staged (runs on a worker thread; ``remaining`` is updated)."""
+    batches = consumer.poll(POLL_TIMEOUT_MS)
+    polled: list[Tracked] = []
+    rows: list[str] = []
+    parse = events_pb2.EventEnvelope.FromString
+    for tp, records in batches.items():
+        last = end[tp]
+        topic, partition = tp.topic, tp.partition
+        for record in records:
+            offset = record.offset
+            if offset >= last:
+                remaining.discard(tp)
+                break
+            envelope = parse(record.value)
+            rows.append(f"{len(polled)}\t{copy_text(envelope.event_id)}\t{copy_text(topic)}\t{partition}\t{offset}\n")
+            polled.append(Tracked(envelope, topic, partition, offset))
+            if offset + 1 >= last:
+                remaining.discard(tp)
+    for tp in list(remaining):
+        if consumer.position(tp) >= end[tp]:
+            remaining.discard(tp)
+    staged = projection.stager(polled) if polled and projection.stager is not None else None
+    return _Poll(polled, "".join(rows).encode(), staged, not remaining)
 
 
 async def _drain(
@@ -106,58 +253,59 @@ async def _drain(
 ) -> tuple[int, int]:
     read = applied = 0
     remaining = {tp for tp, offset in end.items() if offset > 0}
-    while remaining:
-        batches = await asyncio.to_thread(consumer.poll, 500)  # type: ignore[attr-defined]
-        polled: list[Tracked] = []
-        for tp, records in batches.items():
-            for record in records:
-                if record.offset >= end[tp]:
-                    remaining.discard(tp)
-                    break
-                polled.append(Tracked(_decode(record.value), tp.topic, tp.partition, record.offset))
-                if record.offset + 1 >= end[tp]:
-                    remaining.discard(tp)
-        if polled:
-            read += len(polled)
-            async with conn.transaction():
-                applied += await _apply(conn, projection, polled)
-        for tp in list(remaining):
-            if await asyncio.to_thread(consumer.position, tp) >= end[tp]:  # type: ignore[attr-defined]
-                remaining.discard(tp)
+    if not remaining:
+        return 0, 0
+    # The next poll is read and staged while this one is written.
+    upcoming: asyncio.Future[_Poll] | None = asyncio.ensure_future(
+        asyncio.to_thread(_poll_and_stage, consumer, projection, end, remaining)
+    )
+    while upcoming is not None:
+        poll = await upcoming
+        upcoming = (
+            None
+            if poll.done
+            else asyncio.ensure_future(asyncio.to_thread(_poll_and_stage, consumer, projection, end, remaining))
+        )
+        if poll.polled:
+            read += len(poll.polled)
+            try:
+                async with conn.transaction():
+                    applied += await _apply(conn, projection, poll)
+            except BaseException:
+                if upcoming is not None:
+                    await asyncio.gather(upcoming, return_exceptions=True)  # the consumer is closed next
+                raise
         if progress is not None:
             progress(read, total)
     return read, applied
 
 
-def _decode(value: bytes) -> events_pb2.EventEnvelope:
-    envelope = events_pb2.EventEnvelope()
-    envelope.ParseFromString(value)
-    return envelope
+_COPY_ESCAPES = str.maketrans({"\\": "\\\\", "\t": "\\t", "\n": "\\n", "\r": "\\r"})
 
 
-async def _apply(conn: psycopg.AsyncConnection, projection: Projection, polled: list[Tracked]) -> int:
-    """Record ``polled`` as processed (one statement) and apply the new ones; returns how many were new."""
-    await conn.execute(
-        "CREATE TEMP TABLE IF NOT EXISTS replay_polled"
-        ' (n INT, event_id UUID, topic TEXT, partition INT, "offset" BIGINT) ON COMMIT DELETE ROWS'
-    )
+def copy_text(value: str) -> str:
+    """``value`` as a field of PostgreSQL's COPY text format."""
+    if "\\" in value or "\t" in value or "\n" in value or "\r" in value:
+        return value.translate(_COPY_ESCAPES)
+    return value
+
+
+async def _apply(conn: psycopg.AsyncConnection, projection: Projection, poll: _Poll) -> int:
+    """Record the poll as processed (one statement) and apply the new events; returns how many were new."""
     cur = conn.cursor()
     async with cur.copy('COPY replay_polled (n, event_id, topic, partition, "offset") FROM STDIN') as copy:
-        for n, tracked in enumerate(polled):
-            await copy.write_row((n, tracked.envelope.event_id, tracked.topic, tracked.partition, tracked.offset))
-    await cur.execute(
-        'INSERT INTO processed_events (consumer, event_id, topic, partition, "offset")'
-        ' SELECT %s, event_id, topic, partition, "offset" FROM replay_polled ORDER BY n'
-        " ON CONFLICT DO NOTHING RETURNING event_id",
-        (projection.name,),
-    )
-    new = {str(row[0]) for row in await cur.fetchall()}
-    fresh: list[Tracked] = []
-    for tracked in polled:
-        event_id = canonical_event_id(tracked.envelope.event_id)
-        if event_id in new:
-            new.discard(event_id)  # published twice: the first copy only
-            fresh.append(tracked)
+        await copy.write(poll.tracking)
+    await cur.execute(_RECORD_POLLED, (projection.name,))
+    row = await cur.fetchone()
+    fresh_count = int(row[0]) if row else 0
+    stale: frozenset[int] = frozenset()
+    if fresh_count < len(poll.polled):
+        await cur.execute("SELECT n FROM replay_polled WHERE n NOT IN (SELECT n FROM replay_fresh)")
+        stale = frozenset(int(r[0]) for r in await cur.fetchall())
+    if poll.staged is not None:
+        await poll.staged.write(conn, stale)
+        return fresh_count
+    fresh = [tracked for n, tracked in enumerate(poll.polled) if n not in stale]
     if projection.batch_handler is not None:
         await projection.batch_handler(conn, fresh)
     else:

@@ -13,8 +13,11 @@
   niuniu-audit verify-round ROUND
       Show the round's journal and check it against the table's RoundSettled: every
       transfer has its movement, every hold of the round is resolved.
-  niuniu-audit bench-replay [--events N]
-      Replay speed (events/s) on N synthetic wallet and table events in scratch topics.
+  niuniu-audit bench-replay [--events N] [--scratch-dsn DSN]
+      Replay speed (events/s) on N synthetic wallet and table events in scratch topics, into a
+      scratch schema of --scratch-dsn (default NIUNIU_AUDIT_SCRATCH_DSN, then DATABASE_URL), with
+      two rates measured in the same run: kafka-python alone reading and parsing the same records,
+      and PostgreSQL's one-row INSERT commits/s.
 
 Connections come from the environment, each overridable by a flag: NIUNIU_AUDITOR_DSN
 (a read-only role is enough; else NIUNIU_LEDGER_DSN or DATABASE_URL), NIUNIU_LEDGER_SCHEMA
@@ -69,7 +72,7 @@ from backbone.auth import DEVELOPMENT, ENV_MODE, Role, operator_token
 from backbone.config import DEFAULT_KAFKA
 from backbone.eventstore import build_envelope
 from backbone.kafka import TopicSpec, ensure_topics, make_admin, make_consumer, make_producer, use_identity
-from backbone.replay import ReplayReport, replay
+from backbone.replay import ReplayReport, replay, replay_consumer
 from backbone.topics import Topics
 from services.ledger import queries
 from services.ledger.projection import CONSUMER, JOURNAL
@@ -561,21 +564,36 @@ async def _run_verify_round(args: argparse.Namespace, out: TextIO) -> int:
 # --- bench-replay ----------------------------------------------------------------------------------------
 
 
-async def bench_replay(events: int, dsn: str, kafka: str) -> tuple[ReplayReport, int]:
-    """Replay ``events`` synthetic events from scratch topics; returns the report and the entries journaled."""
+@dataclass(frozen=True, slots=True)
+class BenchReport:
+    replay: ReplayReport
+    entries: int
+    # Measured in the same run: kafka-python alone reading and parsing the same records (records/s,
+    # with the replay's consumer settings), and PostgreSQL's one-row INSERT commits/s (16 connections).
+    kafka_parse_per_s: float
+    pg_commits_per_s: float
+
+
+async def bench_replay(events: int, dsn: str, kafka: str) -> BenchReport:
+    """Replay ``events`` synthetic events from scratch topics, with the same run's reference rates."""
+    from backbone.bench import pg_commit_rate
+
     tag = uuid.uuid4().hex[:8]
     topics = Topics(f"bench{tag}.")
     specs = [TopicSpec(topics.wallet_events, partitions=6), TopicSpec(topics.table_events, partitions=6)]
     ensure_topics(kafka, specs)
     schema = f"ledger_bench_{tag}"
+    names = [topics.wallet_events, topics.table_events]
     try:
         _produce_synthetic(kafka, topics, events)
-        report = await replay(dsn, kafka, [topics.wallet_events, topics.table_events], JOURNAL, schema)
+        report = await replay(dsn, kafka, names, JOURNAL, schema)
         conn = await _connect(dsn, schema)
         async with conn:
             cur = await conn.execute("SELECT count(*) FROM journal_entries")
             row = await cur.fetchone()
-        return report, int(row[0]) if row else 0
+        kafka_rate = await asyncio.to_thread(kafka_parse_rate, kafka, names)
+        commits = await pg_commit_rate(dsn)
+        return BenchReport(report, int(row[0]) if row else 0, kafka_rate, commits)
     finally:
         async with await psycopg.AsyncConnection.connect(dsn, autocommit=True) as conn:
             await conn.execute(sql.SQL("DROP SCHEMA IF EXISTS {} CASCADE").format(sql.Identifier(schema)))
@@ -584,6 +602,26 @@ async def bench_replay(events: int, dsn: str, kafka: str) -> tuple[ReplayReport,
             admin.delete_topics([s.name for s in specs])
         finally:
             admin.close()
+
+
+def kafka_parse_rate(kafka: str, topics: Sequence[str]) -> float:
+    """Records/s kafka-python alone reads and parses (EventEnvelope) from offset 0 of ``topics``."""
+    consumer = replay_consumer(kafka, "niuniu-audit-bench-kafka")
+    try:
+        parts = [TopicPartition(t, p) for t in topics for p in sorted(consumer.partitions_for_topic(t) or ())]
+        consumer.assign(parts)
+        consumer.seek_to_beginning(*parts)
+        total = sum(consumer.end_offsets(parts).values())
+        parse = events_pb2.EventEnvelope.FromString
+        started, read = time.perf_counter(), 0
+        while read < total:
+            for records in consumer.poll(timeout_ms=500).values():
+                for record in records:
+                    parse(record.value)
+                read += len(records)
+        return read / (time.perf_counter() - started)
+    finally:
+        consumer.close()
 
 
 def _produce_synthetic(kafka: str, topics: Topics, events: int) -> int:
@@ -614,12 +652,23 @@ def _produce_synthetic(kafka: str, topics: Topics, events: int) -> int:
 
 
 def _run_bench(args: argparse.Namespace, out: TextIO) -> int:
-    report, entries = _run_coroutine(bench_replay(args.events, args.dsn, args.kafka))
+    bench = _run_coroutine(bench_replay(args.events, args.scratch_dsn or args.dsn, args.kafka))
+    report, entries = bench.replay, bench.entries
     rate = report.events_read / report.seconds if report.seconds else 0.0
     print(f"ledger replay benchmark, {report.events_read} events ({entries} journal entries)", file=out)
     print(f"  replay_seconds           {report.seconds:10.2f}", file=out)
     print(f"  replay_events_per_s      {rate:10.0f}", file=out)
     print(f"  entries_per_s            {entries / report.seconds if report.seconds else 0.0:10.0f}", file=out)
+    print(
+        f"  kafka_parse_per_s        {bench.kafka_parse_per_s:10.0f}   (kafka-python alone, same records, same run;"
+        f" replay = {100 * rate / bench.kafka_parse_per_s if bench.kafka_parse_per_s else 0.0:.0f} %)",
+        file=out,
+    )
+    print(
+        f"  pg_commits_per_s         {bench.pg_commits_per_s:10.0f}   (one-row INSERT commits, 16 connections,"
+        " same run)",
+        file=out,
+    )
     return EXIT_OK
 
 
@@ -691,6 +740,12 @@ def build_parser() -> argparse.ArgumentParser:
     ver.add_argument("--no-recompute", action="store_true", help="check the journal only; do not re-deal the round")
     bench = commands.add_parser("bench-replay", parents=[common], help="replay speed on synthetic events")
     bench.add_argument("--events", type=int, default=DEFAULT_BENCH_EVENTS, help="how many events (default: 20000)")
+    bench.add_argument(
+        "--scratch-dsn",
+        default=env.get("NIUNIU_AUDIT_SCRATCH_DSN") or env.get("DATABASE_URL", ""),
+        help="database the benchmark's scratch schema is made in (default: $NIUNIU_AUDIT_SCRATCH_DSN,"
+        " $DATABASE_URL; else --dsn)",
+    )
     return parser
 
 

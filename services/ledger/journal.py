@@ -203,36 +203,104 @@ def _as_movement(message: Message) -> wallet_pb2.Movement:
     return wallet_pb2.Movement.FromString(message.SerializeToString())
 
 
+# An entry as plain values, for the replay's hot path (no object per entry or line):
+# (entry_id, movement_index, kind, round_id, hold_id, bet_id, lines), each line (account, bucket, debit, credit).
+EntryRow = tuple[str, int, str, str, str, str, tuple[tuple[str, str, int, int], ...]]
+
+
 def journal_event(envelope: events_pb2.EventEnvelope) -> Journaled:
     """The entries (and rejected movements) of one wallet event."""
+    rows, rejected = journal_rows(envelope)
+    entries = tuple(
+        Entry(entry_id, index, kind, round_id, hold_id, bet_id, tuple(Line(*line) for line in lines))
+        for entry_id, index, kind, round_id, hold_id, bet_id, lines in rows
+    )
+    return Journaled(entries, tuple(rejected))
+
+
+def journal_rows(envelope: events_pb2.EventEnvelope) -> tuple[list[EntryRow], list[Rejected]]:
+    """``journal_event`` as plain values: the same entries (in movement order) and rejects."""
     payload = decode_payload(envelope)
     if payload is None:
         if not is_wallet_event(envelope):
-            return Journaled((), ())  # a table event type this build does not know: no money in it
+            return [], []  # a table event type this build does not know: no money in it
         detail = f"cannot decode payload {envelope.payload.type_url!r} of {envelope.event_type!r}"
-        return Journaled((), (Rejected(-1, f"{envelope.event_id}:-", Reason.PAYLOAD_UNDECODABLE, detail),))
+        return [], [Rejected(-1, f"{envelope.event_id}:-", Reason.PAYLOAD_UNDECODABLE, detail)]
+    walk = _walk_of(payload.DESCRIPTOR) if payload.DESCRIPTOR.full_name != MOVEMENT else True
+    if not walk:
+        return [], []  # no Movement can be inside this type
     default_round = _string_field(payload, "round_id") or envelope.correlation_id
     default_hold = _string_field(payload, "hold_id")
-    entries: list[Entry] = []
+    entries: list[EntryRow] = []
     rejected: list[Rejected] = []
     for index, movement in enumerate(find_movements(payload)):
+        row = _fast_entry(envelope.event_id, index, movement, default_round, default_hold)
+        if row is not None:
+            entries.append(row)
+            continue
         result = build_entry(envelope.event_id, index, movement, default_round, default_hold)
         if isinstance(result, Entry):
-            entries.append(result)
+            lines = tuple((line.account, line.bucket, line.debit_minor, line.credit_minor) for line in result.lines)
+            entries.append((result.entry_id, index, result.kind, result.round_id, result.hold_id, result.bet_id, lines))
         else:
             rejected.append(result)
-    return Journaled(tuple(entries), tuple(rejected))
+    return entries, rejected
+
+
+_BUCKETS = {wallet_pb2.BUCKET_AVAILABLE: "available", wallet_pb2.BUCKET_HELD: "held"}
+
+
+def _fast_entry(
+    event_id: str, index: int, movement: wallet_pb2.Movement, default_round: str, default_hold: str
+) -> EntryRow | None:
+    """``build_entry``'s entry when every leg is plainly valid (charted account, known bucket, amount in
+    range) and the legs balance; None when ``build_entry`` must decide (and name the reject)."""
+    legs = movement.legs
+    if not legs or len(legs) > MAX_LEGS_PER_MOVEMENT:
+        return None
+    lines: list[tuple[str, str, int, int]] = []
+    total = 0
+    for leg in legs:
+        account, amount = leg.account, leg.amount_minor
+        bucket = _BUCKETS.get(leg.bucket)
+        if bucket is None or account not in _CHARTED or amount > MAX_LEG_MINOR or amount < -MAX_LEG_MINOR:
+            return None
+        total += amount
+        if amount > 0:
+            lines.append((account, bucket, 0, amount))
+        elif amount < 0:
+            lines.append((account, bucket, -amount, 0))
+    if total != 0:
+        return None
+    return (
+        movement.movement_id or f"{event_id}:{index}",
+        index,
+        movement.kind,
+        movement.round_id or default_round,
+        movement.hold_id or default_hold,
+        movement.bet_id,
+        tuple(lines),
+    )
 
 
 def is_wallet_event(envelope: events_pb2.EventEnvelope) -> bool:
     return envelope.producer == "wallet" or envelope.event_type.startswith("wallet.")
 
 
+# Per (message type, field name): whether the type has that singular string field.
+_STRING_FIELDS: dict[tuple[str, str], bool] = {}
+
+
 def _string_field(message: Message, name: str) -> str:
-    field = message.DESCRIPTOR.fields_by_name.get(name)
-    if field is None or field.type != FieldDescriptor.TYPE_STRING or field.is_repeated:
-        return ""
-    return str(getattr(message, name))
+    descriptor = message.DESCRIPTOR
+    key = (descriptor.full_name, name)
+    has = _STRING_FIELDS.get(key)
+    if has is None:
+        field = descriptor.fields_by_name.get(name)
+        has = field is not None and field.type == FieldDescriptor.TYPE_STRING and not field.is_repeated
+        if len(_STRING_FIELDS) < MAX_CACHED_TYPES:
+            _STRING_FIELDS[key] = has
+    return str(getattr(message, name)) if has else ""
 
 
 def entry_id_of(event_id: str, index: int, movement: wallet_pb2.Movement) -> str:

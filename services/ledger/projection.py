@@ -20,12 +20,13 @@ from typing import Any
 import psycopg
 from niuniu.table.v1 import events_pb2 as table_pb2
 from niuniu.v1 import events_pb2
+from psycopg import sql
 
-from backbone.consumer import SelectiveHandler, canonical_event_id, handling
-from backbone.replay import Projection, Tracked
+from backbone.consumer import SelectiveHandler, handling
+from backbone.replay import Projection, Tracked, copy_text
 from services.ledger import metrics
 from services.ledger.accounts import account_type
-from services.ledger.journal import Entry, Reason, Rejected, journal_event
+from services.ledger.journal import Entry, Reason, Rejected, journal_event, journal_rows
 
 log = logging.getLogger(__name__)
 
@@ -297,35 +298,43 @@ async def _write_entries(
     return {str(row[0]) for row in await cur.fetchall()}
 
 
-# The batch path stages a poll's rows with COPY (temporary tables, emptied at commit) and
-# writes them with one statement each: the same effects as the one-event statements applied
-# event after event. Rows are inserted in batch order, so an entry id repeated across events
-# is kept from its first event (the others become rejects, as one by one), and a round
-# indexed twice keeps its first outcome; lines, balance changes and round bets only follow
-# the rows inserted.
-_STAGE = (
-    "CREATE TEMP TABLE IF NOT EXISTS stage_entries (n INT, entry_id TEXT, event_id UUID, movement_index INT,"
-    " event_type TEXT, kind TEXT, round_id TEXT, hold_id TEXT, bet_id TEXT, occurred_at TIMESTAMPTZ, topic TEXT,"
+# The replay's path (``stage_journal``): a whole poll is turned into rows on the replay's worker
+# thread and staged with COPY (temporary tables, emptied at commit); a few statements then write
+# the rows of the poll's fresh events (``replay_fresh``): the same effects as the one-event
+# statements applied event after event. Rows are inserted in poll order, so an entry id repeated
+# across events is kept from its first event (the others become rejects, as one by one), and a
+# round indexed twice keeps its first outcome; lines, balance changes and round bets only follow
+# the rows inserted. Times travel as microseconds since the epoch (what ``ToDatetime`` keeps).
+STAGE_DDL = (
+    "CREATE TEMP TABLE IF NOT EXISTS stage_entries (pn INT, n INT, entry_id TEXT, movement_index INT, kind TEXT,"
+    " round_id TEXT, hold_id TEXT, bet_id TEXT, event_id UUID, event_type TEXT, occurred_us BIGINT, topic TEXT,"
     ' partition INT, "offset" BIGINT, wallet_position BIGINT) ON COMMIT DELETE ROWS',
-    "CREATE TEMP TABLE IF NOT EXISTS stage_lines (entry_id TEXT, event_id UUID, movement_index INT, line_no INT,"
-    " account TEXT, bucket TEXT, account_type SMALLINT, debit_minor BIGINT, credit_minor BIGINT) ON COMMIT DELETE ROWS",
-    "CREATE TEMP TABLE IF NOT EXISTS stage_rounds (n INT, round_id TEXT, table_id TEXT, variant TEXT, status TEXT,"
-    " event_id UUID, occurred_at TIMESTAMPTZ, bets INT, transfers INT, event BYTEA) ON COMMIT DELETE ROWS",
-    "CREATE TEMP TABLE IF NOT EXISTS stage_round_bets (round_id TEXT, event_id UUID, bet_id TEXT, player TEXT,"
-    " area TEXT, stake_minor BIGINT, outcome TEXT, net_minor BIGINT, hold_id TEXT) ON COMMIT DELETE ROWS",
+    "CREATE TEMP TABLE IF NOT EXISTS stage_lines (n INT, line_no INT, account TEXT, bucket TEXT,"
+    " account_type SMALLINT, debit_minor BIGINT, credit_minor BIGINT) ON COMMIT DELETE ROWS",
+    "CREATE TEMP TABLE IF NOT EXISTS stage_rounds (pn INT, n INT, round_id TEXT, table_id TEXT, variant TEXT,"
+    " status TEXT, event_id UUID, occurred_us BIGINT, bets INT, transfers INT, event BYTEA) ON COMMIT DELETE ROWS",
+    "CREATE TEMP TABLE IF NOT EXISTS stage_round_bets (rn INT, bet_id TEXT, player TEXT, area TEXT,"
+    " stake_minor BIGINT, outcome TEXT, net_minor BIGINT, hold_id TEXT) ON COMMIT DELETE ROWS",
 )
 
-_WRITE_STAGED_ENTRIES = """
-WITH new_entries AS (
+_EPOCH_PLUS_US = "'epoch'::timestamptz + occurred_us * interval '1 microsecond'"
+
+_WRITE_STAGED_ENTRIES = f"""
+WITH fresh AS MATERIALIZED (
+    SELECT * FROM stage_entries WHERE pn IN (SELECT n FROM replay_fresh)
+), new_entries AS (
     INSERT INTO journal_entries (entry_id, event_id, movement_index, event_type, kind, round_id, hold_id, bet_id,
                                  occurred_at, topic, partition, "offset", wallet_position)
-    SELECT entry_id, event_id, movement_index, event_type, kind, round_id, hold_id, bet_id, occurred_at, topic,
+    SELECT entry_id, event_id, movement_index, event_type, kind, round_id, hold_id, bet_id, {_EPOCH_PLUS_US}, topic,
            partition, "offset", wallet_position
-    FROM stage_entries ORDER BY n
+    FROM fresh ORDER BY n
     ON CONFLICT DO NOTHING
-    RETURNING entry_id, event_id, movement_index
+    RETURNING event_id, movement_index
+), inserted AS MATERIALIZED (
+    SELECT f.n, f.entry_id FROM fresh f JOIN new_entries USING (event_id, movement_index)
 ), lines AS (
-    SELECT l.* FROM stage_lines l JOIN new_entries USING (entry_id, event_id, movement_index)
+    SELECT i.entry_id, l.line_no, l.account, l.bucket, l.account_type, l.debit_minor, l.credit_minor
+    FROM stage_lines l JOIN inserted i USING (n)
 ), new_lines AS (
     INSERT INTO journal_lines (entry_id, line_no, account, bucket, debit_minor, credit_minor)
     SELECT entry_id, line_no, account, bucket, debit_minor, credit_minor FROM lines
@@ -340,139 +349,156 @@ WITH new_entries AS (
         balance_minor = balances.balance_minor + EXCLUDED.balance_minor,
         lines = balances.lines + EXCLUDED.lines
 )
-SELECT event_id::text, movement_index FROM new_entries
+SELECT f.pn, f.movement_index, f.entry_id FROM fresh f WHERE f.n NOT IN (SELECT n FROM inserted)
+UNION ALL
+SELECT -1, count(*)::int, '' FROM inserted
 """
 
-_WRITE_STAGED_ROUNDS = """
-WITH new_rounds AS (
+_WRITE_STAGED_ROUNDS = f"""
+WITH fresh AS MATERIALIZED (
+    SELECT * FROM stage_rounds WHERE pn IN (SELECT n FROM replay_fresh)
+), new_rounds AS (
     INSERT INTO rounds (round_id, table_id, variant, status, event_id, occurred_at, bets, transfers, event)
-    SELECT round_id, table_id, variant, status, event_id, occurred_at, bets, transfers, event
-    FROM stage_rounds ORDER BY n
+    SELECT round_id, table_id, variant, status, event_id, {_EPOCH_PLUS_US}, bets, transfers, event
+    FROM fresh ORDER BY n
     ON CONFLICT (round_id) DO NOTHING
     RETURNING round_id, event_id
+), kept AS MATERIALIZED (
+    SELECT f.n FROM fresh f JOIN new_rounds USING (round_id, event_id)
 ), new_bets AS (
     INSERT INTO round_bets (round_id, bet_id, player, area, stake_minor, outcome, net_minor, hold_id)
-    SELECT b.round_id, b.bet_id, b.player, b.area, b.stake_minor, b.outcome, b.net_minor, b.hold_id
-    FROM stage_round_bets b JOIN new_rounds USING (round_id, event_id)
+    SELECT f.round_id, b.bet_id, b.player, b.area, b.stake_minor, b.outcome, b.net_minor, b.hold_id
+    FROM stage_round_bets b JOIN kept k ON k.n = b.rn JOIN fresh f ON f.n = b.rn
     ON CONFLICT DO NOTHING
 )
-SELECT round_id, event_id::text FROM new_rounds
+SELECT f.round_id, f.event_id::text FROM fresh f WHERE f.n NOT IN (SELECT n FROM kept)
 """
 
+# Account name -> its type (the type follows from the name alone).
+_ACCOUNT_TYPES: dict[str, int] = {}
+MAX_CACHED_ACCOUNT_TYPES = 100_000
 
-async def apply_batch(conn: psycopg.AsyncConnection, batch: Sequence[Tracked]) -> None:
-    """The handler for several events read from Kafka, in order: the effects of ``apply`` on each."""
-    planned: list[tuple[Tracked, list[Entry], list[Rejected]]] = []
-    rounds: list[tuple[Tracked, tuple[Any, ...], list[tuple[Any, ...]]]] = []
-    for tracked in batch:
-        envelope = tracked.envelope
-        if envelope.payload.Is(ROUND_SETTLED) or envelope.payload.Is(ROUND_VOIDED):
-            row, bets = _round_rows(envelope)
-            rounds.append((tracked, row, bets))
-            continue
-        journaled = journal_event(envelope)
-        rejected = list(journaled.rejected)
-        rejected.extend(_duplicates_within(journaled.entries))
-        planned.append((tracked, _first_of_each_id(journaled.entries), rejected))
-    for statement in _STAGE:
-        await conn.execute(statement)
-    if rounds:
-        await _write_rounds(conn, rounds)
-    written = await _write_entries_staged(conn, [(t, e) for t, es, _ in planned for e in es])
-    for tracked, kept, rejected in planned:
-        event_id = canonical_event_id(tracked.envelope.event_id)
-        rejected.extend(
-            Rejected(e.movement_index, e.entry_id, Reason.DUPLICATE_ENTRY_ID, "already journaled from another event")
-            for e in kept
-            if (event_id, e.movement_index) not in written
-        )
-        if rejected:
+
+def _account_type_of(account: str) -> int:
+    kind = _ACCOUNT_TYPES.get(account)
+    if kind is None:
+        kind = int(account_type(account))
+        if len(_ACCOUNT_TYPES) < MAX_CACHED_ACCOUNT_TYPES:
+            _ACCOUNT_TYPES[account] = kind
+    return kind
+
+
+def _micros(envelope: events_pb2.EventEnvelope) -> int:
+    """``occurred_at`` in microseconds since the epoch (``ToDatetime``'s precision)."""
+    at = envelope.occurred_at
+    return int(at.seconds) * 1_000_000 + int(at.nanos) // 1_000
+
+
+class StagedJournal:
+    """A poll of the journal's topics as COPY rows (``stage_journal``), written by ``write``."""
+
+    __slots__ = ("_batch", "_bets", "_entries", "_lines", "_rejects", "_rounds")
+
+    def __init__(self, batch: Sequence[Tracked]) -> None:
+        self._batch = batch
+        entries: list[str] = []
+        lines: list[str] = []
+        rounds: list[str] = []
+        bets: list[str] = []
+        # Per event index: the rejects known before writing (refused movements, ids repeated within it).
+        self._rejects: dict[int, list[Rejected]] = {}
+        is_round: dict[str, bool] = {}  # per type url: ``payload.Is`` RoundSettled or RoundVoided
+        for pn, tracked in enumerate(batch):
+            envelope = tracked.envelope
+            type_url = envelope.payload.type_url
+            round_event = is_round.get(type_url)
+            if round_event is None:
+                round_event = is_round[type_url] = envelope.payload.Is(ROUND_SETTLED) or envelope.payload.Is(
+                    ROUND_VOIDED
+                )
+            if round_event:
+                row, round_bets = _round_rows(envelope)
+                rn = len(rounds)
+                round_id, table_id, variant, status, event_id, _, n_bets, n_transfers, event = row
+                rounds.append(
+                    f"{pn}\t{rn}\t{copy_text(round_id)}\t{copy_text(table_id)}\t{copy_text(variant)}\t{status}"
+                    f"\t{copy_text(event_id)}\t{_micros(envelope)}\t{n_bets}\t{n_transfers}\t\\\\x{event.hex()}\n"
+                )
+                bets.extend(
+                    f"{rn}\t{copy_text(bet_id)}\t{copy_text(player)}\t{copy_text(area)}\t{stake}"
+                    f"\t{copy_text(outcome)}\t{net}\t{copy_text(hold_id)}\n"
+                    for _, bet_id, player, area, stake, outcome, net, hold_id in round_bets
+                )
+                continue
+            rows, rejected = journal_rows(envelope)
+            if not rows and not rejected:
+                continue
+            seen: set[str] = set()
+            event = (
+                f"{copy_text(envelope.event_id)}\t{copy_text(envelope.event_type)}\t{_micros(envelope)}"
+                f"\t{copy_text(tracked.topic)}\t{tracked.partition}\t{tracked.offset}\t{envelope.store_position}\n"
+            )
+            for entry_id, index, kind, round_id, hold_id, bet_id, entry_lines in rows:
+                if entry_id in seen:
+                    rejected.append(
+                        Rejected(index, entry_id, Reason.DUPLICATE_ENTRY_ID, "the event repeats this movement id")
+                    )
+                    continue
+                seen.add(entry_id)
+                n = len(entries)
+                entries.append(
+                    f"{pn}\t{n}\t{copy_text(entry_id)}\t{index}\t{copy_text(kind)}\t{copy_text(round_id)}"
+                    f"\t{copy_text(hold_id)}\t{copy_text(bet_id)}\t{event}"
+                )
+                lines.extend(
+                    f"{n}\t{no}\t{copy_text(account)}\t{bucket}\t{_account_type_of(account)}\t{debit}\t{credit}\n"
+                    for no, (account, bucket, debit, credit) in enumerate(entry_lines)
+                )
+            if rejected:
+                self._rejects[pn] = rejected
+        self._entries = "".join(entries).encode()
+        self._lines = "".join(lines).encode()
+        self._rounds = "".join(rounds).encode()
+        self._bets = "".join(bets).encode()
+
+    async def write(self, conn: psycopg.AsyncConnection, stale: frozenset[int]) -> None:
+        async with conn.cursor() as cur:
+            if self._rounds:
+                await _copy(cur, "stage_rounds", self._rounds)
+                await _copy(cur, "stage_round_bets", self._bets)
+                await cur.execute(_WRITE_STAGED_ROUNDS)
+                for round_id, event_id in await cur.fetchall():
+                    log.warning(
+                        "round already indexed; keeping the first outcome",
+                        extra={"round_id": round_id, "event_id": event_id},
+                    )
+            rejects = {pn: list(found) for pn, found in self._rejects.items() if pn not in stale}
+            if self._entries:
+                await _copy(cur, "stage_entries", self._entries)
+                await _copy(cur, "stage_lines", self._lines)
+                await cur.execute(_WRITE_STAGED_ENTRIES)
+                for pn, index, entry_id in await cur.fetchall():
+                    if pn < 0:
+                        metrics.ENTRIES_JOURNALED.inc(index)
+                        continue
+                    rejects.setdefault(pn, []).append(
+                        Rejected(index, entry_id, Reason.DUPLICATE_ENTRY_ID, "already journaled from another event")
+                    )
+        for pn in sorted(rejects):
+            tracked = self._batch[pn]
             position = Position(tracked.topic, tracked.partition, tracked.offset, tracked.envelope.store_position)
-            for reject in sorted(rejected, key=lambda r: r.movement_index):
+            for reject in sorted(rejects[pn], key=lambda r: r.movement_index):
                 await _reject(conn, tracked.envelope, position, reject)
 
 
-async def _write_entries_staged(
-    conn: psycopg.AsyncConnection, entries: list[tuple[Tracked, Entry]]
-) -> set[tuple[str, int]]:
-    """Stage and insert ``entries`` (in order); returns (event id, movement index) of those inserted."""
-    if not entries:
-        return set()
-    async with conn.cursor() as cur:
-        async with cur.copy(
-            "COPY stage_entries (n, entry_id, event_id, movement_index, event_type, kind, round_id, hold_id, bet_id,"
-            ' occurred_at, topic, partition, "offset", wallet_position) FROM STDIN'
-        ) as copy:
-            for n, (t, e) in enumerate(entries):
-                assert e.debit_minor == e.credit_minor, f"refusing unbalanced entry {e.entry_id}"
-                envelope = t.envelope
-                await copy.write_row(
-                    (
-                        n,
-                        e.entry_id,
-                        envelope.event_id,
-                        e.movement_index,
-                        envelope.event_type,
-                        e.kind,
-                        e.round_id,
-                        e.hold_id,
-                        e.bet_id,
-                        envelope.occurred_at.ToDatetime(tzinfo=UTC),
-                        t.topic,
-                        t.partition,
-                        t.offset,
-                        envelope.store_position,
-                    )
-                )
-        async with cur.copy(
-            "COPY stage_lines (entry_id, event_id, movement_index, line_no, account, bucket, account_type,"
-            " debit_minor, credit_minor) FROM STDIN"
-        ) as copy:
-            for t, e in entries:
-                for no, line in enumerate(e.lines):
-                    await copy.write_row(
-                        (
-                            e.entry_id,
-                            t.envelope.event_id,
-                            e.movement_index,
-                            no,
-                            line.account,
-                            line.bucket,
-                            account_type(line.account),
-                            line.debit_minor,
-                            line.credit_minor,
-                        )
-                    )
-        await cur.execute(_WRITE_STAGED_ENTRIES)
-        written = {(str(row[0]), int(row[1])) for row in await cur.fetchall()}
-    metrics.ENTRIES_JOURNALED.inc(len(written))
-    return written
+async def _copy(cur: psycopg.AsyncCursor[Any], table: str, rows: bytes) -> None:
+    async with cur.copy(sql.SQL("COPY {} FROM STDIN").format(sql.Identifier(table))) as copy:
+        await copy.write(rows)
 
 
-async def _write_rounds(
-    conn: psycopg.AsyncConnection, rounds: list[tuple[Tracked, tuple[Any, ...], list[tuple[Any, ...]]]]
-) -> None:
-    async with conn.cursor() as cur:
-        async with cur.copy(
-            "COPY stage_rounds (n, round_id, table_id, variant, status, event_id, occurred_at, bets, transfers, event)"
-            " FROM STDIN"
-        ) as copy:
-            for n, (_, row, _) in enumerate(rounds):
-                await copy.write_row((n, *row))
-        async with cur.copy(
-            "COPY stage_round_bets (round_id, event_id, bet_id, player, area, stake_minor, outcome, net_minor,"
-            " hold_id) FROM STDIN"
-        ) as copy:
-            for _, row, bets in rounds:
-                for bet in bets:
-                    await copy.write_row((bet[0], row[4], *bet[1:]))
-        await cur.execute(_WRITE_STAGED_ROUNDS)
-        kept = {(str(r[0]), str(r[1])) for r in await cur.fetchall()}
-    for _, row, _ in rounds:
-        if (row[0], canonical_event_id(row[4])) not in kept:
-            log.warning(
-                "round already indexed; keeping the first outcome", extra={"round_id": row[0], "event_id": row[4]}
-            )
+def stage_journal(batch: Sequence[Tracked]) -> StagedJournal:
+    """The replay's stager: the poll's rows, ready to COPY (pure, no I/O)."""
+    return StagedJournal(batch)
 
 
 async def _reject(
@@ -572,7 +598,7 @@ async def _index_round(conn: psycopg.AsyncConnection, envelope: events_pb2.Event
             )
 
 
-JOURNAL = Projection(name=CONSUMER, ddl=DDL, handler=apply, tables=TABLES, batch_handler=apply_batch)
+JOURNAL = Projection(name=CONSUMER, ddl=DDL, handler=apply, tables=TABLES, stager=stage_journal, stage_ddl=STAGE_DDL)
 
 
 apply_rounds: SelectiveHandler = handling(ROUND_EVENT_TYPES, apply)
