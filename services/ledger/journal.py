@@ -192,6 +192,41 @@ def find_movements(message: Message, depth: int = 0) -> Iterator[wallet_pb2.Move
             yield from find_movements(child, depth + 1)
 
 
+# Per message type: its walk when every field in it holds Movements directly (singular or
+# repeated, not in a map): then the Movements are read without the recursive walk.
+_DIRECT: dict[str, tuple[tuple[str, int], ...] | None] = {}
+
+
+def _direct_walk(descriptor: Any) -> tuple[tuple[str, int], ...] | None:
+    name = descriptor.full_name
+    try:
+        return _DIRECT[name]
+    except KeyError:
+        pass
+    walk = _walk_of(descriptor)
+    direct = all(
+        kind != MAP and descriptor.fields_by_name[field].message_type.full_name == MOVEMENT for field, kind in walk
+    )
+    found = _DIRECT[name] = walk if direct else None
+    return found
+
+
+def _movements(payload: Message) -> Iterator[wallet_pb2.Movement] | list[wallet_pb2.Movement]:
+    """``find_movements(payload)``, read directly when the type allows (``_direct_walk``)."""
+    descriptor = payload.DESCRIPTOR
+    walk = _direct_walk(descriptor) if descriptor.full_name != MOVEMENT else None
+    if walk is None:
+        return find_movements(payload)
+    found: list[wallet_pb2.Movement] = []
+    for name, kind in walk:
+        if kind == SINGULAR:
+            if payload.HasField(name):
+                found.append(_as_movement(getattr(payload, name)))
+        else:
+            found.extend(_as_movement(m) for m in getattr(payload, name))
+    return found
+
+
 def _is_repeated(field: FieldDescriptor) -> bool:
     return bool(field.is_repeated)
 
@@ -233,7 +268,7 @@ def journal_rows(envelope: events_pb2.EventEnvelope) -> tuple[list[EntryRow], li
     default_hold = _string_field(payload, "hold_id")
     entries: list[EntryRow] = []
     rejected: list[Rejected] = []
-    for index, movement in enumerate(find_movements(payload)):
+    for index, movement in enumerate(_movements(payload)):
         row = _fast_entry(envelope.event_id, index, movement, default_round, default_hold)
         if row is not None:
             entries.append(row)

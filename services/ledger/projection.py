@@ -309,8 +309,8 @@ STAGE_DDL = (
     "CREATE TEMP TABLE IF NOT EXISTS stage_entries (pn INT, n INT, entry_id TEXT, movement_index INT, kind TEXT,"
     " round_id TEXT, hold_id TEXT, bet_id TEXT, event_id UUID, event_type TEXT, occurred_us BIGINT, topic TEXT,"
     ' partition INT, "offset" BIGINT, wallet_position BIGINT) ON COMMIT DELETE ROWS',
-    "CREATE TEMP TABLE IF NOT EXISTS stage_lines (n INT, line_no INT, account TEXT, bucket TEXT,"
-    " account_type SMALLINT, debit_minor BIGINT, credit_minor BIGINT) ON COMMIT DELETE ROWS",
+    "CREATE TEMP TABLE IF NOT EXISTS stage_lines (n INT, line_no INT, bucket TEXT, debit_minor BIGINT,"
+    " credit_minor BIGINT, account TEXT, account_type SMALLINT) ON COMMIT DELETE ROWS",
     "CREATE TEMP TABLE IF NOT EXISTS stage_rounds (pn INT, n INT, round_id TEXT, table_id TEXT, variant TEXT,"
     " status TEXT, event_id UUID, occurred_us BIGINT, bets INT, transfers INT, event BYTEA) ON COMMIT DELETE ROWS",
     "CREATE TEMP TABLE IF NOT EXISTS stage_round_bets (rn INT, bet_id TEXT, player TEXT, area TEXT,"
@@ -374,18 +374,18 @@ WITH fresh AS MATERIALIZED (
 SELECT f.round_id, f.event_id::text FROM fresh f WHERE f.n NOT IN (SELECT n FROM kept)
 """
 
-# Account name -> its type (the type follows from the name alone).
-_ACCOUNT_TYPES: dict[str, int] = {}
-MAX_CACHED_ACCOUNT_TYPES = 100_000
+# Account name -> its COPY fields "account<TAB>account_type" (the type follows from the name alone).
+_account_parts: dict[str, str] = {}
+MAX_CACHED_ACCOUNTS = 100_000
+# Tabs between the six fields of an entry when none of them holds one.
+ENTRY_TABS = 5
 
 
-def _account_type_of(account: str) -> int:
-    kind = _ACCOUNT_TYPES.get(account)
-    if kind is None:
-        kind = int(account_type(account))
-        if len(_ACCOUNT_TYPES) < MAX_CACHED_ACCOUNT_TYPES:
-            _ACCOUNT_TYPES[account] = kind
-    return kind
+def _account_part(account: str) -> str:
+    part = f"{copy_text(account)}\t{int(account_type(account))}"
+    if len(_account_parts) < MAX_CACHED_ACCOUNTS:
+        _account_parts[account] = part
+    return part
 
 
 def _micros(envelope: events_pb2.EventEnvelope) -> int:
@@ -446,14 +446,15 @@ class StagedJournal:
                     continue
                 seen.add(entry_id)
                 n = len(entries)
-                entries.append(
-                    f"{pn}\t{n}\t{copy_text(entry_id)}\t{index}\t{copy_text(kind)}\t{copy_text(round_id)}"
-                    f"\t{copy_text(hold_id)}\t{copy_text(bet_id)}\t{event}"
-                )
-                lines.extend(
-                    f"{n}\t{no}\t{copy_text(account)}\t{bucket}\t{_account_type_of(account)}\t{debit}\t{credit}\n"
-                    for no, (account, bucket, debit, credit) in enumerate(entry_lines)
-                )
+                text = f"{entry_id}\t{index}\t{kind}\t{round_id}\t{hold_id}\t{bet_id}"
+                if text.count("\t") != ENTRY_TABS or "\\" in text or "\n" in text or "\r" in text:
+                    text = "\t".join(copy_text(str(v)) for v in (entry_id, index, kind, round_id, hold_id, bet_id))
+                entries.append(f"{pn}\t{n}\t{text}\t{event}")
+                for no, (account, bucket, debit, credit) in enumerate(entry_lines):
+                    account_part = _account_parts.get(account)
+                    if account_part is None:
+                        account_part = _account_part(account)
+                    lines.append(f"{n}\t{no}\t{bucket}\t{debit}\t{credit}\t{account_part}\n")
             if rejected:
                 self._rejects[pn] = rejected
         self._entries = "".join(entries).encode()
