@@ -244,8 +244,9 @@ class BankerSeats:
 
     async def _plan(self, table: Mapping[str, Any], round_id: str, config: BaibianTableConfig) -> RoundBanker:
         """Fix the round's banker. The balances it needs are read before the seat is locked (no remote
-        call under a row lock): the seated player's and the first in line's; when the seating needs
-        one more (the queue changed, or those were not eligible) it rolls back and plans again."""
+        call under a row lock): the seated banker's, and the first in line's when that banker does not
+        stay; when the seating needs one more (the queue changed, or those were not eligible) it rolls
+        back, reads it, and plans again."""
         table_id = table["table_id"]
         balances: Balances = {}
         missing: str | None = None
