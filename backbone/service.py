@@ -47,6 +47,9 @@ each) was 17-56 % of a service's busy time at one bet in flight, 62-68 % of the 
 for at most 50 ms more between a commit and its publication (a wake-up on commit would remove both)."""
 CONSUMER_LEASE_TTL_MS = 6_000
 """A consumer's lease (see backbone/consumer.py): a restarted process resumes within this."""
+DDL_ATTEMPTS = 8
+DDL_RETRY_S = 0.5
+"""Start-up DDL that lost a lock conflict is run again after 0.5, 1, 1.5 ... s: 14 s at most in all."""
 
 
 @dataclass
@@ -116,12 +119,7 @@ async def start(
             await create_schema(conn, schema)
     pool = await open_pool(settings.dsn, schema=schema, timeouts=settings.db_timeouts)
     store = EventStore(spec.name, spec.default_topic(topics))
-    async with pool.connection() as conn:
-        await store.setup(conn)
-        await ExactlyOnceConsumer.setup(conn)
-        await PgFence.setup(conn)
-        if spec.setup is not None:
-            await spec.setup(conn)
+    await _set_up_tables(pool, store, spec)
     redis_timeout_s = settings.redis_timeout_ms / 1000
     redis = Redis.from_url(settings.redis_url, socket_timeout=redis_timeout_s, socket_connect_timeout=redis_timeout_s)
     ctx = ServiceContext(settings, topics, pool, store, redis, tokens)
@@ -170,6 +168,30 @@ async def start(
         dependencies=dependency_monitor(spec, settings),
     )
     return running, ctx
+
+
+async def _set_up_tables(pool: AsyncConnectionPool, store: EventStore, spec: ServiceSpec) -> None:
+    """The service's idempotent DDL, retried a bounded number of times on lock conflicts.
+
+    A replica starting next to one that is serving takes ``ALTER``/``CREATE INDEX`` locks that
+    the other's transactions may be waiting behind in the opposite order: PostgreSQL breaks the
+    deadlock (or ``lock_timeout`` ends the wait) by failing the DDL, which is then simply run
+    again instead of the new replica exiting.
+    """
+    for attempt in range(1, DDL_ATTEMPTS + 1):
+        try:
+            async with pool.connection() as conn:
+                await store.setup(conn)
+                await ExactlyOnceConsumer.setup(conn)
+                await PgFence.setup(conn)
+                if spec.setup is not None:
+                    await spec.setup(conn)
+            return
+        except (psycopg.errors.DeadlockDetected, psycopg.errors.LockNotAvailable) as error:
+            if attempt == DDL_ATTEMPTS:
+                raise
+            log.warning("start-up DDL conflicted with running transactions; again", extra={"error": repr(error)})
+            await asyncio.sleep(DDL_RETRY_S * attempt)
 
 
 def dependency_monitor(spec: ServiceSpec, settings: Settings) -> DependencyMonitor:

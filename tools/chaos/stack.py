@@ -291,7 +291,14 @@ class ChaosInfra:
         subprocess.run([*prefix, str(pg_ctl), "-D", str(data), "-m", "immediate", "-w", "-t", "30", "stop"],
                        check=True, timeout=60, capture_output=True)
 
+    def pg_up(self) -> bool:
+        prefix, pg_ctl, data = self._pg()
+        status = subprocess.run([*prefix, str(pg_ctl), "-D", str(data), "status"], timeout=30, capture_output=True)
+        return status.returncode == 0
+
     def pg_start(self) -> None:
+        if self.pg_up():
+            return
         prefix, pg_ctl, data = self._pg()
         log = data.parent / "postgres.log"
         subprocess.run([*prefix, str(pg_ctl), "-D", str(data), "-l", str(log), "-w", "-t", "120", "start"],
