@@ -67,6 +67,10 @@ TABLE_POLL_S = 0.2
 CLOSING_MARGIN_MS = 150  # no bet in a window's last moments: it would race the close
 DRAIN_TIMEOUT_S = 60.0
 SETUP_CONCURRENCY = 8
+SETUP_ATTEMPTS = 5
+SETUP_RETRY_S = 0.5
+"""Setup calls refused UNAVAILABLE (e.g. a lock wait that ran out on a crowded machine) are retried
+with the same request id, a little later each time."""
 MAX_DURATION_S = 3_600
 MAX_IN_FLIGHT = 1_024
 MAX_PLAYERS = 10_000
@@ -210,6 +214,18 @@ def _reason(error: grpc.aio.AioRpcError) -> str:
     return f"{error.code().name}:{details.split(':', 1)[0][:40]}"
 
 
+async def _retried(call: Any, request: Any, **kwargs: Any) -> Any:
+    """``call(request)``, again with the same request (same id) while it is UNAVAILABLE (bounded)."""
+    for attempt in range(1, SETUP_ATTEMPTS + 1):
+        try:
+            return await call(request, **kwargs)
+        except grpc.aio.AioRpcError as error:
+            if error.code() != grpc.StatusCode.UNAVAILABLE or attempt == SETUP_ATTEMPTS:
+                raise
+            await asyncio.sleep(SETUP_RETRY_S * attempt)
+    raise AssertionError("unreachable")
+
+
 async def register_players(wallet: Any, admin: tuple[tuple[str, str]], count: int, tag: str) -> list[Player]:
     gate = asyncio.Semaphore(SETUP_CONCURRENCY)
 
@@ -217,16 +233,15 @@ async def register_players(wallet: Any, admin: tuple[tuple[str, str]], count: in
         name = f"load{tag}p{i}"
         password = f"{name}-password-1"
         async with gate:
-            await wallet.Register(
-                wallet_pb2.RegisterRequest(
-                    request_id=f"reg-{name}", username=name, email=f"{name}@example.org", password=password
-                )
+            register = wallet_pb2.RegisterRequest(
+                request_id=f"reg-{name}", username=name, email=f"{name}@example.org", password=password
             )
-            login = await wallet.Login(wallet_pb2.LoginRequest(username=name, password=password))
-            await wallet.Deposit(
-                wallet_pb2.DepositRequest(request_id=f"dep-{name}", account=login.account, amount_minor=DEPOSIT_MINOR),
-                metadata=admin,
+            await _retried(wallet.Register, register)
+            login = await _retried(wallet.Login, wallet_pb2.LoginRequest(username=name, password=password))
+            deposit = wallet_pb2.DepositRequest(
+                request_id=f"dep-{name}", account=login.account, amount_minor=DEPOSIT_MINOR
             )
+            await _retried(wallet.Deposit, deposit, metadata=admin)
         return Player(login.account, bearer(login.token))
 
     return list(await asyncio.gather(*(one(i) for i in range(count))))
@@ -238,9 +253,8 @@ async def create_tables(
     states = []
     for i in range(count):
         variant = variants[i % len(variants)]
-        info = await table.CreateTable(
-            table_pb2.CreateTableRequest(table_id=f"load-{tag}-{i}", variant=variant, limits=LIMITS), metadata=admin
-        )
+        request = table_pb2.CreateTableRequest(table_id=f"load-{tag}-{i}", variant=variant, limits=LIMITS)
+        info = await _retried(table.CreateTable, request, metadata=admin)  # idempotent by table id
         states.append(TableState(info.table_id, list(info.areas)))
     return states
 
