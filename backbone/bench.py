@@ -1,11 +1,13 @@
 """Backbone benchmark: append, publish and consume rates on the real stack.
 
 ``niuniu-bench [--events N] [--writers W]`` appends N events through the event store
-(with their outbox rows; W connections side by side, each on its own streams, 100
-one-event appends per transaction), then N more with each transaction's appends and
-COMMIT pipelined (``append_pipelined``), publishes all 2N with the relay, and applies them
-with an exactly-once consumer (batches of 500, pipelined), printing events/s for each
-stage. It uses a scratch schema and topic. It also prints, measured in the same run,
+(``EventStore.append``, with their outbox rows; W connections side by side, each on its
+own streams, 100 one-event appends per transaction), then N more with each transaction's
+appends and COMMIT pipelined (``append_pipelined``, ``EventStore.append_queued``), then N
+more as appends of 10 events each (``append_10_per_call``, 10 appends per transaction, as
+a round's settlement appends several events to one stream), publishes all 3N with the
+relay, and applies them with an exactly-once consumer (batches of 500, pipelined),
+printing events/s for each stage. It uses a scratch schema and topic. It also prints, measured in the same run,
 PostgreSQL's rate of one-row INSERT commits on 16 connections, so the figures read as
 ratios of what the database underneath takes.
 """
@@ -32,6 +34,7 @@ from backbone.kafka import TopicSpec, ensure_topics, make_admin, make_consumer, 
 from backbone.relay import OutboxRelay
 
 EVENTS_PER_TRANSACTION = 100
+EVENTS_PER_BATCHED_CALL = 10
 STREAMS_PER_WRITER = 50
 PROBE_CONNECTIONS = 16
 PROBE_SECONDS = 3.0
@@ -74,9 +77,15 @@ async def _apply(conn: psycopg.AsyncConnection, envelope: events_pb2.EventEnvelo
 
 
 async def _append(
-    pool: AsyncConnectionPool, store: EventStore, writer: int, events: int, *, pipelined: bool = False
+    pool: AsyncConnectionPool,
+    store: EventStore,
+    writer: int,
+    events: int,
+    *,
+    pipelined: bool = False,
+    per_call: int = 1,
 ) -> None:
-    """``events`` one-event appends, ``EVENTS_PER_TRANSACTION`` to a transaction.
+    """``events`` events in appends of ``per_call`` events, ``EVENTS_PER_TRANSACTION`` events to a transaction.
 
     ``pipelined``: through ``append_queued`` in pipeline mode (a transaction's appends and its
     COMMIT in one round trip, as the wallet's PlaceHold appends), instead of awaiting each.
@@ -84,20 +93,22 @@ async def _append(
     payload = struct_pb2.Struct()
     payload.update({"amount_minor": 100})
     versions: dict[str, int] = {}
-    prefix = "p" if pipelined else "s"
+    prefix = "p" if pipelined else f"s{per_call}"
+    calls = 0
     async with pool.connection() as conn:
         for first in range(0, events, EVENTS_PER_TRANSACTION):
             pipeline = conn.pipeline() if pipelined else contextlib.nullcontext()
             async with pipeline, conn.transaction():
-                for i in range(first, min(events, first + EVENTS_PER_TRANSACTION)):
-                    stream = f"{prefix}-{writer}-{i % STREAMS_PER_WRITER}"
+                for at in range(first, min(events, first + EVENTS_PER_TRANSACTION), per_call):
+                    stream = f"{prefix}-{writer}-{calls % STREAMS_PER_WRITER}"
+                    calls += 1
                     v = versions.get(stream, 0)
-                    event = [NewEvent("bench.happened", payload)]
+                    batch = [NewEvent("bench.happened", payload) for _ in range(min(per_call, events - at))]
                     if pipelined:
-                        await store.append_queued(conn, stream, v, event)
+                        await store.append_queued(conn, stream, v, batch)
                     else:
-                        await store.append(conn, stream, v, event)
-                    versions[stream] = v + 1
+                        await store.append(conn, stream, v, batch)
+                    versions[stream] = v + len(batch)
 
 
 async def run(events: int, dsn: str, kafka: str, writers: int = 8) -> dict[str, float]:
@@ -120,7 +131,12 @@ async def run(events: int, dsn: str, kafka: str, writers: int = 8) -> dict[str, 
         started = time.perf_counter()
         await asyncio.gather(*(_append(pool, store, w, n, pipelined=True) for w, n in enumerate(shares) if n))
         append_pipelined_s = time.perf_counter() - started
-        total = 2 * events  # both append runs' events are published and applied
+        started = time.perf_counter()
+        await asyncio.gather(
+            *(_append(pool, store, w, n, per_call=EVENTS_PER_BATCHED_CALL) for w, n in enumerate(shares) if n)
+        )
+        append_batched_s = time.perf_counter() - started
+        total = 3 * events  # the three append runs' events are published and applied
 
         relay = OutboxRelay("bench", pool, make_producer(kafka, "bench-relay"), batch_size=1000)
         started = time.perf_counter()
@@ -153,6 +169,7 @@ async def run(events: int, dsn: str, kafka: str, writers: int = 8) -> dict[str, 
     return {
         "append_events_per_s": events / append_s,
         "append_pipelined_per_s": events / append_pipelined_s,
+        "append_10_per_call_per_s": events / append_batched_s,
         "publish_events_per_s": total / publish_s,
         "consume_events_per_s": total / consume_s,
         "pg_insert_commits_per_s": await pg_commit_rate(dsn),

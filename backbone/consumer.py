@@ -22,7 +22,6 @@ import asyncio
 import contextlib
 import logging
 import time
-import uuid
 from collections.abc import Awaitable, Callable, Collection, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -94,7 +93,7 @@ REDIS_WARN_INTERVAL_S = 30.0
 _RECORD_PROCESSED = (
     'INSERT INTO processed_events (consumer, event_id, topic, partition, "offset")'
     " SELECT %s, e.id, %s, %s, e.o FROM unnest(%s::uuid[], %s::bigint[]) AS e (id, o)"
-    " ON CONFLICT DO NOTHING RETURNING event_id"
+    ' ON CONFLICT DO NOTHING RETURNING "offset"'
 )
 _SAVE_POSITION = (
     "INSERT INTO consumer_positions (consumer, topic, partition, next_offset) VALUES (%s, %s, %s, %s)"
@@ -352,21 +351,21 @@ class ExactlyOnceConsumer:
         """Apply ``items`` of one partition in one transaction; returns how many were new."""
         applied = 0
         async with self._pool.connection() as conn, conn.transaction():
+            # The offsets of the records whose event id was not yet recorded: a partition's offsets are
+            # distinct, and of one event published twice in the batch only the first row is inserted.
             cur = await conn.execute(
                 _RECORD_PROCESSED,
                 (self.name, tp.topic, tp.partition, [e.event_id for _, e in items], [r.offset for r, _ in items]),
             )
-            new = {str(row[0]) for row in await cur.fetchall()}
+            new = {row[0] for row in await cur.fetchall()}
             duplicates = len(items) - len(new)
             if duplicates:  # the relay published them twice: already applied
                 metrics.CONSUMER_DUPLICATES.labels(self.name, tp.topic).inc(duplicates)
             pipeline = conn.pipeline() if self._pipeline else contextlib.nullcontext()
             async with pipeline:
-                for _, envelope in items:
-                    event_id = canonical_event_id(envelope.event_id)
-                    if event_id not in new:
+                for record, envelope in items:
+                    if record.offset not in new:
                         continue
-                    new.discard(event_id)  # the same event twice in one batch: apply it once
                     token = logs.correlation_id.set(envelope.correlation_id)
                     try:
                         await self._handler(conn, envelope)
@@ -414,11 +413,6 @@ class ExactlyOnceConsumer:
         if self._lease is not None:
             with contextlib.suppress(Exception):
                 await self._lease.release()
-
-
-def canonical_event_id(event_id: str) -> str:
-    """An event id as PostgreSQL prints the UUID (to match ids returned from ``processed_events``)."""
-    return str(uuid.UUID(event_id))
 
 
 def _envelope(record: Any) -> events_pb2.EventEnvelope:
