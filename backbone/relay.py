@@ -30,6 +30,11 @@ log = logging.getLogger(__name__)
 MAX_BATCH_EVENTS = 1_000
 PENDING_SAMPLE_S = 1.0
 """How often the relay counts its backlog for the metrics (a scan of the unpublished rows)."""
+RENEW_PRODUCER_AFTER = 2
+"""Sends that failed in a row before the relay replaces its Kafka producer with a new one. A
+kafka-python producer can stay wedged after the broker restarts (every flush timing out for
+minutes while a new client gets through at once: niuniu-chaos seed 7, a table's relay after a
+``kafka_restart``)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -51,6 +56,7 @@ class OutboxRelay:
         batch_size: int = 500,
         idle_sleep_s: float = 0.05,
         send_timeout_s: float = 15.0,
+        new_producer: Callable[[], KafkaProducer] | None = None,
     ) -> None:
         if not 0 < batch_size <= MAX_BATCH_EVENTS:
             raise ValueError(f"batch_size must be 1..{MAX_BATCH_EVENTS}")
@@ -61,6 +67,8 @@ class OutboxRelay:
         self._batch_size = batch_size
         self._idle_sleep_s = idle_sleep_s
         self._send_timeout_s = send_timeout_s
+        self._new_producer = new_producer
+        self._failed_sends = 0
         # Test seam: called after Kafka acknowledged a batch, before it is marked published.
         self.after_publish: Callable[[list[PendingRecord]], Awaitable[None]] | None = None
 
@@ -83,7 +91,7 @@ class OutboxRelay:
             ]
             if not batch:
                 return 0
-            await asyncio.to_thread(self._send_all, batch)
+            await self._send(batch)
             if self.after_publish is not None:
                 await self.after_publish(batch)
             await conn.execute(
@@ -92,6 +100,28 @@ class OutboxRelay:
         for record in batch:
             metrics.OUTBOX_PUBLISHED.labels(self.service, record.topic).inc()
         return len(batch)
+
+    async def _send(self, batch: list[PendingRecord]) -> None:
+        try:
+            await asyncio.to_thread(self._send_all, batch)
+        except Exception:
+            self._failed_sends += 1
+            if self._failed_sends >= RENEW_PRODUCER_AFTER and self._new_producer is not None:
+                await asyncio.to_thread(self._renew_producer)
+            raise
+        self._failed_sends = 0
+
+    def _renew_producer(self) -> None:
+        """A new producer for the next try; the old one is closed without waiting for what it holds.
+
+        Records it may still deliver are duplicates of the batch sent again, which consumers
+        recognise by event id (as after a relay's restart)."""
+        assert self._new_producer is not None
+        old, self._producer = self._producer, self._new_producer()
+        self._failed_sends = 0
+        log.warning("outbox relay: Kafka producer replaced after failed sends", extra={"service": self.service})
+        with contextlib.suppress(Exception):
+            old.close(timeout=0)
 
     def _send_all(self, batch: list[PendingRecord]) -> None:
         futures = [self._producer.send(r.topic, key=r.key.encode(), value=r.value) for r in batch]

@@ -137,6 +137,7 @@ async def start(
         spec.name,
         pool,
         make_producer(settings.kafka_bootstrap_servers, f"{spec.name}-relay"),
+        new_producer=lambda: make_producer(settings.kafka_bootstrap_servers, f"{spec.name}-relay"),
         lease=lease,
         idle_sleep_s=RELAY_IDLE_SLEEP_S,
     )

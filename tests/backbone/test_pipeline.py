@@ -12,6 +12,7 @@ import psycopg
 import pytest
 from credits_projection import CREDITS_DDL, apply_credit, credited, credits
 from kafka import KafkaConsumer, TopicPartition
+from kafka.errors import KafkaTimeoutError
 from psycopg_pool import AsyncConnectionPool
 from redis.asyncio import Redis
 
@@ -20,7 +21,7 @@ from backbone.db import open_pool, run_ddl
 from backbone.eventstore import EventStore, NewEvent
 from backbone.kafka import TopicSpec, ensure_topics, make_consumer, make_producer
 from backbone.lease import PgFence, RedisLease, StaleOwner
-from backbone.relay import OutboxRelay, PendingRecord
+from backbone.relay import RENEW_PRODUCER_AFTER, OutboxRelay, PendingRecord
 
 pytestmark = pytest.mark.integration
 
@@ -344,3 +345,37 @@ async def test_a_record_whose_transaction_fails_is_applied_before_any_record_aft
         assert failures == 2
         assert await credits(conn) == expected_totals(30, accounts=1)  # every credit once, the failed one too
     kafka.close()
+
+
+class WedgedProducer:
+    """A Kafka producer that takes records and never gets them acknowledged, as one kafka-python producer
+    stayed after a broker restart (every flush timing out) while a new client got through at once."""
+
+    def __init__(self) -> None:
+        self.closed = False
+
+    def send(self, topic: str, key: bytes, value: bytes) -> None:
+        return None
+
+    def flush(self, timeout: float | None = None) -> None:
+        raise KafkaTimeoutError("Timeout waiting for future")
+
+    def close(self, timeout: float | None = None) -> None:
+        self.closed = True
+
+
+async def test_a_relay_whose_producer_stays_wedged_replaces_it_and_publishes(
+    pool: AsyncConnectionPool, store: EventStore, topic: str, kafka_servers: str, unique: str
+) -> None:
+    await append_credits(pool, store, 20)
+    wedged = WedgedProducer()
+    relay = OutboxRelay("test", pool, wedged, new_producer=lambda: make_producer(kafka_servers, "relay"))
+    for _ in range(RENEW_PRODUCER_AFTER):
+        with pytest.raises(KafkaTimeoutError):
+            await relay.publish_once()
+    assert wedged.closed
+    assert await relay.publish_once() == 20  # the new producer
+    assert records_on_topic(kafka_servers, topic) == 20
+    await drain(new_consumer(f"g-{unique}", topic, pool, kafka_servers), pool, 20)
+    async with pool.connection() as conn:
+        assert await credits(conn) == expected_totals(20)
