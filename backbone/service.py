@@ -17,6 +17,7 @@ from typing import Any
 
 import grpc
 import psycopg
+from kafka import KafkaProducer
 from psycopg_pool import AsyncConnectionPool
 from redis.asyncio import Redis
 
@@ -133,11 +134,14 @@ async def start(
         fence=PgFence(pool, relay_lease),
         renew_every_ms=RELAY_LEASE_RENEW_EVERY_MS,
     )
+    def relay_producer() -> KafkaProducer:
+        return make_producer(settings.kafka_bootstrap_servers, f"{spec.name}-relay")
+
     relay = OutboxRelay(
         spec.name,
         pool,
-        make_producer(settings.kafka_bootstrap_servers, f"{spec.name}-relay"),
-        new_producer=lambda: make_producer(settings.kafka_bootstrap_servers, f"{spec.name}-relay"),
+        relay_producer(),
+        new_producer=relay_producer,
         lease=lease,
         idle_sleep_s=RELAY_IDLE_SLEEP_S,
     )

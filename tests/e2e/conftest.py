@@ -7,18 +7,13 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from stack import ROOT, Stack
+from stack import Stack, running_stack
 
 
 @pytest.fixture(scope="module")
 def stack(infra: dict[str, str]) -> Iterator[Stack]:
-    run_id = uuid.uuid4().hex[:8]
-    system = Stack(run_id, infra, ROOT / ".run" / "e2e" / run_id)
-    try:
-        system.start_all()
+    with running_stack(infra, uuid.uuid4().hex[:8]) as system:
         yield system
-    finally:
-        system.stop_all()
 
 
 @pytest.fixture(scope="module")

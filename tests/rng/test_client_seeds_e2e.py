@@ -38,7 +38,7 @@ if str(E2E) not in sys.path:
 
 from play import Watcher, connect, expect_refused, kind, revealed_round  # noqa: E402  (tests/e2e on the path)
 from players import register  # noqa: E402
-from stack import ROOT, Stack  # noqa: E402
+from stack import Stack, running_stack  # noqa: E402
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
@@ -56,13 +56,8 @@ LIMITS = ev.TableLimits(
 
 @pytest.fixture(scope="module")
 def stack(infra: dict[str, str]) -> Iterator[Stack]:
-    run_id = uuid.uuid4().hex[:8]
-    system = Stack(run_id, infra, ROOT / ".run" / "e2e" / run_id)
-    try:
-        system.start_all()
+    with running_stack(infra, uuid.uuid4().hex[:8]) as system:
         yield system
-    finally:
-        system.stop_all()
 
 
 def sealed_deck_of(servers: str, topic: str, round_id: str, timeout_s: float = 60) -> rng_events.Sealed:

@@ -6,14 +6,12 @@ any variant takes milliseconds of table work, not its betting window.
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
 from typing import Any
 
 import pytest
 from niuniu.table.v1 import events_pb2 as ev
 from psycopg_pool import AsyncConnectionPool
 
-from backbone.db import open_pool
 from backbone.errors import FailedPrecondition
 from bull import fairness as fair
 from bull.money import JACKPOT_POOL
@@ -23,13 +21,6 @@ from services.table.common import Phase, scoped_id
 from tests.table.table_rig import Rig, player, setup_schema
 
 BALANCES = {f"player:p{i}": 10_000_000 for i in range(6)} | {"house": 0, JACKPOT_POOL: 50_000}
-
-
-@pytest.fixture
-async def pool(dsn: str, schema: str) -> AsyncIterator[AsyncConnectionPool]:
-    pool = await open_pool(dsn, schema=schema, max_size=6)
-    yield pool
-    await pool.close()
 
 
 @pytest.fixture

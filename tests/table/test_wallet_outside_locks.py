@@ -19,7 +19,6 @@ import pytest
 from niuniu.table.v1 import events_pb2 as ev
 from psycopg_pool import AsyncConnectionPool
 
-from backbone.db import open_pool
 from backbone.errors import FailedPrecondition
 from bull import fairness as fair
 from bull.money import JACKPOT_POOL
@@ -82,13 +81,6 @@ class LockWatchingWallet(FakeWallet):
     async def settlement_status(self, round_id: str) -> str | None:
         await self._watch("settlement_status")
         return await super().settlement_status(round_id)
-
-
-@pytest.fixture
-async def pool(dsn: str, schema: str) -> AsyncIterator[AsyncConnectionPool]:
-    pool = await open_pool(dsn, schema=schema, max_size=6)
-    yield pool
-    await pool.close()
 
 
 @pytest.fixture

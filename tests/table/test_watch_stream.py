@@ -9,14 +9,13 @@ order, which is the order the cards left the deck.
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
+from collections.abc import Awaitable, Callable, Iterator
 
 import pytest
 from niuniu.table.v1 import table_pb2
 from psycopg_pool import AsyncConnectionPool
 
 from backbone.auth import Principal
-from backbone.db import open_pool
 from bull import fairness as fair
 from services.table import watch
 from services.table.api import TableServicer
@@ -25,13 +24,6 @@ from tests.table.table_rig import AuditorTokens, Rig, player, setup_schema
 
 BALANCES = {f"player:p{i}": 10_000_000 for i in range(6)} | {"house": 0}
 BETTOR, SPECTATOR = player("p0"), player("p4")
-
-
-@pytest.fixture
-async def pool(dsn: str, schema: str) -> AsyncIterator[AsyncConnectionPool]:
-    pool = await open_pool(dsn, schema=schema, max_size=6)
-    yield pool
-    await pool.close()
 
 
 @pytest.fixture
