@@ -13,8 +13,10 @@ calls outstanding (``--rate`` > 0: at most that many calls a second) on tables t
 are taking bets. Each run prints accepted bets/s, PlaceBet latency percentiles, the
 refusals by status and reason, the outbox backlog and consumer lag read from the
 services' /metrics, the seconds from each round's settlement to the wallet's last
-movement for it, the services' CPU, and PostgreSQL's one-row INSERT commit rate on 16
-connections measured right after the run, so every figure reads as a ratio.
+movement for it, the services' CPU, and, measured right after the run, PostgreSQL's one-row
+INSERT commit rate on 16 connections and the table process's rate of empty calls (gRPC health
+``Check`` through the same server and interceptors, as many in flight): every figure reads as a
+ratio of what the database and the gRPC stack underneath do on the same machine at that moment.
 
 ``--profile DIR`` records every service with py-spy during each run (raw folded stacks,
 DIR/<service>-run<N>.txt). Only loopback addresses are accepted.
@@ -41,6 +43,7 @@ from typing import Any
 
 import grpc
 import psycopg
+from grpc_health.v1 import health_pb2, health_pb2_grpc
 from niuniu.table.v1 import events_pb2 as table_events
 from niuniu.table.v1 import table_pb2, table_pb2_grpc
 from niuniu.wallet.v1 import wallet_pb2, wallet_pb2_grpc
@@ -76,6 +79,8 @@ MAX_IN_FLIGHT = 1_024
 MAX_PLAYERS = 10_000
 MAX_TABLES = 500
 LOOPBACK = ("127.", "localhost", "[::1]")
+EMPTY_CALL_S = 5.0
+"""How long the empty-call rate is measured after each run."""
 
 
 def _free_port() -> int:
@@ -196,6 +201,7 @@ class RunResult:
     rounds_unsettled: int
     cpu: dict[str, float]
     metrics: dict[str, float]
+    empty_calls_per_s: float = float("nan")
 
     @property
     def bets_per_s(self) -> float:
@@ -380,6 +386,28 @@ async def bet_phase(
     return time.monotonic() - started, accepted, latencies, refusals
 
 
+async def empty_call_rate(channel: grpc.aio.Channel, in_flight: int, seconds: float = EMPTY_CALL_S) -> float:
+    """Health ``Check`` calls a second that ``channel``'s server answers with ``in_flight`` outstanding.
+
+    The call reads nothing and writes nothing; it goes through the same gRPC server, interceptors
+    and event loop as PlaceBet, so it is the ceiling of one call to that process here and now.
+    """
+    stub = health_pb2_grpc.HealthStub(channel)
+    request = health_pb2.HealthCheckRequest()
+    answered = 0
+    started = time.monotonic()
+    deadline = started + seconds
+
+    async def worker() -> None:
+        nonlocal answered
+        while time.monotonic() < deadline:
+            await stub.Check(request, timeout=30)  # type: ignore[attr-defined]
+            answered += 1
+
+    await asyncio.gather(*(worker() for _ in range(in_flight)))
+    return answered / (time.monotonic() - started)
+
+
 def _profile(stack: LocalStack, out_dir: Path, run: int, seconds: float) -> list[subprocess.Popen[bytes]]:
     spy = Path(sys.executable).parent / "py-spy"
     out_dir.mkdir(parents=True, exist_ok=True)
@@ -447,6 +475,12 @@ def print_run(n: int, r: RunResult, in_flight: int, out: Any) -> None:
         f" -> bets/s are {ratio:.1f} % of it",
         file=out,
     )
+    empty = 100 * r.bets_per_s / r.empty_calls_per_s if r.empty_calls_per_s else float("nan")
+    print(
+        f"  the table's empty calls (health Check), {in_flight} in flight, right after:"
+        f" {r.empty_calls_per_s:.0f}/s -> bets/s are {empty:.1f} % of it",
+        file=out,
+    )
 
 
 async def main_async(args: argparse.Namespace) -> int:
@@ -494,8 +528,9 @@ async def main_async(args: argparse.Namespace) -> int:
                         spy.wait(timeout=60)
                     lags, missing = await settlement_lags(stack, since) if stack else ([], 0)
                     pg = await pg_commit_rate(os.environ["DATABASE_URL"])
+                    empty = await empty_call_rate(tch, args.in_flight)
                     cpu = {k: cpu_after[k] - cpu_before.get(k, 0.0) for k in cpu_after}
-                    result = RunResult(seconds, accepted, latencies, refusals, pg, lags, missing, cpu, metrics)
+                    result = RunResult(seconds, accepted, latencies, refusals, pg, lags, missing, cpu, metrics, empty)
                     results.append(result)
                     print_run(run, result, args.in_flight, out)
                     out.flush()
@@ -520,6 +555,7 @@ async def main_async(args: argparse.Namespace) -> int:
         if lag_max:
             print(f"  worst settlement lag s {mmm(lag_max, '{:.2f}')}", file=out)
         print(f"  PostgreSQL commits/s   {mmm([r.pg_commits_per_s for r in results])}", file=out)
+        print(f"  table empty calls/s    {mmm([r.empty_calls_per_s for r in results])}", file=out)
     return 0
 
 
