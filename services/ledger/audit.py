@@ -10,9 +10,12 @@
       and compare every account with the wallet's balances at the same cut (the rebuilt
       journal as of the page's wallet position), so play going on meanwhile is never a
       difference. Prints a reconciliation report; progress goes to stderr.
-  niuniu-audit verify-round ROUND
+  niuniu-audit verify-round ROUND [--table HOST:PORT] [--no-recompute]
+                           [--wallet HOST:PORT] [--username NAME] [--password-file F]
       Show the round's journal and check it against the table's RoundSettled: every
-      transfer has its movement, every hold of the round is resolved.
+      transfer has its movement, every hold of the round is resolved; then (unless
+      --no-recompute) read the round's public record from the table as an auditor and
+      re-deal and re-settle it from its revealed seed.
   niuniu-audit bench-replay [--events N] [--scratch-dsn DSN]
       Replay speed (events/s) on N synthetic wallet and table events in scratch topics, into a
       scratch schema of --scratch-dsn (default NIUNIU_AUDIT_SCRATCH_DSN, then DATABASE_URL), with
@@ -32,12 +35,14 @@ live server (its role needs CREATEDB and nothing else: it owns only what it crea
 closed to PUBLIC, and drops it at the end (--keep keeps it). A role that may not create
 databases falls back to a schema in the live database (the report says so).
 
-The wallet is read with an auditor token obtained by logging in through the wallet's
-Login: --username / NIUNIU_AUDITOR_USERNAME with --password-file, NIUNIU_AUDITOR_PASSWORD
-or a prompt (an auditor account is made with ``python -m services.wallet.admin create
---role auditor``), or NIUNIU_AUDITOR_TOKEN (a token from an earlier Login). Only in
-development mode (NIUNIU_ENV=development, development keys) is a token minted from the
-local issuer key when no login is given.
+The wallet (replay) and the table (verify-round) are read with an auditor token obtained
+by logging in through the wallet's Login: --username / NIUNIU_AUDITOR_USERNAME with
+--password-file, NIUNIU_AUDITOR_PASSWORD or a prompt (an auditor account is made with
+``python -m services.wallet.admin create --role auditor``), or NIUNIU_AUDITOR_TOKEN (a
+token from an earlier Login). Only in development mode (NIUNIU_ENV=development,
+development keys) is a token minted from the local issuer key when no login is given.
+Where the services serve TLS (NIUNIU_TLS_CA_FILE), the audit's calls use it too,
+presenting NIUNIU_TLS_CLIENT_CERT_FILE / NIUNIU_TLS_CLIENT_KEY_FILE when set.
 
 Exit status: 0 everything reconciles; 1 a difference was found (each one is printed
 with the entry or account and both values); 2 bad usage, or the audit could not be
@@ -68,6 +73,7 @@ from niuniu.v1 import events_pb2
 from psycopg import sql
 from psycopg.conninfo import conninfo_to_dict, make_conninfo
 
+from backbone import tls
 from backbone.auth import DEVELOPMENT, ENV_MODE, Role, operator_token
 from backbone.config import DEFAULT_KAFKA
 from backbone.eventstore import build_envelope
@@ -498,7 +504,7 @@ async def login(address: str, username: str, password: str) -> str:
     """An auditor token from the wallet's Login (the role in the token is checked)."""
     from niuniu.wallet.v1 import wallet_pb2, wallet_pb2_grpc
 
-    async with grpc.aio.insecure_channel(address) as channel:
+    async with tls.aio_channel(address, None) as channel:
         try:
             reply = await wallet_pb2_grpc.WalletStub(channel).Login(
                 wallet_pb2.LoginRequest(username=username, password=password), timeout=LOGIN_TIMEOUT_S
@@ -544,12 +550,16 @@ def _password(path: str | None, username: str) -> str:
 # --- verify-round ----------------------------------------------------------------------------------------
 
 
-async def _run_verify_round(args: argparse.Namespace, out: TextIO) -> int:
+async def _run_verify_round(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
     conn = await _connect(args.dsn, args.schema)
     async with conn:
         record = await queries.round_record(conn, args.round_id)
     evidence = RoundEvidence.of(record)
-    step = None if args.no_recompute else recompute_via_table(args.table)
+    try:
+        step = None if args.no_recompute else recompute_via_table(args.table, await auditor_token(args, err))
+    except AuditError as error:
+        print(f"niuniu-audit: error: {error}", file=err)
+        return EXIT_ERROR
     findings, recomputed = await verify(evidence, recompute=step)
     for line in [*journal_text(record), *settlement_text(evidence)]:
         print(line, file=out)
@@ -708,17 +718,20 @@ def build_parser() -> argparse.ArgumentParser:
         prog="niuniu-audit", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
     commands = parser.add_subparsers(dest="command", required=True)
-    rep = commands.add_parser("replay", parents=[common], help="rebuild the journal from Kafka and reconcile it")
-    rep.add_argument(
+    credentials = argparse.ArgumentParser(add_help=False)
+    credentials.add_argument(
         "--wallet", default=_default_wallet_address(), help="wallet gRPC address (default: $NIUNIU_WALLET_ADDR)"
     )
-    rep.add_argument("--no-wallet", action="store_true", help="skip the comparison with the wallet's balances")
-    rep.add_argument(
+    credentials.add_argument(
         "--username",
         default=env.get("NIUNIU_AUDITOR_USERNAME", ""),
         help="log in to the wallet as this auditor (default: $NIUNIU_AUDITOR_USERNAME)",
     )
-    rep.add_argument("--password-file", help="the auditor's password: first line of this file")
+    credentials.add_argument("--password-file", help="the auditor's password: first line of this file")
+    rep = commands.add_parser(
+        "replay", parents=[common, credentials], help="rebuild the journal from Kafka and reconcile it"
+    )
+    rep.add_argument("--no-wallet", action="store_true", help="skip the comparison with the wallet's balances")
     rep.add_argument(
         "--scratch-dsn",
         default=env.get("NIUNIU_AUDIT_SCRATCH_DSN", ""),
@@ -734,7 +747,9 @@ def build_parser() -> argparse.ArgumentParser:
     rep.add_argument("--replay-schema", default="", help="schema to rebuild into (default: ledger_replay_<time>)")
     rep.add_argument("--keep", action="store_true", help="keep the scratch database (or schema) for inspection")
     rep.add_argument("--no-progress", action="store_true", help="no progress line on stderr")
-    ver = commands.add_parser("verify-round", parents=[common], help="check a round's journal against its settlement")
+    ver = commands.add_parser(
+        "verify-round", parents=[common, credentials], help="check a round's journal against its settlement"
+    )
     ver.add_argument("round_id", metavar="ROUND")
     ver.add_argument("--table", default=table_address(), help="table gRPC address (default: $NIUNIU_TABLE_ADDR)")
     ver.add_argument("--no-recompute", action="store_true", help="check the journal only; do not re-deal the round")
@@ -779,7 +794,7 @@ def main(argv: Sequence[str] | None = None, *, out: TextIO | None = None, err: T
             if not args.round_id.strip():
                 print("niuniu-audit: error: ROUND must not be empty", file=err)
                 return EXIT_ERROR
-            code = _run_coroutine(_run_verify_round(args, out))
+            code = _run_coroutine(_run_verify_round(args, out, err))
         else:
             if args.events <= 0:
                 print("niuniu-audit: error: --events must be positive", file=err)

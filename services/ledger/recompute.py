@@ -27,7 +27,8 @@ from collections.abc import Iterable, Mapping
 import grpc
 from niuniu.table.v1 import table_pb2, table_pb2_grpc
 
-from backbone.auth import Role, bearer, operator_token
+from backbone import tls
+from backbone.auth import bearer
 from bull import fairness as fair
 from bull import variants
 from bull.money import JACKPOT_POOL, Settlement, TransferKind
@@ -37,6 +38,7 @@ from bull.variants.base import EnvelopeSplit, Funding, SeatHand, TableBet
 from services.ledger.verify import Finding, RecomputeStep, RoundEvidence
 
 DEFAULT_TABLE_ADDR = "127.0.0.1:50052"
+GET_ROUND_TIMEOUT_S = 10.0
 
 TransferKey = tuple[str, str, str, str, int]
 
@@ -45,19 +47,19 @@ def table_address() -> str:
     return os.environ.get("NIUNIU_TABLE_ADDR", DEFAULT_TABLE_ADDR)
 
 
-def recompute_via_table(address: str) -> RecomputeStep:
-    """A RecomputeStep that reads the round's public record from the table service as an auditor."""
-    auditor = bearer(operator_token(Role.AUDITOR, "audit"))
+def recompute_via_table(address: str, token: str) -> RecomputeStep:
+    """A RecomputeStep that reads the round's public record from the table service with ``token`` (an auditor's)."""
+    auditor = bearer(token)
 
     async def step(evidence: RoundEvidence) -> list[Finding]:
         settlement = evidence.settlement or evidence.voided
         if settlement is None:
             return [Finding("recompute", evidence.record.round_id, "no table settlement event for the round")]
-        async with grpc.aio.insecure_channel(address) as channel:
+        async with tls.aio_channel(address, None) as channel:
             stub = table_pb2_grpc.TableStub(channel)
             request = table_pb2.GetRoundRequest(table_id=settlement.table_id, round_id=settlement.round_id)
             try:
-                view = await stub.GetRound(request, metadata=auditor)
+                view = await stub.GetRound(request, metadata=auditor, timeout=GET_ROUND_TIMEOUT_S)
             except grpc.aio.AioRpcError as error:
                 return [Finding("recompute", settlement.round_id, f"the table did not answer: {error.code().name}")]
         return recompute(view, evidence)

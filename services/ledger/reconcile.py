@@ -16,6 +16,7 @@ from typing import Any, Protocol
 import grpc
 from google.protobuf import message_factory
 
+from backbone import tls
 from backbone.auth import bearer
 from services.ledger.accounts import PLAYER_PREFIX, is_account
 from services.ledger.journal import Line
@@ -245,7 +246,7 @@ class GrpcWalletBalances:
     async def balances(self) -> dict[str, WalletBalance]:
         path, request_type, response_type = self._method()
         found: dict[str, WalletBalance] = {}
-        async with grpc.aio.insecure_channel(self._address) as channel:
+        async with tls.aio_channel(self._address, None) as channel:
             call = channel.unary_unary(
                 path, request_serializer=request_type.SerializeToString, response_deserializer=response_type.FromString
             )

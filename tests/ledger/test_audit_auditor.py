@@ -135,9 +135,16 @@ def auditor_env(kafka_principals: dict[str, tuple[str, str]]) -> dict[str, str]:
 async def run_audit(
     stack: AuditedStack, login: tuple[str, Path], kafka_principals: dict[str, tuple[str, str]]
 ) -> tuple[int, str]:
-    username, password_file = login
     argv = ["replay", "--schema", stack.schema_of("ledger"), "--topic-prefix", stack.prefix, "--no-progress"]
-    argv += ["--wallet", stack.addr("wallet"), "--username", username, "--password-file", str(password_file)]
+    return await audit_as_auditor(stack, login, kafka_principals, argv)
+
+
+async def audit_as_auditor(
+    stack: AuditedStack, login: tuple[str, Path], kafka_principals: dict[str, tuple[str, str]], argv: list[str]
+) -> tuple[int, str]:
+    """``niuniu-audit ARGV`` logging in as the auditor, with nothing but the auditor's credentials."""
+    username, password_file = login
+    argv = [*argv, "--wallet", stack.addr("wallet"), "--username", username, "--password-file", str(password_file)]
     proc = await asyncio.create_subprocess_exec(
         str(BIN / "niuniu-audit"), *argv, env=auditor_env(kafka_principals), cwd=ROOT,
         stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.STDOUT,
@@ -327,6 +334,20 @@ async def test_the_auditor_finds_an_altered_journal_row(
     assert "RESULT: FAILED" in report, report
     assert re.search(rf"\[journal\] entry {re.escape(entry_id)}: line \d+: ", report), report
     assert "[trial_balance] live journal" in report, report
+
+
+async def test_an_auditor_verifies_a_round_from_its_seed_with_its_login_alone(
+    stack: AuditedStack, auditor_login: tuple[str, Path], kafka_principals: dict[str, tuple[str, str]]
+) -> None:
+    """verify-round's recompute reads the round from the table with the token of the auditor's Login
+    (before, it could only mint one from the issuer key, which an outside auditor does not hold)."""
+    async with playing(stack) as (_, play):
+        await play.until_settled(1)
+    argv = ["verify-round", play.settled[0], "--schema", stack.schema_of("ledger"), "--table", stack.addr("table")]
+    code, report = await audit_as_auditor(stack, auditor_login, kafka_principals, argv)
+    assert code == audit.EXIT_OK, report
+    assert "recompute: done" in report and "RESULT: OK" in report, report
+    assert "minted" not in report, report
 
 
 def test_outside_development_the_audit_takes_no_token_it_was_not_given(monkeypatch: pytest.MonkeyPatch) -> None:

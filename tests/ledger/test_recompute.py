@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from niuniu.table.v1 import events_pb2 as ev
 from niuniu.table.v1 import table_pb2
+from played_rounds import ROUND, SEED, played_round
 
 from bull import fairness as fair
 from bull.money import Settlement
@@ -15,48 +16,6 @@ from bull.variants.red_envelope_bull import RED_ENVELOPE_BULL, EnvelopeTableConf
 from services.ledger.queries import RoundRecord
 from services.ledger.recompute import recompute
 from services.ledger.verify import RoundEvidence
-
-SEED = bytes(range(32))
-ROUND = "t1-r7"
-
-
-def played_round() -> tuple[table_pb2.RoundView, RoundEvidence]:
-    variant = VARIANTS["golden_bull"]
-    config = variant.parse_config({"commission_bps": "500"})
-    deck = fair.shuffle(SEED, ROUND, "", 52)
-    hands = variant.deal(deck, config)
-    bets = [
-        TableBet("b1", "player:a", "area_1", 1_000),
-        TableBet("b2", "player:b", "area_2", 500),
-        TableBet("b3", "player:a", "area_3", 300),
-    ]
-    settlement = variant.settle(hands, bets, config, Funding())
-    settled = ev.RoundSettled(
-        table_id="t1",
-        round_id=ROUND,
-        variant="golden_bull",
-        bets=[
-            ev.BetOutcome(bet_id=r.bet_id, player=r.player, area=r.area, stake_minor=r.stake_minor)
-            for r in settlement.bets
-        ],
-        transfers=[
-            ev.SettlementTransfer(
-                payer=t.payer, payee=t.payee, amount_minor=t.amount_minor, kind=str(t.kind), bet_id=t.bet_id or ""
-            )
-            for t in settlement.transfers
-        ],
-    )
-    view = table_pb2.RoundView(
-        table_id="t1",
-        round_id=ROUND,
-        commitment=fair.commit(SEED),
-        server_seed=SEED.hex(),
-        variant="golden_bull",
-        config=variant.config_settings(config),
-        hands=[ev.HandRevealed(seat=seat, cards=[c.code for c in hand.cards]) for seat, hand in hands.items()],
-    )
-    record = RoundRecord(ROUND, "settled", settled.SerializeToString(), (), ())
-    return view, RoundEvidence.of(record)
 
 
 def test_an_honest_round_recomputes_cleanly() -> None:
