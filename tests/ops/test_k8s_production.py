@@ -7,7 +7,8 @@ topic the code knows declared with 3 replicas, min.insync.replicas 2 and the cod
 partitions; each service's Kafka user with the ACLs the local broker gives it; one
 CloudNativePG cluster, database and owner per service; a managed Redis (no in-cluster
 single replica); disruption budgets, probes, requests and limits for every Deployment;
-frontends reach the table and the wallet.
+frontends reach the table and the wallet. overlays/operators (Strimzi's v1beta2 API) is
+checked against its CRD schemas too.
 """
 
 from __future__ import annotations
@@ -100,9 +101,30 @@ def test_a_broken_resource_fails_with_where(
 
 def test_a_kind_with_no_schema_fails(docs: list[dict[str, Any]]) -> None:
     broken, doc = _broken(docs, "KafkaTopic", "niuniu.rng.events")
-    doc["apiVersion"] = "kafka.strimzi.io/v1beta2"
+    doc["apiVersion"] = "kafka.strimzi.io/v1beta1"
     assert crd_schemas.check(broken) == [
-        "KafkaTopic/niuniu.rng.events: no schema for kafka.strimzi.io/v1beta2 KafkaTopic"
+        "KafkaTopic/niuniu.rng.events: no schema for kafka.strimzi.io/v1beta1 KafkaTopic"
+    ]
+
+
+def test_the_operators_overlay_is_valid_against_its_crd_schemas() -> None:
+    docs = render("overlays/operators")
+    kinds = {(d["apiVersion"], d["kind"]) for d in crd_schemas.custom_resources(docs)}
+    assert kinds == {
+        ("kafka.strimzi.io/v1beta2", "Kafka"),
+        ("kafka.strimzi.io/v1beta2", "KafkaNodePool"),
+        ("kafka.strimzi.io/v1beta2", "KafkaTopic"),
+        ("kafka.strimzi.io/v1beta2", "KafkaUser"),
+        ("postgresql.cnpg.io/v1", "Cluster"),
+        ("monitoring.coreos.com/v1", "ServiceMonitor"),
+        ("monitoring.coreos.com/v1", "PrometheusRule"),
+    }
+    assert crd_schemas.check(docs) == []
+    # The v1beta2 schemas are strict as well: a misspelt field fails.
+    broken, doc = _broken(docs, "KafkaTopic", "niuniu.wallet.events")
+    doc["spec"]["replica"] = 3
+    assert crd_schemas.check(broken) == [
+        "KafkaTopic/niuniu.wallet.events: spec: Additional properties are not allowed ('replica' was unexpected)"
     ]
 
 
