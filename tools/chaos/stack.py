@@ -40,7 +40,11 @@ BIN = Path(sys.executable).parent
 SERVICES = ("rng", "wallet", "ledger", "table")
 HEALTH_TIMEOUT_S = 90.0
 INFRA_TIMEOUT_S = 600.0
-KAFKA_TIMEOUT_S = 120.0
+KAFKA_TIMEOUT_S = 300.0
+"""How long the harness waits for a restarted broker. Its own start took 35-134 s in the long run
+of 1 December 2026 (2 cores, the services busy): at 120 s the harness once gave up on a broker
+that came back (play resumed 159 s after the restart), and counted its own timeout as a fault not
+survived. Whether the system survives is judged from the broker's return (``RECOVERY_S``)."""
 SERVICE_NICENESS = 5
 """The services run at a lower CPU priority than the infrastructure and the bots: on a machine of
 a few cores the four services under test can keep every core busy, and a restarted broker's JVM
