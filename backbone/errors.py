@@ -21,6 +21,8 @@ import psycopg
 import psycopg.errors
 import redis.exceptions
 
+from backbone.eventstore import ConcurrencyError
+
 MAX_ECHO_CHARS = 80
 """At most this much of a caller's value (an id, a key, a text) is echoed into an error."""
 MAX_REASON_CHARS = 64
@@ -138,6 +140,8 @@ _DOWNSTREAM_RETRYABLE = (grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.DEADLINE_E
 
 
 def _classify(error: BaseException) -> DomainError | None:
+    if isinstance(error, ConcurrencyError):  # an optimistic append lost its race: nothing was written
+        return Aborted("CONCURRENT_UPDATE", "a concurrent change won; retry with the same id")
     if isinstance(error, psycopg.errors.LockNotAvailable):
         return Unavailable("DATABASE_LOCK_TIMEOUT", "a lock wait ran out (lock_timeout); retry with the same id")
     if isinstance(error, psycopg.errors.QueryCanceled):

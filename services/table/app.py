@@ -20,7 +20,7 @@ from psycopg_pool import AsyncConnectionPool
 
 from backbone.auth import Principal, Role, require
 from backbone.errors import AlreadyExists, DomainError, InvalidArgument
-from backbone.eventstore import EventStore, StoredEvent
+from backbone.eventstore import ConcurrencyError, EventStore, StoredEvent
 from backbone.lease import check_fence
 from bull.variants import VARIANTS, RoundShape, Variant
 from services.table.banker import BankerSeats
@@ -48,6 +48,8 @@ log = logging.getLogger(__name__)
 
 SEED_REVEAL_PATIENCE = timedelta(seconds=30)
 OVERDUE_REVEALS_PER_STEP = 3
+CLOSE_ATTEMPTS = 5
+CLOSE_RETRY_S = 0.05
 
 
 class TableApp:
@@ -152,6 +154,21 @@ class TableApp:
         it settled or released) the table is closed and its lease released. Idempotent.
         """
         require(who, Role.ADMIN)
+        for attempt in range(1, CLOSE_ATTEMPTS + 1):
+            try:
+                table = await self._mark_closing(who, table_id)
+                break
+            except ConcurrencyError:
+                # The round in play appended to the table's stream meanwhile (it orders its appends
+                # by the round's lock, this by the table's): nothing was written; read and try again.
+                if attempt == CLOSE_ATTEMPTS:
+                    raise
+                await self.ctx.sleep(CLOSE_RETRY_S * attempt)
+        log.info("table closing", extra={"table_id": table_id, "by": who.subject})
+        self.ctx.wake(table_id)
+        return table
+
+    async def _mark_closing(self, who: Principal, table_id: str) -> Row:
         async with self.store.transaction() as conn:
             table = await self.store.table(conn, table_id, lock=True)
             if table["closing_at"] is None:
@@ -159,8 +176,6 @@ class TableApp:
                 closing = ev.TableClosing(table_id=table_id, closed_by=who.subject)
                 await self.store.append(conn, table_stream(table_id), "table.closing", closing, correlation_id=table_id)
                 table = await self.store.table(conn, table_id)
-        log.info("table closing", extra={"table_id": table_id, "by": who.subject})
-        self.ctx.wake(table_id)
         return table
 
     async def join(self, who: Principal, table_id: str) -> None:

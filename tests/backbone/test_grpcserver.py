@@ -19,6 +19,7 @@ from redis.asyncio import Redis
 
 from backbone.config import HealthSettings
 from backbone.errors import REASON_METADATA_KEY, InvalidArgument, NotFound, dependency_failure
+from backbone.eventstore import ConcurrencyError
 from backbone.grpcserver import RunningServer, start_server
 from backbone.healthcheck import DependencyMonitor
 
@@ -261,6 +262,7 @@ async def test_an_unreachable_dependency_is_unavailable_with_a_reason(
         (psycopg.errors.LockNotAvailable("lock"), grpc.StatusCode.UNAVAILABLE, "DATABASE_LOCK_TIMEOUT"),
         (psycopg.errors.QueryCanceled("statement"), grpc.StatusCode.UNAVAILABLE, "DATABASE_TIMEOUT"),
         (psycopg.errors.DeadlockDetected("deadlock"), grpc.StatusCode.ABORTED, "DATABASE_CONFLICT"),
+        (ConcurrencyError("table-t1", 7), grpc.StatusCode.ABORTED, "CONCURRENT_UPDATE"),
         (psycopg.errors.AdminShutdown("shutdown"), grpc.StatusCode.UNAVAILABLE, "DATABASE_UNAVAILABLE"),
         (kafka.errors.KafkaConnectionError("down"), grpc.StatusCode.UNAVAILABLE, "BROKER_UNAVAILABLE"),
         (kafka.errors.KafkaTimeoutError("slow"), grpc.StatusCode.UNAVAILABLE, "BROKER_UNAVAILABLE"),

@@ -78,6 +78,8 @@ LEASE_S = 5.0  # the table's lease (services/table/runner.py LEASE_TTL_MS)
 RECOVERY_S = 180.0  # a fault not followed by play at every table within this is not survived
 TRIGGER_WAIT_S = 60.0
 DRAIN_S = 300.0
+CLOSE_ATTEMPTS = 5
+RETRYABLE_CODES = (grpc.StatusCode.ABORTED, grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.DEADLINE_EXCEEDED)
 EXTERNAL = "external:cashier"
 PLAYERS_PER_TABLE = 3
 
@@ -492,11 +494,12 @@ class Chaos:
                    for t in self.tables):
                 break
             await asyncio.sleep(0.5)
-        close = getattr(c.table, "CloseTable", None)
-        if close is not None and hasattr(table_pb2, "CloseTableRequest"):
-            for table in self.tables:
-                with contextlib.suppress(grpc.aio.AioRpcError):
-                    await close(table_pb2.CloseTableRequest(table_id=table.table_id), metadata=self.admin(), timeout=10)
+        for table in self.tables:
+            await self._close(c, table.table_id)
+        # Closed, not just quiet: a table still playing can hold a banker's capital for its next round
+        # at the moment the checks read the wallet.
+        while time.monotonic() < deadline and not await self._all_closed(c):
+            await asyncio.sleep(0.5)
         while time.monotonic() < deadline:
             with contextlib.suppress(grpc.aio.AioRpcError):
                 wallet = await self._balances(c)
@@ -507,6 +510,31 @@ class Chaos:
                     return
             await asyncio.sleep(1.0)
         self.say("drain: timed out (the checks will tell what is missing)")
+
+    async def _close(self, c: Clients, table_id: str) -> None:
+        """CloseTable, again while the answer is retryable (bounded)."""
+        request = table_pb2.CloseTableRequest(table_id=table_id)
+        for attempt in range(1, CLOSE_ATTEMPTS + 1):
+            try:
+                await c.table.CloseTable(request, metadata=self.admin(), timeout=10)
+                return
+            except grpc.aio.AioRpcError as error:
+                if error.code() not in RETRYABLE_CODES or attempt == CLOSE_ATTEMPTS:
+                    self.say(f"close {table_id}: {error.code().name} {error.details()}")
+                    return
+            await asyncio.sleep(1.0)
+
+    async def _all_closed(self, c: Clients) -> bool:
+        for table in self.tables:
+            try:
+                info = await c.table.GetTable(
+                    table_pb2.GetTableRequest(table_id=table.table_id), metadata=self.admin(), timeout=10
+                )
+            except grpc.aio.AioRpcError:
+                return False
+            if info.status != "closed":
+                return False
+        return True
 
     def _opened_rounds_ended(self, table: TableBots, since: float) -> bool:
         """Every round opened before ``since`` has a result."""
