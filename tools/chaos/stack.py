@@ -18,6 +18,7 @@ from __future__ import annotations
 import contextlib
 import importlib.util
 import os
+import random
 import re
 import shutil
 import signal
@@ -74,10 +75,28 @@ LIBFAKETIME = _libfaketime()
 CALLS = {"table": ("rng", "wallet"), "ledger": ("table", "wallet"), "wallet": (), "rng": ()}
 
 
+LISTEN_PORTS = range(20_000, 32_768)
+"""Where a run's listening ports are drawn from: below Linux's ephemeral range (32768-60999), so no
+outgoing connection can take a port between its draw and its bind. A port the kernel picked
+(bind to 0) was once taken that way before the wallet bound it (a CI chaos run: "Failed to bind
+to address 127.0.0.1:39999"): a run opens and closes many client connections."""
+_drawn: set[int] = set()
+
+
 def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
+    """A loopback port nobody listens on, not handed out before in this process."""
+    for _ in range(1_000):
+        port = random.choice(LISTEN_PORTS)
+        if port in _drawn:
+            continue
+        with socket.socket() as s:
+            try:
+                s.bind(("127.0.0.1", port))
+            except OSError:
+                continue
+        _drawn.add(port)
+        return port
+    raise RuntimeError(f"no free port in {LISTEN_PORTS.start}-{LISTEN_PORTS.stop - 1}")
 
 
 def read_env_file(path: Path) -> dict[str, str]:
