@@ -11,7 +11,6 @@ from __future__ import annotations
 import contextlib
 import os
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -22,17 +21,14 @@ from pathlib import Path
 from backbone.auth import development_env
 from backbone.healthcheck import check
 from services.gateway.server import check as http_ready
+from tools.chaos.stack import (
+    free_port as free_port,
+)  # re-exported; below the ephemeral ports: no client connection takes it first
 
 ROOT = Path(__file__).resolve().parents[2]
 BIN = Path(sys.executable).parent
 SERVICES = ("rng", "wallet", "ledger", "table")
 HEALTH_TIMEOUT_S = 60.0
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 @dataclass

@@ -61,7 +61,7 @@ from niuniu.wallet.v1 import wallet_pb2, wallet_pb2_grpc
 
 from backbone.auth import Role, Tokens, bearer, development_env
 from backbone.kafka import default_principal_env
-from tools.chaos.bots import VARIANTS, Clients, TableBots, kind, new_player
+from tools.chaos.bots import VARIANTS, Clients, TableBots, kind, new_player, retry
 from tools.chaos.stack import BIN, SERVICES, ChaosInfra, ServiceSet
 
 FAULT_KINDS = (
@@ -78,8 +78,7 @@ LEASE_S = 5.0  # the table's lease (services/table/runner.py LEASE_TTL_MS)
 RECOVERY_S = 180.0  # a fault not followed by play at every table within this is not survived
 TRIGGER_WAIT_S = 60.0
 DRAIN_S = 300.0
-CLOSE_ATTEMPTS = 5
-RETRYABLE_CODES = (grpc.StatusCode.ABORTED, grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.DEADLINE_EXCEEDED)
+CLOSE_BUDGET_S = 30.0
 EXTERNAL = "external:cashier"
 PLAYERS_PER_TABLE = 3
 
@@ -512,17 +511,15 @@ class Chaos:
         self.say("drain: timed out (the checks will tell what is missing)")
 
     async def _close(self, c: Clients, table_id: str) -> None:
-        """CloseTable, again while the answer is retryable (bounded)."""
+        """CloseTable, waited out like the bots' calls while the answer is retryable (bounded)."""
         request = table_pb2.CloseTableRequest(table_id=table_id)
-        for attempt in range(1, CLOSE_ATTEMPTS + 1):
-            try:
-                await c.table.CloseTable(request, metadata=self.admin(), timeout=10)
-                return
-            except grpc.aio.AioRpcError as error:
-                if error.code() not in RETRYABLE_CODES or attempt == CLOSE_ATTEMPTS:
-                    self.say(f"close {table_id}: {error.code().name} {error.details()}")
-                    return
-            await asyncio.sleep(1.0)
+        try:
+            await retry(
+                lambda: c.table.CloseTable(request, metadata=self.admin(), timeout=10),
+                what="close", c=c, budget_s=CLOSE_BUDGET_S,
+            )
+        except grpc.aio.AioRpcError as error:
+            self.say(f"close {table_id}: {error.code().name} {error.details()}")
 
     async def _all_closed(self, c: Clients) -> bool:
         for table in self.tables:
