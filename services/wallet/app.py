@@ -25,14 +25,25 @@ from psycopg_pool import AsyncConnectionPool
 
 from backbone.auth import Role as TokenRole
 from backbone.auth import Tokens
-from backbone.errors import Aborted, AlreadyExists, FailedPrecondition, InvalidArgument, NotFound, Unauthenticated
+from backbone.errors import (
+    Aborted,
+    AlreadyExists,
+    DomainError,
+    FailedPrecondition,
+    InvalidArgument,
+    NotFound,
+    Unauthenticated,
+    Unavailable,
+)
 from backbone.eventstore import ConcurrencyError, EventStore, NewEvent, utc_now
+from backbone.grouping import Grouped
 from services.wallet import domain, events, metrics, repo
 from services.wallet.domain import (
     CASHIER,
     AccountKind,
     AccountState,
     Decision,
+    Exclusion,
     Hold,
     HoldRequest,
     LimitKind,
@@ -54,6 +65,12 @@ MAX_PAGE_SIZE = 1000
 DEFAULT_PAGE_SIZE = 100
 SWEEP_BATCH = 200
 """Bound on holds one sweep expires (the next sweep takes the rest)."""
+MAX_HOLD_GROUP = 64
+"""Bound on the holds placed in one transaction."""
+HOLD_GROUPS_IN_FLIGHT = 2
+"""Groups of holds worked on at once (each on its own connection)."""
+MAX_HOLDS_WAITING = 1024
+"""Bound on PlaceHold calls waiting for a group; one more is refused UNAVAILABLE WALLET_BUSY."""
 
 _RETRYABLE = (
     psycopg.errors.UniqueViolation,
@@ -124,6 +141,15 @@ class WalletApp:
         self._hasher = hasher or PasswordHasher()
         self._new_id = new_id
         self._dummy_hash: str | None = None
+        self._hold_groups: Grouped[HoldRequest, Decision] = Grouped(
+            self._place_holds,
+            keys=lambda r: (("account", r.account), ("hold", r.hold_id)),
+            busy=lambda: Unavailable("WALLET_BUSY", "too many holds waiting to be placed; retry shortly"),
+            max_group=MAX_HOLD_GROUP,
+            max_in_flight=HOLD_GROUPS_IN_FLIGHT,
+            max_waiting=MAX_HOLDS_WAITING,
+            on_group=metrics.HOLD_GROUP_SIZE.observe,
+        )
 
     async def _transaction(self, work: Callable[[psycopg.AsyncConnection], Awaitable[T]]) -> T:
         for attempt in range(1, MAX_ATTEMPTS + 1):
@@ -325,41 +351,72 @@ class WalletApp:
     # ----------------------------------------------------------------------- holds
 
     async def place_hold(self, request: HoldRequest) -> Decision:
+        """Place a hold. Concurrent calls are grouped (``_hold_groups``): one transaction, one commit,
+        and the same statements for a group of holds as for one."""
         domain.check_hold_request(request)
-
-        # Two round trips (pipeline mode): the account locked with the hold id's earlier use and the
-        # account's settings; then the hold, its movement, its event and the COMMIT. The losses of a
-        # window are read (a third) only when a loss limit is in force.
-        async def work(conn: psycopg.AsyncConnection) -> Decision:
-            loaded = await repo.hold_context(conn, request.account, request.hold_id, request.round_id)
-            target, existing = loaded.account, loaded.existing
-            if target is None:
-                raise NotFound("ACCOUNT_NOT_FOUND", f"no account {request.account}")
-            if existing is None and loaded.round_ended:
-                # Its settlement is applied: nothing could post this hold or release it but the sweeper.
-                raise FailedPrecondition("ROUND_ENDED", f"round {request.round_id} is already settled")
-            now = self.clock()
-            play = ResponsiblePlay()
-            if existing is None:
-                play = ResponsiblePlay(loaded.limits, loaded.exclusion)
-                if domain.loss_limit_in_force(play, now):
-                    used = await repo.window_sums(conn, request.account, now)
-                    play = ResponsiblePlay(loaded.limits, loaded.exclusion, used)
-            decision = domain.decide_place_hold(request, existing, target.state, play, now)
-            if decision.replayed:
-                return decision
-            domain.apply_movements({request.account: target.state}, decision.movements)
-            await repo.insert_hold(conn, decision.hold)
-            await repo.save_movements(conn, decision.movements, "hold", now)
-            placed = events.hold_placed(decision.hold, decision.movements[0])
-            await self._store.append_queued(conn, events.account_stream(request.account), target.version, [placed])
-            await repo.bump_version(conn, request.account, target.version + 1)
-            return decision
-
-        decision = await self._pipelined(work)
+        decision = await self._hold_groups(request)
         if not decision.replayed:
             metrics.HOLDS_PLACED.inc()
             metrics.HOLDS_OPEN.inc()
+        return decision
+
+    async def _place_holds(self, requests: list[HoldRequest]) -> list[Decision | BaseException]:
+        """Decide and save a group of holds (distinct accounts, distinct hold ids) in one transaction.
+
+        Two round trips (pipeline mode): the accounts locked with the hold ids' earlier uses and
+        the accounts' settings; then the holds, their movements, their events and the COMMIT. The
+        losses of a window are read (one more each) only for accounts with a loss limit in force.
+        A hold refused is an outcome of its own: it writes nothing and the others go on.
+        """
+
+        async def work(conn: psycopg.AsyncConnection) -> list[Decision | BaseException]:
+            loaded = await repo.hold_contexts(
+                conn, [r.account for r in requests], [r.hold_id for r in requests], [r.round_id for r in requests]
+            )
+            now = self.clock()
+            outcomes: list[Decision | BaseException] = []
+            for request in requests:
+                try:
+                    outcomes.append(await self._decide_hold(conn, request, loaded, now))
+                except DomainError as refused:
+                    outcomes.append(refused)
+            placed = [d for d in outcomes if isinstance(d, Decision) and not d.replayed]
+            if not placed:
+                return outcomes
+            await repo.insert_holds(conn, [d.hold for d in placed])
+            await repo.save_movements(conn, [m for d in placed for m in d.movements], "hold", now)
+            versions: dict[str, int] = {}
+            for decision in placed:
+                account = decision.hold.account
+                version = loaded.accounts[account].version
+                placed_event = events.hold_placed(decision.hold, decision.movements[0])
+                await self._store.append_queued(conn, events.account_stream(account), version, [placed_event])
+                versions[account] = version + 1
+            await repo.bump_versions(conn, versions)
+            return outcomes
+
+        return await self._pipelined(work)
+
+    async def _decide_hold(
+        self, conn: psycopg.AsyncConnection, request: HoldRequest, loaded: repo.HoldContexts, now: datetime
+    ) -> Decision:
+        target, existing = loaded.accounts.get(request.account), loaded.existing.get(request.hold_id)
+        if target is None:
+            raise NotFound("ACCOUNT_NOT_FOUND", f"no account {request.account}")
+        if existing is None and request.round_id in loaded.ended_rounds:
+            # Its settlement is applied: nothing could post this hold or release it but the sweeper.
+            raise FailedPrecondition("ROUND_ENDED", f"round {request.round_id} is already settled")
+        play = ResponsiblePlay()
+        if existing is None:
+            play = ResponsiblePlay(
+                loaded.limits.get(request.account, {}), loaded.exclusions.get(request.account, Exclusion())
+            )
+            if domain.loss_limit_in_force(play, now):
+                used = await repo.window_sums(conn, request.account, now)
+                play = ResponsiblePlay(play.limits, play.exclusion, used)
+        decision = domain.decide_place_hold(request, existing, target.state, play, now)
+        if not decision.replayed:
+            domain.apply_movements({request.account: target.state}, decision.movements)
         return decision
 
     async def resize_hold(self, request: ResizeRequest) -> Decision:

@@ -14,6 +14,11 @@ HOLD_AGE_SECONDS = Histogram(
     buckets=(0.1, 0.5, 1, 5, 15, 30, 60, 120, 300, 900, 3600, 4 * 3600, 24 * 3600),
 )
 HOLDS_PLACED = Counter("niuniu_wallet_holds_placed_total", "Holds placed.")
+HOLD_GROUP_SIZE = Histogram(
+    "niuniu_wallet_hold_group_size",
+    "PlaceHold calls decided and saved together in one transaction (group commit).",
+    buckets=(1, 2, 4, 8, 16, 32, 64),
+)
 HOLDS_RESIZED = Counter(
     "niuniu_wallet_holds_resized_total",
     "Open holds resized by ResizeHold, by direction (up, down, same); repeats are not counted.",

@@ -10,7 +10,7 @@ instead of deadlocking.
 from __future__ import annotations
 
 import json
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
@@ -201,48 +201,59 @@ async def lock_accounts(conn: psycopg.AsyncConnection, accounts: Iterable[str]) 
 
 
 @dataclass(frozen=True, slots=True)
-class HoldContext:
-    """What PlaceHold decides on: the account (locked), an earlier hold of the id, the account's settings."""
+class HoldContexts:
+    """What PlaceHold decides on, for a group of holds: their accounts (locked), earlier holds of
+    their ids, the accounts' settings and which of their rounds the wallet has settled."""
 
-    account: LockedAccount | None
-    existing: Hold | None
-    limits: dict[LimitKind, LimitSetting]
-    exclusion: Exclusion
-    round_ended: bool = False  # the wallet has applied the settlement of the hold's round
+    accounts: dict[str, LockedAccount]
+    existing: dict[str, Hold]
+    limits: dict[str, dict[LimitKind, LimitSetting]]
+    exclusions: dict[str, Exclusion]
+    ended_rounds: frozenset[str]
 
 
-async def hold_context(conn: psycopg.AsyncConnection, name: str, hold_id: str, round_id: str = "") -> HoldContext:
-    """Lock the account and read the rest PlaceHold needs: five statements, one round trip in pipeline mode.
+async def hold_contexts(
+    conn: psycopg.AsyncConnection, accounts: Iterable[str], hold_ids: Iterable[str], round_ids: Iterable[str]
+) -> HoldContexts:
+    """Lock the accounts (in name order) and read the rest PlaceHold needs: five statements, one
+    round trip in pipeline mode, whatever the number of holds.
 
-    The account's row lock comes first; the reads after it (READ COMMITTED: each statement
-    its own snapshot) see every hold and setting committed before the lock was granted.
+    The row locks come first; the reads after them (READ COMMITTED: each statement its own
+    snapshot) see every hold and setting committed before the locks were granted.
     """
+    names = sorted(set(accounts))
     locked = await conn.execute(
-        "SELECT account, kind, available_minor, held_minor, version FROM wallet_accounts WHERE account = %s FOR UPDATE",
-        (name,),
+        "SELECT account, kind, available_minor, held_minor, version FROM wallet_accounts"
+        " WHERE account = ANY(%s) ORDER BY account FOR UPDATE",
+        (names,),
     )
-    held = await conn.execute(f"SELECT {_HOLD_COLUMNS} FROM wallet_holds WHERE hold_id = %s", (hold_id,))
+    held = await conn.execute(
+        f"SELECT {_HOLD_COLUMNS} FROM wallet_holds WHERE hold_id = ANY(%s)", (sorted(set(hold_ids)),)
+    )
     limit_rows = await conn.execute(
-        "SELECT kind, value, pending_value, pending_effective_at FROM wallet_limits WHERE account = %s", (name,)
+        "SELECT account, kind, value, pending_value, pending_effective_at FROM wallet_limits WHERE account = ANY(%s)",
+        (names,),
     )
-    excluded = await conn.execute("SELECT until, permanent FROM wallet_exclusions WHERE account = %s", (name,))
+    excluded = await conn.execute(
+        "SELECT account, until, permanent FROM wallet_exclusions WHERE account = ANY(%s)", (names,)
+    )
     ended = await conn.execute(
-        "SELECT 1 FROM wallet_rounds WHERE round_id = %s AND round_id <> '' AND status IN ('settled', 'voided')",
-        (round_id,),
+        "SELECT round_id FROM wallet_rounds WHERE round_id = ANY(%s) AND round_id <> ''"
+        " AND status IN ('settled', 'voided')",
+        (sorted(set(round_ids)),),
     )
-    a, h, e = await locked.fetchone(), await held.fetchone(), await excluded.fetchone()
-    round_ended = await ended.fetchone() is not None
-    settings = {
-        LimitKind(r[0]): LimitSetting(LimitKind(r[0]), int(r[1]), None if r[2] is None else int(r[2]), r[3])
-        for r in await limit_rows.fetchall()
+    found = {
+        r[0]: LockedAccount(AccountState(r[0], AccountKind(r[1]), int(r[2]), int(r[3])), int(r[4]))
+        for r in await locked.fetchall()
     }
-    return HoldContext(
-        LockedAccount(AccountState(a[0], AccountKind(a[1]), int(a[2]), int(a[3])), int(a[4])) if a else None,
-        _hold(h) if h else None,
-        settings,
-        Exclusion(e[0], bool(e[1])) if e else Exclusion(),
-        round_ended,
-    )
+    existing = {h.hold_id: h for h in map(_hold, await held.fetchall())}
+    settings: dict[str, dict[LimitKind, LimitSetting]] = {}
+    for r in await limit_rows.fetchall():
+        kind = LimitKind(r[1])
+        settings.setdefault(r[0], {})[kind] = LimitSetting(kind, int(r[2]), None if r[3] is None else int(r[3]), r[4])
+    exclusions = {r[0]: Exclusion(r[1], bool(r[2])) for r in await excluded.fetchall()}
+    ended_rounds = frozenset(str(r[0]) for r in await ended.fetchall())
+    return HoldContexts(found, existing, settings, exclusions, ended_rounds)
 
 
 async def account(conn: psycopg.AsyncConnection, name: str) -> AccountState | None:
@@ -259,6 +270,17 @@ async def insert_account(conn: psycopg.AsyncConnection, name: str, kind: Account
 
 async def bump_version(conn: psycopg.AsyncConnection, name: str, version: int) -> None:
     await conn.execute("UPDATE wallet_accounts SET version = %s WHERE account = %s", (version, name))
+
+
+async def bump_versions(conn: psycopg.AsyncConnection, versions: Mapping[str, int]) -> None:
+    """``bump_version`` for several accounts in one statement."""
+    if not versions:
+        return
+    await conn.execute(
+        "UPDATE wallet_accounts a SET version = v.version FROM unnest(%s::text[], %s::bigint[]) AS v (account, version)"
+        " WHERE a.account = v.account",
+        (list(versions), list(versions.values())),
+    )
 
 
 _SAVE_MOVEMENTS = """
@@ -450,21 +472,25 @@ async def hold(conn: psycopg.AsyncConnection, hold_id: str, *, lock: bool = Fals
     return (await holds(conn, [hold_id], lock=lock)).get(hold_id)
 
 
-async def insert_hold(conn: psycopg.AsyncConnection, h: Hold) -> None:
-    q = h.request
+async def insert_holds(conn: psycopg.AsyncConnection, placed: Sequence[Hold]) -> None:
+    """``insert_hold`` for several holds in one statement."""
+    if not placed:
+        return
     await conn.execute(
         "INSERT INTO wallet_holds (hold_id, account, amount_minor, reason, round_id, requested_expires_at_ms,"
-        " expires_at, placed_at, status) VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s)",
+        " expires_at, placed_at, status)"
+        " SELECT * FROM unnest(%s::text[], %s::text[], %s::bigint[], %s::text[], %s::text[], %s::bigint[],"
+        " %s::timestamptz[], %s::timestamptz[], %s::text[])",
         (
-            q.hold_id,
-            q.account,
-            q.amount_minor,
-            q.reason,
-            q.round_id,
-            q.expires_at_unix_ms,
-            h.expires_at,
-            h.placed_at,
-            h.status.value,
+            [h.request.hold_id for h in placed],
+            [h.request.account for h in placed],
+            [h.request.amount_minor for h in placed],
+            [h.request.reason for h in placed],
+            [h.request.round_id for h in placed],
+            [h.request.expires_at_unix_ms for h in placed],
+            [h.expires_at for h in placed],
+            [h.placed_at for h in placed],
+            [h.status.value for h in placed],
         ),
     )
 

@@ -46,6 +46,58 @@ async def test_200_concurrent_holds_never_take_an_account_below_zero(wallet: Wal
     assert await wallet.count_events(events.HOLD_PLACED) == 100
 
 
+async def test_concurrent_holds_of_many_players_are_placed_in_groups_each_decided_on_its_own(wallet: Wallet) -> None:
+    """PlaceHold calls that arrive together share a transaction (group commit); each is still
+    decided alone: a refusal writes nothing and the others are placed, a repeat answers replayed,
+    two holds on one account never see the same balance."""
+    rich = [await wallet.player(deposit_minor=1_000) for _ in range(24)]
+    poor = [await wallet.player(deposit_minor=50) for _ in range(8)]
+    twice = rich[:6]  # a second hold each, on the same account
+    repeated = rich[6:12]  # the same hold asked twice
+    groups_before = counter("niuniu_wallet_hold_group_size_count")
+    holds_before = counter("niuniu_wallet_hold_group_size_sum")
+
+    async def place(account: str, hold_id: str, amount: int) -> pb.HoldResult | grpc.aio.AioRpcError:
+        request = pb.PlaceHoldRequest(hold_id=hold_id, account=account, amount_minor=amount, reason="bet", round_id="r")
+        try:
+            reply: pb.HoldResult = await wallet.stub.PlaceHold(request, metadata=TABLE)
+        except grpc.aio.AioRpcError as error:
+            return error
+        return reply
+
+    calls = [
+        *(place(p.account, f"g-{p.account}", 100) for p in rich + poor),
+        *(place(p.account, f"g2-{p.account}", 600) for p in twice),
+        *(place(p.account, f"g-{p.account}", 100) for p in repeated),
+    ]
+    outcomes = await asyncio.gather(*calls)
+    refused = [o for o in outcomes if isinstance(o, grpc.aio.AioRpcError)]
+    assert len(refused) == len(poor)
+    assert all(e.code() == FAILED and "INSUFFICIENT_FUNDS" in (e.details() or "") for e in refused)
+    replies = [o for o in outcomes if isinstance(o, pb.HoldResult)]
+    assert sum(r.replayed for r in replies) == len(repeated)
+    assert len({r.hold.hold_id for r in replies}) == len(rich) + len(twice)
+
+    for p in rich:
+        expected_held = 100 + (600 if p in twice else 0)
+        assert await wallet.balance(p.account) == (1_000 - expected_held, expected_held)
+    for p in poor:
+        assert await wallet.balance(p.account) == (50, 0)
+    assert await wallet.count_events(events.HOLD_PLACED) == len(rich) + len(twice)
+    # Every account's stream has versions 1..n without a gap, and its version is the account's own.
+    rows = await wallet.sql(
+        "SELECT e.stream_id, count(*), max(e.version), min(a.version) FROM events e"
+        " JOIN wallet_accounts a ON e.stream_id = 'account-' || a.account GROUP BY e.stream_id"
+    )
+    assert len(rows) >= len(rich) + len(poor)
+    assert all(n == last == version for _, n, last, version in rows), rows
+
+    calls_grouped = counter("niuniu_wallet_hold_group_size_sum") - holds_before
+    groups = counter("niuniu_wallet_hold_group_size_count") - groups_before
+    assert calls_grouped == len(calls)  # every call went through a group, once
+    assert groups < len(calls)  # and some groups held several calls
+
+
 async def test_a_hold_id_is_an_idempotency_key(wallet: Wallet) -> None:
     player = await wallet.player(deposit_minor=1_000)
     request = pb.PlaceHoldRequest(

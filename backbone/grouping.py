@@ -1,0 +1,126 @@
+"""Group commit: concurrent calls of one operation worked on together, one transaction per group.
+
+``Grouped(work, ...)`` is called like the operation itself (``await grouped(request)``).
+A call made while fewer than ``max_in_flight`` groups are being worked on starts a group
+at once (alone, when nothing else is waiting: no added latency); calls made meanwhile wait
+and go together in the next group, up to ``max_group`` of them. So under load a group's
+fixed costs (a transaction, its commit, the statements it shares) are paid once for many
+calls, and without load nothing changes.
+
+``work(requests)`` returns one outcome per request, in order: its result, or the
+exception that request alone raises (a refusal). Two requests that share one of their
+``keys`` (an account, an id) never go in one group: the later one waits for a later group,
+so a group's requests never depend on each other. When ``work`` raises for a whole group,
+each of its requests is worked on again alone, so one bad request cannot fail the others.
+
+Bounded: at most ``max_waiting`` calls wait; one more is refused with ``busy()``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections import deque
+from collections.abc import Awaitable, Callable, Hashable, Iterable, Sequence
+from typing import Generic, TypeVar
+
+Req = TypeVar("Req")
+Res = TypeVar("Res")
+
+Work = Callable[[list[Req]], Awaitable[Sequence[Res | BaseException]]]
+
+
+class Grouped(Generic[Req, Res]):
+    def __init__(
+        self,
+        work: Work[Req, Res],
+        *,
+        keys: Callable[[Req], Iterable[Hashable]],
+        busy: Callable[[], BaseException],
+        max_group: int = 64,
+        max_in_flight: int = 2,
+        max_waiting: int = 1024,
+        on_group: Callable[[int], None] | None = None,
+    ) -> None:
+        if not (1 <= max_group <= max_waiting and max_in_flight >= 1):
+            raise ValueError("need 1 <= max_group <= max_waiting and max_in_flight >= 1")
+        self._work = work
+        self._keys = keys
+        self._busy = busy
+        self._max_group = max_group
+        self._max_in_flight = max_in_flight
+        self._max_waiting = max_waiting
+        self._on_group = on_group
+        self._waiting: deque[tuple[Req, asyncio.Future[Res]]] = deque()
+        self._in_flight = 0
+        self._tasks: set[asyncio.Task[None]] = set()
+
+    @property
+    def waiting(self) -> int:
+        return len(self._waiting)
+
+    async def __call__(self, request: Req) -> Res:
+        if len(self._waiting) >= self._max_waiting:
+            raise self._busy()
+        future: asyncio.Future[Res] = asyncio.get_running_loop().create_future()
+        self._waiting.append((request, future))
+        self._start()
+        return await future
+
+    def _start(self) -> None:
+        while self._waiting and self._in_flight < self._max_in_flight:
+            group = self._take()
+            if not group:
+                return
+            self._in_flight += 1
+            task = asyncio.create_task(self._run(group))
+            self._tasks.add(task)
+            task.add_done_callback(self._tasks.discard)
+
+    def _take(self) -> list[tuple[Req, asyncio.Future[Res]]]:
+        """The next group: waiting calls in arrival order, none sharing a key with an earlier one in it."""
+        group: list[tuple[Req, asyncio.Future[Res]]] = []
+        later: deque[tuple[Req, asyncio.Future[Res]]] = deque()
+        taken: set[Hashable] = set()
+        for item in self._waiting:
+            if item[1].done():  # the caller is gone (cancelled): nothing to do for it
+                continue
+            keys = set(self._keys(item[0]))
+            if len(group) < self._max_group and not keys & taken:
+                group.append(item)
+                taken |= keys
+            else:
+                later.append(item)
+        self._waiting = later
+        return group
+
+    async def _run(self, group: list[tuple[Req, asyncio.Future[Res]]]) -> None:
+        try:
+            if self._on_group is not None:
+                self._on_group(len(group))
+            outcomes = await self._outcomes([request for request, _ in group])
+            for (_, future), outcome in zip(group, outcomes, strict=True):
+                if future.done():
+                    continue
+                if isinstance(outcome, BaseException):
+                    future.set_exception(outcome)
+                else:
+                    future.set_result(outcome)
+        except BaseException:  # cancelled (shutting down): so are the calls waiting for this group
+            for _, future in group:
+                future.cancel()
+            raise
+        finally:
+            self._in_flight -= 1
+            self._start()
+
+    async def _outcomes(self, requests: list[Req]) -> list[Res | BaseException]:
+        try:
+            outcomes = list(await self._work(requests))
+        except Exception as error:
+            if len(requests) == 1:
+                return [error]
+            # Which request made the group fail is unknown: each alone, so only that one fails.
+            return [(await self._outcomes([request]))[0] for request in requests]
+        if len(outcomes) != len(requests):
+            raise AssertionError(f"work answered {len(outcomes)} outcomes for {len(requests)} requests")
+        return outcomes

@@ -1,0 +1,151 @@
+"""Group commit (``backbone.grouping.Grouped``): pure, no infrastructure."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Sequence
+
+import pytest
+
+from backbone.grouping import Grouped
+
+
+class Refused(Exception):
+    pass
+
+
+class Busy(Exception):
+    pass
+
+
+class Recorder:
+    """A ``work`` that records its groups and answers each request doubled (or refuses odd ones)."""
+
+    def __init__(self, *, refuse_odd: bool = False, fail_with: int | None = None) -> None:
+        self.groups: list[list[int]] = []
+        self.release = asyncio.Event()
+        self.release.set()
+        self._refuse_odd = refuse_odd
+        self._fail_with = fail_with
+
+    async def __call__(self, requests: list[int]) -> Sequence[int | BaseException]:
+        self.groups.append(list(requests))
+        await self.release.wait()
+        if self._fail_with is not None and self._fail_with in requests:
+            raise RuntimeError("the whole group failed")
+        return [Refused(r) if self._refuse_odd and r % 2 else 2 * r for r in requests]
+
+
+def grouped(work: Recorder, **options: int) -> Grouped[int, int]:
+    return Grouped(work, keys=lambda r: (r % 100,), busy=lambda: Busy(), **options)
+
+
+async def test_calls_made_while_a_group_is_worked_on_go_together_in_the_next() -> None:
+    work = Recorder()
+    work.release.clear()
+    calls = grouped(work, max_in_flight=1, max_group=64)
+    first = asyncio.ensure_future(calls(1))
+    await asyncio.sleep(0)
+    rest = [asyncio.ensure_future(calls(r)) for r in range(2, 12)]
+    await asyncio.sleep(0)
+    work.release.set()
+    assert await first == 2
+    assert await asyncio.gather(*rest) == [2 * r for r in range(2, 12)]
+    assert work.groups == [[1], list(range(2, 12))]
+
+
+async def test_a_lone_call_is_worked_on_at_once_and_groups_are_bounded() -> None:
+    work = Recorder()
+    calls = grouped(work, max_in_flight=1, max_group=4)
+    assert await calls(7) == 14
+    assert work.groups == [[7]]
+    work.groups.clear()
+    work.release.clear()
+    started = asyncio.ensure_future(calls(0))
+    await asyncio.sleep(0)
+    waiting = [asyncio.ensure_future(calls(r)) for r in range(1, 10)]
+    await asyncio.sleep(0)
+    work.release.set()
+    await asyncio.gather(started, *waiting)
+    assert work.groups == [[0], [1, 2, 3, 4], [5, 6, 7, 8], [9]]
+
+
+async def test_requests_sharing_a_key_never_share_a_group() -> None:
+    work = Recorder()
+    work.release.clear()
+    calls = grouped(work, max_in_flight=1)
+    first = asyncio.ensure_future(calls(5))
+    await asyncio.sleep(0)
+    rest = [asyncio.ensure_future(calls(r)) for r in (1, 101, 2, 201, 102)]
+    await asyncio.sleep(0)
+    work.release.set()
+    await asyncio.gather(first, *rest)
+    assert work.groups == [[5], [1, 2], [101, 102], [201]]  # arrival order kept within each key
+
+
+async def test_a_refusal_reaches_its_caller_only() -> None:
+    work = Recorder(refuse_odd=True)
+    work.release.clear()
+    calls = grouped(work, max_in_flight=1)
+    first = asyncio.ensure_future(calls(2))
+    await asyncio.sleep(0)
+    rest = [asyncio.ensure_future(calls(r)) for r in (3, 4, 5, 6)]
+    await asyncio.sleep(0)
+    work.release.set()
+    outcomes = await asyncio.gather(first, *rest, return_exceptions=True)
+    assert outcomes[0] == 4 and outcomes[2] == 8 and outcomes[4] == 12
+    assert isinstance(outcomes[1], Refused) and isinstance(outcomes[3], Refused)
+
+
+async def test_a_group_that_fails_is_worked_on_again_one_by_one() -> None:
+    work = Recorder(fail_with=13)
+    work.release.clear()
+    calls = grouped(work, max_in_flight=1)
+    first = asyncio.ensure_future(calls(1))
+    await asyncio.sleep(0)
+    rest = [asyncio.ensure_future(calls(r)) for r in (12, 13, 14)]
+    await asyncio.sleep(0)
+    work.release.set()
+    outcomes = await asyncio.gather(first, *rest, return_exceptions=True)
+    assert outcomes[0] == 2 and outcomes[1] == 24 and outcomes[3] == 28
+    assert isinstance(outcomes[2], RuntimeError)
+    assert work.groups == [[1], [12, 13, 14], [12], [13], [14]]
+
+
+async def test_waiting_calls_are_bounded() -> None:
+    work = Recorder()
+    work.release.clear()
+    calls = grouped(work, max_in_flight=1, max_group=2, max_waiting=3)
+    first = asyncio.ensure_future(calls(1))
+    await asyncio.sleep(0)
+    waiting = [asyncio.ensure_future(calls(r)) for r in (2, 3, 4)]
+    await asyncio.sleep(0)
+    assert calls.waiting == 3
+    with pytest.raises(Busy):
+        await calls(5)
+    work.release.set()
+    assert await asyncio.gather(first, *waiting) == [2, 4, 6, 8]
+
+
+async def test_a_caller_gone_before_its_group_leaves_the_others_unharmed() -> None:
+    work = Recorder()
+    work.release.clear()
+    calls = grouped(work, max_in_flight=1)
+    first = asyncio.ensure_future(calls(1))
+    await asyncio.sleep(0)
+    gone = asyncio.ensure_future(calls(2))
+    stays = asyncio.ensure_future(calls(3))
+    await asyncio.sleep(0)
+    gone.cancel()
+    work.release.set()
+    assert await first == 2 and await stays == 6
+    assert work.groups == [[1], [3]]
+
+
+def test_bounds_are_checked() -> None:
+    with pytest.raises(ValueError):
+        grouped(Recorder(), max_group=0)
+    with pytest.raises(ValueError):
+        grouped(Recorder(), max_group=8, max_waiting=4)
+    with pytest.raises(ValueError):
+        grouped(Recorder(), max_in_flight=0)
