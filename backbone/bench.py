@@ -6,10 +6,12 @@ own streams, 100 one-event appends per transaction), then N more with each trans
 appends and COMMIT pipelined (``append_pipelined``, ``EventStore.append_queued``), then N
 more as appends of 10 events each (``append_10_per_call``, 10 appends per transaction, as
 a round's settlement appends several events to one stream), publishes all 3N with the
-relay, and applies them with an exactly-once consumer (batches of 500, pipelined),
-printing events/s for each stage. It uses a scratch schema and topic. It also prints, measured in the same run,
-PostgreSQL's rate of one-row INSERT commits on 16 connections, so the figures read as
-ratios of what the database underneath takes.
+relay, and applies them with an exactly-once consumer (batches of 500) twice: with a
+handler of one statement per event (pipelined), and with a batch handler (one statement
+per batch, ``backbone.consumer.batched``), printing events/s for each stage. It uses a
+scratch schema and topic. It also prints, measured in the same run, PostgreSQL's rate of
+one-row INSERT commits on 16 connections, so the figures read as ratios of what the
+database underneath takes.
 """
 
 from __future__ import annotations
@@ -20,6 +22,8 @@ import contextlib
 import os
 import time
 import uuid
+from collections import Counter
+from collections.abc import Sequence
 
 import psycopg
 from google.protobuf import struct_pb2
@@ -27,7 +31,7 @@ from niuniu.v1 import events_pb2
 from psycopg import sql
 from psycopg_pool import AsyncConnectionPool
 
-from backbone.consumer import ExactlyOnceConsumer
+from backbone.consumer import BatchHandler, ExactlyOnceConsumer, Handler, batched
 from backbone.db import open_pool, run_ddl
 from backbone.eventstore import EventStore, NewEvent
 from backbone.kafka import TopicSpec, ensure_topics, make_admin, make_consumer, make_producer
@@ -76,6 +80,16 @@ async def _apply(conn: psycopg.AsyncConnection, envelope: events_pb2.EventEnvelo
     )
 
 
+async def _apply_many(conn: psycopg.AsyncConnection, envelopes: Sequence[events_pb2.EventEnvelope]) -> None:
+    """``_apply`` of each event in turn, in one statement."""
+    counts = Counter(envelope.stream_id for envelope in envelopes)
+    await conn.execute(
+        "INSERT INTO bench_counts (stream_id, n) SELECT * FROM unnest(%s::text[], %s::int[])"
+        " ON CONFLICT (stream_id) DO UPDATE SET n = bench_counts.n + EXCLUDED.n",
+        (list(counts), list(counts.values())),
+    )
+
+
 async def _append(
     pool: AsyncConnectionPool,
     store: EventStore,
@@ -111,6 +125,22 @@ async def _append(
                     versions[stream] = v + len(batch)
 
 
+async def _consume(
+    pool: AsyncConnectionPool, kafka: str, topic: str, name: str, handler: Handler | BatchHandler, total: int
+) -> float:
+    """Seconds for an exactly-once consumer of its own group to apply ``total`` events of ``topic``."""
+    consumer = ExactlyOnceConsumer(
+        name, [topic], pool, handler, make_consumer(kafka, name, "bench-consumer"), pipeline=True
+    )
+    try:
+        started, applied = time.perf_counter(), 0
+        while applied < total:
+            applied += await consumer.poll_once()
+        return time.perf_counter() - started
+    finally:
+        await asyncio.to_thread(consumer._kafka.close)
+
+
 async def run(events: int, dsn: str, kafka: str, writers: int = 8) -> dict[str, float]:
     tag = uuid.uuid4().hex[:8]
     schema, topic = f"bench_{tag}", f"bench.events.{tag}"
@@ -144,19 +174,8 @@ async def run(events: int, dsn: str, kafka: str, writers: int = 8) -> dict[str, 
             pass
         publish_s = time.perf_counter() - started
 
-        consumer = ExactlyOnceConsumer(
-            f"bench-{tag}",
-            [topic],
-            pool,
-            _apply,
-            make_consumer(kafka, f"bench-{tag}", "bench-consumer"),
-            pipeline=True,
-        )
-        started, applied = time.perf_counter(), 0
-        while applied < total:
-            applied += await consumer.poll_once()
-        consume_s = time.perf_counter() - started
-        await asyncio.to_thread(consumer._kafka.close)
+        consume_s = await _consume(pool, kafka, topic, f"bench-{tag}", _apply, total)
+        consume_batched_s = await _consume(pool, kafka, topic, f"bench-batched-{tag}", batched(_apply_many), total)
     finally:
         await pool.close()
         async with await psycopg.AsyncConnection.connect(dsn, autocommit=True) as conn:
@@ -172,6 +191,7 @@ async def run(events: int, dsn: str, kafka: str, writers: int = 8) -> dict[str, 
         "append_10_per_call_per_s": events / append_batched_s,
         "publish_events_per_s": total / publish_s,
         "consume_events_per_s": total / consume_s,
+        "consume_batched_per_s": total / consume_batched_s,
         "pg_insert_commits_per_s": await pg_commit_rate(dsn),
     }
 

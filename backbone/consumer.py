@@ -57,6 +57,24 @@ def handling(event_types: Collection[str], handler: Handler) -> SelectiveHandler
     return SelectiveHandler(frozenset(event_types), handler)
 
 
+ApplyMany = Callable[[psycopg.AsyncConnection, Sequence[events_pb2.EventEnvelope]], Awaitable[None]]
+
+
+@dataclass(frozen=True, slots=True)
+class BatchHandler:
+    """A handler that applies a batch's new events in one call, in order, with the effects of
+    applying each in turn (one statement for many events instead of one each).
+
+    ``event_types``: as ``SelectiveHandler``'s (None: every event)."""
+
+    apply_many: ApplyMany
+    event_types: frozenset[str] | None = None
+
+
+def batched(apply_many: ApplyMany, event_types: Collection[str] | None = None) -> BatchHandler:
+    return BatchHandler(apply_many, None if event_types is None else frozenset(event_types))
+
+
 TRACKING_SCHEMA = (
     """
     CREATE TABLE IF NOT EXISTS consumer_positions (
@@ -111,6 +129,7 @@ class ExactlyOnceConsumer:
     ``batch_size`` records of one partition are applied in one transaction; with
     ``pipeline`` the handlers' statements of a batch go to PostgreSQL in one round
     trip (for handlers that read no result they depend on, e.g. a projection's upserts).
+    A ``BatchHandler`` gets the batch's new events in one call instead.
     """
 
     def __init__(
@@ -118,7 +137,7 @@ class ExactlyOnceConsumer:
         name: str,
         topics: Sequence[str],
         pool: AsyncConnectionPool,
-        handler: Handler,
+        handler: Handler | BatchHandler,
         kafka_consumer: KafkaConsumer,
         *,
         poll_timeout_ms: int = 200,
@@ -133,7 +152,14 @@ class ExactlyOnceConsumer:
         self.name = name
         self.topics = list(topics)
         self._pool = pool
-        self._handler = handler
+        self._handler: Handler | None = None
+        self._apply_many: ApplyMany | None = None
+        if isinstance(handler, BatchHandler):
+            self._apply_many = handler.apply_many
+            if event_types is None:
+                event_types = handler.event_types
+        else:
+            self._handler = handler
         self._kafka = kafka_consumer
         self._poll_timeout_ms = poll_timeout_ms
         if event_types is None and isinstance(handler, SelectiveHandler):
@@ -363,15 +389,22 @@ class ExactlyOnceConsumer:
                 metrics.CONSUMER_DUPLICATES.labels(self.name, tp.topic).inc(duplicates)
             pipeline = conn.pipeline() if self._pipeline else contextlib.nullcontext()
             async with pipeline:
-                for record, envelope in items:
-                    if record.offset not in new:
-                        continue
-                    token = logs.correlation_id.set(envelope.correlation_id)
-                    try:
-                        await self._handler(conn, envelope)
-                    finally:
-                        logs.correlation_id.reset(token)
-                    applied += 1
+                if self._apply_many is not None:
+                    fresh = [envelope for record, envelope in items if record.offset in new]
+                    if fresh:
+                        await self._apply_many(conn, fresh)
+                    applied = len(fresh)
+                else:
+                    assert self._handler is not None
+                    for record, envelope in items:
+                        if record.offset not in new:
+                            continue
+                        token = logs.correlation_id.set(envelope.correlation_id)
+                        try:
+                            await self._handler(conn, envelope)
+                        finally:
+                            logs.correlation_id.reset(token)
+                        applied += 1
                 await conn.execute(_SAVE_POSITION, (self.name, tp.topic, tp.partition, next_offset))
         metrics.CONSUMER_APPLIED.labels(self.name, tp.topic).inc(applied)
         return applied

@@ -134,6 +134,7 @@ async def start(
         fence=PgFence(pool, relay_lease),
         renew_every_ms=RELAY_LEASE_RENEW_EVERY_MS,
     )
+
     def relay_producer() -> KafkaProducer:
         return make_producer(settings.kafka_bootstrap_servers, f"{spec.name}-relay")
 

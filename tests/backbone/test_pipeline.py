@@ -10,13 +10,13 @@ from typing import Any
 
 import psycopg
 import pytest
-from credits_projection import CREDITS_DDL, apply_credit, credited, credits
+from credits_projection import CREDITS_DDL, apply_credit, apply_credits, credited, credits
 from kafka import KafkaConsumer, TopicPartition
 from kafka.errors import KafkaTimeoutError
 from psycopg_pool import AsyncConnectionPool
 from redis.asyncio import Redis
 
-from backbone.consumer import ExactlyOnceConsumer, handling
+from backbone.consumer import ExactlyOnceConsumer, batched, handling
 from backbone.db import open_pool, run_ddl
 from backbone.eventstore import EventStore, NewEvent
 from backbone.kafka import TopicSpec, ensure_topics, make_consumer, make_producer
@@ -67,9 +67,15 @@ async def append_credits(pool: AsyncConnectionPool, store: EventStore, n: int, a
             versions[account] = v + 1
 
 
-def new_consumer(name: str, topic: str, pool: AsyncConnectionPool, kafka_servers: str) -> ExactlyOnceConsumer:
+def new_consumer(
+    name: str, topic: str, pool: AsyncConnectionPool, kafka_servers: str, *, batch: bool = False
+) -> ExactlyOnceConsumer:
+    """A consumer of the credits projection: one event per handler call, or (``batch``) a batch per call."""
     kafka = make_consumer(kafka_servers, name, f"{name}-client", session_timeout_ms=10_000, heartbeat_interval_ms=1_000)
-    return ExactlyOnceConsumer(name, [topic], pool, apply_credit, kafka)
+    return ExactlyOnceConsumer(name, [topic], pool, batched(apply_credits) if batch else apply_credit, kafka)
+
+
+HANDLER_SHAPES = pytest.mark.parametrize("batch", [False, True], ids=["one_by_one", "batched"])
 
 
 async def drain(consumer: ExactlyOnceConsumer, pool: AsyncConnectionPool, expected_applied: int) -> None:
@@ -115,8 +121,9 @@ async def test_relay_publishes_every_event_once_and_consumer_applies_it(
         assert await credits(conn) == expected_totals(40)
 
 
+@HANDLER_SHAPES
 async def test_relay_killed_after_publish_before_marking_sent_consumer_still_applies_once(
-    pool: AsyncConnectionPool, store: EventStore, topic: str, kafka_servers: str, unique: str
+    pool: AsyncConnectionPool, store: EventStore, topic: str, kafka_servers: str, unique: str, batch: bool
 ) -> None:
     await append_credits(pool, store, 30)
     doomed = OutboxRelay("test", pool, make_producer(kafka_servers, "doomed"))
@@ -135,7 +142,7 @@ async def test_relay_killed_after_publish_before_marking_sent_consumer_still_app
     assert await restarted.publish_once() == 30
     assert records_on_topic(kafka_servers, topic) == 60  # every event is on the topic twice
 
-    consumer = new_consumer(f"g-{unique}", topic, pool, kafka_servers)
+    consumer = new_consumer(f"g-{unique}", topic, pool, kafka_servers, batch=batch)
     await drain(consumer, pool, 30)
     for _ in range(5):  # let it read the duplicates too
         await consumer.poll_once()
@@ -145,13 +152,14 @@ async def test_relay_killed_after_publish_before_marking_sent_consumer_still_app
         assert await cur.fetchone() == (30,)
 
 
+@HANDLER_SHAPES
 async def test_consumer_killed_mid_stream_resumes_without_loss_or_double_effect(
-    pool: AsyncConnectionPool, store: EventStore, topic: str, kafka_servers: str, unique: str
+    pool: AsyncConnectionPool, store: EventStore, topic: str, kafka_servers: str, unique: str, batch: bool
 ) -> None:
     await append_credits(pool, store, 60)
     await OutboxRelay("test", pool, make_producer(kafka_servers, "relay")).publish_once()
     group = f"g-{unique}"
-    first = new_consumer(group, topic, pool, kafka_servers)
+    first = new_consumer(group, topic, pool, kafka_servers, batch=batch)
     seen = 0
 
     async def die_after_some(record: Any) -> None:
@@ -166,7 +174,7 @@ async def test_consumer_killed_mid_stream_resumes_without_loss_or_double_effect(
             await first.poll_once()
     first._kafka.close(autocommit=False)  # a dead process commits nothing more
 
-    second = new_consumer(group, topic, pool, kafka_servers)
+    second = new_consumer(group, topic, pool, kafka_servers, batch=batch)
     await drain(second, pool, 60)
     for _ in range(3):
         await second.poll_once()
