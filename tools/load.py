@@ -19,7 +19,9 @@ INSERT commit rate on 16 connections and the table process's rate of empty calls
 ratio of what the database and the gRPC stack underneath do on the same machine at that moment.
 
 ``--profile DIR`` records every service with py-spy during each run (raw folded stacks,
-DIR/<service>-run<N>.txt). Only loopback addresses are accepted.
+DIR/<service>-run<N>.txt). ``--audit`` (with the services it started) runs ``niuniu-audit
+replay`` after the last run, against the run's journal, topics and wallet, prints its
+verdict and exits non-zero unless it is clean. Only loopback addresses are accepted.
 """
 
 from __future__ import annotations
@@ -114,6 +116,10 @@ class LocalStack:
     def schema(self, service: str) -> str:
         return f"load_{self.run_id}_{service}"
 
+    @property
+    def topic_prefix(self) -> str:
+        return f"load{self.run_id}."
+
     def addr(self, service: str) -> str:
         return f"127.0.0.1:{self.ports[service]}"
 
@@ -122,7 +128,7 @@ class LocalStack:
         env.update(
             {
                 "NIUNIU_WALLET_THROTTLE": "address_attempts=1000000/60,address_failures=1000000/60",
-                "NIUNIU_TOPIC_PREFIX": f"load{self.run_id}.",
+                "NIUNIU_TOPIC_PREFIX": self.topic_prefix,
                 "NIUNIU_DB_SCHEMA": self.schema(service),
                 f"NIUNIU_{service.upper()}_DSN": os.environ["DATABASE_URL"],
                 f"NIUNIU_{service.upper()}_GRPC_PORT": str(self.ports[service]),
@@ -498,6 +504,7 @@ async def main_async(args: argparse.Namespace) -> int:
         table_addr, wallet_addr = stack.addr("table"), stack.addr("wallet")
         metrics_urls = [f"http://127.0.0.1:{p}/metrics" for p in stack.metrics_ports.values()]
     results: list[RunResult] = []
+    clean = True
     try:
         if stack is not None:
             stack.start()  # inside the try: services already started are stopped if a later one fails
@@ -534,6 +541,8 @@ async def main_async(args: argparse.Namespace) -> int:
                     results.append(result)
                     print_run(run, result, args.in_flight, out)
                     out.flush()
+                if args.audit and stack is not None:
+                    clean = await asyncio.to_thread(audit_replay, stack, tokens, out)
             finally:
                 stop.set()
                 await follower
@@ -556,7 +565,42 @@ async def main_async(args: argparse.Namespace) -> int:
             print(f"  worst settlement lag s {mmm(lag_max, '{:.2f}')}", file=out)
         print(f"  PostgreSQL commits/s   {mmm([r.pg_commits_per_s for r in results])}", file=out)
         print(f"  table empty calls/s    {mmm([r.empty_calls_per_s for r in results])}", file=out)
-    return 0
+    return 0 if clean else 1
+
+
+AUDIT_TIMEOUT_S = 900
+
+
+def audit_replay(stack: LocalStack, tokens: Tokens, out: Any) -> bool:
+    """``niuniu-audit replay`` of the run's journal (as an auditor, with the wallet's balances); True if clean."""
+    argv = [
+        str(Path(sys.executable).parent / "niuniu-audit"),
+        "replay",
+        "--schema",
+        stack.schema("ledger"),
+        "--topic-prefix",
+        stack.topic_prefix,
+        "--wallet",
+        stack.addr("wallet"),
+        "--dsn",
+        os.environ["DATABASE_URL"],
+        "--no-progress",
+    ]
+    env = {**stack.env("ledger"), "NIUNIU_AUDITOR_TOKEN": tokens.issue("load-auditor", Role.AUDITOR)}
+    print("niuniu-audit replay of this run's journal:", file=out, flush=True)
+    try:
+        done = subprocess.run(argv, env=env, capture_output=True, text=True, timeout=AUDIT_TIMEOUT_S, check=False)
+    except subprocess.TimeoutExpired:
+        print(f"  no verdict within {AUDIT_TIMEOUT_S} s", file=out)
+        return False
+    text = done.stdout + done.stderr
+    for line in text.splitlines():
+        if line.lstrip().startswith(("events", "entries", "differences", "wallet", "RESULT")):
+            print(f"  {line.strip()}", file=out)
+    clean = done.returncode == 0 and "RESULT: OK" in text
+    if not clean:
+        print(f"  exit {done.returncode}: {text[-600:]}", file=out)
+    return clean
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -576,6 +620,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--profile", default="", help="record each service with py-spy into this directory")
     parser.add_argument("--log-dir", default=".run/load")
     parser.add_argument("--keep", action="store_true", help="keep the started services' schemas")
+    parser.add_argument("--audit", action="store_true", help="niuniu-audit replay after the last run")
     args = parser.parse_args(argv)
     bounds = (
         (1 <= args.tables <= MAX_TABLES, f"--tables 1..{MAX_TABLES}"),
@@ -584,6 +629,7 @@ def main(argv: list[str] | None = None) -> int:
         (0 < args.duration <= MAX_DURATION_S, f"--duration 0..{MAX_DURATION_S}"),
         (1 <= args.runs <= 20, "--runs 1..20"),
         (args.rate >= 0, "--rate >= 0"),
+        (not (args.audit and args.table), "--audit needs the services this command starts (no --table)"),
     )
     for ok, message in bounds:
         if not ok:

@@ -1,0 +1,34 @@
+"""``niuniu-load`` on the real stack, CI-sized: it starts the services, bets, and its ``--audit``
+finds the run's journal clean (``niuniu-audit replay``: the replay equals the live journal and
+the wallet's balances)."""
+
+from __future__ import annotations
+
+import os
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+pytestmark = pytest.mark.integration
+
+RUN_TIMEOUT_S = 600
+
+
+def test_a_short_load_run_bets_and_its_journal_replays_clean(infra: dict[str, str], tmp_path: Path) -> None:
+    command = [
+        str(Path(sys.executable).parent / "niuniu-load"),
+        *("--tables", "2", "--players", "6", "--in-flight", "6", "--duration", "6"),
+        *("--log-dir", str(tmp_path), "--audit"),
+    ]
+    done = subprocess.run(
+        command, env={**os.environ, **infra}, capture_output=True, text=True, timeout=RUN_TIMEOUT_S, check=False
+    )
+    text = done.stdout + done.stderr
+    assert done.returncode == 0, text[-3000:]
+    accepted = re.search(r"run 1: (\d+) bets accepted", text)
+    assert accepted is not None and int(accepted.group(1)) > 0, text[-3000:]
+    assert "INTERNAL" not in text and "UNKNOWN" not in text, text[-3000:]
+    assert re.search(r"differences: 0\b", text) and "RESULT: OK" in text, text[-3000:]
