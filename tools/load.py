@@ -54,7 +54,7 @@ from psycopg import sql
 from backbone.auth import Role, Tokens, bearer, development_env
 from backbone.bench import pg_commit_rate
 from backbone.healthcheck import check
-from backbone.kafka import default_principal_env
+from backbone.kafka import default_principal_env, make_admin
 
 SERVICES = ("rng", "wallet", "ledger", "table")
 HEALTH_TIMEOUT_S = 90.0
@@ -174,11 +174,22 @@ class LocalStack:
         return out
 
     async def drop(self) -> None:
+        """The run's schemas and topics (left on a long-lived broker, thousands of partitions slow its start)."""
         async with await psycopg.AsyncConnection.connect(os.environ["DATABASE_URL"], autocommit=True) as conn:
             for service in SERVICES:
                 await conn.execute(
                     sql.SQL("DROP SCHEMA IF EXISTS {} CASCADE").format(sql.Identifier(self.schema(service)))
                 )
+        await asyncio.to_thread(self._delete_topics)
+
+    def _delete_topics(self) -> None:
+        admin = make_admin(os.environ.get("KAFKA_BOOTSTRAP_SERVERS", "127.0.0.1:9092"), "niuniu-load")
+        try:
+            mine = [t for t in admin.list_topics() if t.startswith(self.topic_prefix)]
+            if mine:
+                admin.delete_topics(mine)
+        finally:
+            admin.close()
 
 
 @dataclass

@@ -1,6 +1,6 @@
 """``niuniu-load`` on the real stack, CI-sized: it starts the services, bets, and its ``--audit``
 finds the run's journal clean (``niuniu-audit replay``: the replay equals the live journal and
-the wallet's balances)."""
+the wallet's balances); it leaves neither schemas nor topics behind."""
 
 from __future__ import annotations
 
@@ -11,6 +11,8 @@ import sys
 from pathlib import Path
 
 import pytest
+
+from backbone.kafka import make_admin
 
 pytestmark = pytest.mark.integration
 
@@ -32,3 +34,11 @@ def test_a_short_load_run_bets_and_its_journal_replays_clean(infra: dict[str, st
     assert accepted is not None and int(accepted.group(1)) > 0, text[-3000:]
     assert "INTERNAL" not in text and "UNKNOWN" not in text, text[-3000:]
     assert re.search(r"differences: 0\b", text) and "RESULT: OK" in text, text[-3000:]
+    run = re.search(r"logs in .*/([0-9a-f]+)\)", text)
+    assert run is not None, text[:500]
+    admin = make_admin(infra["KAFKA_BOOTSTRAP_SERVERS"], "test-load-run")
+    try:
+        left = [t for t in admin.list_topics() if t.startswith(f"load{run.group(1)}.")]
+    finally:
+        admin.close()
+    assert left == []  # the run's topics went with its schemas
