@@ -36,8 +36,17 @@ class Recorder:
         return [Refused(r) if self._refuse_odd and r % 2 else 2 * r for r in requests]
 
 
-def grouped(work: Recorder, **options: int) -> Grouped[int, int]:
-    return Grouped(work, keys=lambda r: (r % 100,), busy=lambda: Busy(), **options)
+def grouped(
+    work: Recorder, *, max_group: int = 64, max_in_flight: int = 2, max_waiting: int = 1024
+) -> Grouped[int, int]:
+    return Grouped(
+        work,
+        keys=lambda r: (r % 100,),
+        busy=lambda: Busy(),
+        max_group=max_group,
+        max_in_flight=max_in_flight,
+        max_waiting=max_waiting,
+    )
 
 
 async def test_calls_made_while_a_group_is_worked_on_go_together_in_the_next() -> None:
