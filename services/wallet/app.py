@@ -68,7 +68,9 @@ SWEEP_BATCH = 200
 MAX_HOLD_GROUP = 64
 """Bound on the holds placed in one transaction."""
 HOLD_GROUPS_IN_FLIGHT = 2
-"""Groups of holds worked on at once (each on its own connection)."""
+"""Groups of holds worked on at once (each on its own connection). A group waiting on an account's
+row lock (a settlement of that player's round at another table) holds up the holds behind it until
+another group is free: more groups in flight, fewer holds per transaction."""
 MAX_HOLDS_WAITING = 1024
 """Bound on PlaceHold calls waiting for a group; one more is refused UNAVAILABLE WALLET_BUSY."""
 
