@@ -31,7 +31,7 @@ from niuniu.v1 import events_pb2
 from psycopg import sql
 from psycopg_pool import AsyncConnectionPool
 
-from backbone.consumer import BatchHandler, ExactlyOnceConsumer, Handler, batched
+from backbone.consumer import BatchHandler, ExactlyOnceConsumer, Handler, Tracked, batched
 from backbone.db import open_pool, run_ddl
 from backbone.eventstore import EventStore, NewEvent
 from backbone.kafka import TopicSpec, ensure_topics, make_admin, make_consumer, make_producer
@@ -80,9 +80,9 @@ async def _apply(conn: psycopg.AsyncConnection, envelope: events_pb2.EventEnvelo
     )
 
 
-async def _apply_many(conn: psycopg.AsyncConnection, envelopes: Sequence[events_pb2.EventEnvelope]) -> None:
+async def _apply_many(conn: psycopg.AsyncConnection, batch: Sequence[Tracked]) -> None:
     """``_apply`` of each event in turn, in one statement."""
-    counts = Counter(envelope.stream_id for envelope in envelopes)
+    counts = Counter(tracked.envelope.stream_id for tracked in batch)
     await conn.execute(
         "INSERT INTO bench_counts (stream_id, n) SELECT * FROM unnest(%s::text[], %s::int[])"
         " ON CONFLICT (stream_id) DO UPDATE SET n = bench_counts.n + EXCLUDED.n",

@@ -57,7 +57,17 @@ def handling(event_types: Collection[str], handler: Handler) -> SelectiveHandler
     return SelectiveHandler(frozenset(event_types), handler)
 
 
-ApplyMany = Callable[[psycopg.AsyncConnection, Sequence[events_pb2.EventEnvelope]], Awaitable[None]]
+@dataclass(frozen=True, slots=True)
+class Tracked:
+    """An event with the Kafka position it was read from."""
+
+    envelope: events_pb2.EventEnvelope
+    topic: str
+    partition: int
+    offset: int
+
+
+ApplyMany = Callable[[psycopg.AsyncConnection, Sequence[Tracked]], Awaitable[None]]
 
 
 @dataclass(frozen=True, slots=True)
@@ -390,7 +400,11 @@ class ExactlyOnceConsumer:
             pipeline = conn.pipeline() if self._pipeline else contextlib.nullcontext()
             async with pipeline:
                 if self._apply_many is not None:
-                    fresh = [envelope for record, envelope in items if record.offset in new]
+                    fresh = [
+                        Tracked(envelope, tp.topic, tp.partition, record.offset)
+                        for record, envelope in items
+                        if record.offset in new
+                    ]
                     if fresh:
                         await self._apply_many(conn, fresh)
                     applied = len(fresh)

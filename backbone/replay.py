@@ -37,7 +37,7 @@ from kafka import KafkaConsumer, TopicPartition
 from niuniu.v1 import events_pb2
 from psycopg import sql
 
-from backbone.consumer import TRACKING_SCHEMA, Handler
+from backbone.consumer import TRACKING_SCHEMA, Handler, Tracked
 from backbone.db import create_schema, run_ddl
 from backbone.kafka import make_consumer
 
@@ -46,16 +46,6 @@ MAX_REPLAY_POLL_RECORDS = 5_000
 REPLAY_PARTITION_FETCH_BYTES = 8 * 1024 * 1024
 REPLAY_FETCH_BYTES = 64 * 1024 * 1024
 POLL_TIMEOUT_MS = 500
-
-
-@dataclass(frozen=True, slots=True)
-class Tracked:
-    """An event with the Kafka position it was read from."""
-
-    envelope: events_pb2.EventEnvelope
-    topic: str
-    partition: int
-    offset: int
 
 
 BatchHandler = Callable[[psycopg.AsyncConnection, Sequence[Tracked]], Awaitable[None]]
@@ -94,10 +84,13 @@ class ReplayReport:
     seconds: float
 
 
+FRESH_STAGE = "CREATE TEMP TABLE IF NOT EXISTS replay_fresh (n INT PRIMARY KEY) ON COMMIT DELETE ROWS"
+"""The indexes of a batch's events applied for the first time, as a ``StagedBatch`` reads them."""
+
 _REPLAY_STAGE = (
     "CREATE TEMP TABLE IF NOT EXISTS replay_polled"
     ' (n INT, event_id UUID, topic TEXT, partition INT, "offset" BIGINT) ON COMMIT DELETE ROWS',
-    "CREATE TEMP TABLE IF NOT EXISTS replay_fresh (n INT PRIMARY KEY) ON COMMIT DELETE ROWS",
+    FRESH_STAGE,
 )
 
 # The poll's tracking rows, in poll order; an event read twice is new once (its first copy).

@@ -24,7 +24,7 @@ from redis.asyncio import Redis
 from backbone import logs, tls
 from backbone.auth import Tokens
 from backbone.config import ConfigError, Settings
-from backbone.consumer import ExactlyOnceConsumer, Handler
+from backbone.consumer import BatchHandler, ExactlyOnceConsumer, Handler
 from backbone.db import connect, create_schema, open_pool
 from backbone.eventstore import EventStore
 from backbone.grpcserver import BackgroundTask, RunningServer, serve_forever, start_server
@@ -72,7 +72,7 @@ class ServiceContext:
 class ConsumerSpec:
     name: str
     topics: Callable[[Topics], Sequence[str]]
-    handler: Callable[[ServiceContext], Handler]
+    handler: Callable[[ServiceContext], Handler | BatchHandler]
     # Records applied per transaction. 1 for handlers that lock rows: a transaction that
     # appends events holds the event store's append lock to its commit, so taking row
     # locks after an earlier record's append could deadlock with a command in flight.

@@ -5,6 +5,11 @@ and the table events (references: the round index). Each event is written in the
 consumer's transaction together with its tracking row, so it is journaled exactly
 once; the balances move in the same transaction as the lines that explain them.
 
+The live consumers apply a batch of new events at a time (``journal_batch``, ``rounds_batch``)
+with the writer the replay uses for a poll (``StagedJournal``: the batch staged with COPY, a
+few statements); ``apply`` is the same projection one event at a time, the reference the
+tests hold both to (``tests/ledger/test_replay_staged.py``).
+
 The journal is append-only: there is no UPDATE or DELETE path in the code, and
 triggers refuse them (and TRUNCATE) in the database.
 """
@@ -22,8 +27,8 @@ from niuniu.table.v1 import events_pb2 as table_pb2
 from niuniu.v1 import events_pb2
 from psycopg import sql
 
-from backbone.consumer import SelectiveHandler, handling
-from backbone.replay import Projection, Tracked, copy_text
+from backbone.consumer import BatchHandler, Tracked, batched
+from backbone.replay import FRESH_STAGE, Projection, copy_text
 from services.ledger import metrics
 from services.ledger.accounts import account_type
 from services.ledger.journal import Entry, Reason, Rejected, journal_event, journal_rows
@@ -602,5 +607,19 @@ async def _index_round(conn: psycopg.AsyncConnection, envelope: events_pb2.Event
 JOURNAL = Projection(name=CONSUMER, ddl=DDL, handler=apply, tables=TABLES, stager=stage_journal, stage_ddl=STAGE_DDL)
 
 
-apply_rounds: SelectiveHandler = handling(ROUND_EVENT_TYPES, apply)
-"""``apply`` for the table topic's consumer: the round events only."""
+# The staged writer's temporary tables, made on a connection the first time it writes a batch
+# (one round trip; they last as long as the session and are emptied at every commit).
+_LIVE_STAGE = "; ".join((FRESH_STAGE, *STAGE_DDL))
+
+
+async def apply_batch(conn: psycopg.AsyncConnection, batch: Sequence[Tracked]) -> None:
+    """``apply`` of each event of ``batch`` in turn (all of them new), written as the replay writes a poll."""
+    await conn.execute(_LIVE_STAGE)
+    await conn.execute("INSERT INTO replay_fresh (n) SELECT generate_series(0, %s)", (len(batch) - 1,))
+    await stage_journal(batch).write(conn, frozenset())
+
+
+journal_batch: BatchHandler = batched(apply_batch)
+"""The live consumer of the wallet events."""
+rounds_batch: BatchHandler = batched(apply_batch, ROUND_EVENT_TYPES)
+"""The live consumer of the table events: the round events only."""

@@ -22,7 +22,7 @@ from backbone.service import ConsumerSpec, ServiceContext, ServiceSpec
 from backbone.topics import Topics
 from services.ledger import metrics, queries
 from services.ledger.api import LedgerServicer
-from services.ledger.projection import CONSUMER, DDL, ROUNDS_CONSUMER, apply, apply_rounds
+from services.ledger.projection import CONSUMER, DDL, ROUNDS_CONSUMER, journal_batch, rounds_batch
 
 log = logging.getLogger(__name__)
 
@@ -76,8 +76,8 @@ SPEC = ServiceSpec(
     # as one). A group subscribed to two brand-new topics at once was seen to stay without
     # partitions (kafka-python's assignment races the new topics' metadata).
     consumers=(
-        ConsumerSpec(name=CONSUMER, topics=wallet_topic, handler=lambda ctx: apply),
-        ConsumerSpec(name=ROUNDS_CONSUMER, topics=table_topic, handler=lambda ctx: apply_rounds),
+        ConsumerSpec(name=CONSUMER, topics=wallet_topic, handler=lambda ctx: journal_batch),
+        ConsumerSpec(name=ROUNDS_CONSUMER, topics=table_topic, handler=lambda ctx: rounds_batch),
     ),
     background=(imbalance_watch,),
 )

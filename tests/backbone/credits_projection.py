@@ -8,6 +8,7 @@ import psycopg
 from google.protobuf import struct_pb2
 from niuniu.v1 import events_pb2
 
+from backbone.consumer import Tracked
 from backbone.eventstore import NewEvent
 from backbone.replay import Projection
 
@@ -32,12 +33,12 @@ async def apply_credit(conn: psycopg.AsyncConnection, envelope: events_pb2.Event
     )
 
 
-async def apply_credits(conn: psycopg.AsyncConnection, envelopes: Sequence[events_pb2.EventEnvelope]) -> None:
+async def apply_credits(conn: psycopg.AsyncConnection, batch: Sequence[Tracked]) -> None:
     """``apply_credit`` of each event in turn, in one statement (a consumer's batch handler)."""
     totals: dict[str, list[int]] = {}
-    for envelope in envelopes:
+    for tracked in batch:
         payload = struct_pb2.Struct()
-        envelope.payload.Unpack(payload)
+        tracked.envelope.payload.Unpack(payload)
         total = totals.setdefault(payload.fields["account"].string_value, [0, 0])
         total[0] += int(payload.fields["amount"].number_value)
         total[1] += 1

@@ -1,4 +1,5 @@
-"""The replay's staged path (a whole poll staged with COPY) has the effects of the handler event by event.
+"""The replay's staged path (a whole poll staged with COPY) has the effects of the handler event by event,
+and so do the live consumers, which write each batch with it.
 
 The same records are replayed twice from Kafka: once by the journal projection as the audit runs
 it (``stage_journal``), once with the stager taken off, so the replay applies ``apply`` to one event
@@ -10,6 +11,7 @@ does not balance and one whose id repeats within its event.
 from __future__ import annotations
 
 import dataclasses
+import time
 import uuid
 from datetime import UTC, datetime
 
@@ -19,14 +21,26 @@ from niuniu.table.v1 import events_pb2 as table_pb2
 from niuniu.wallet.v1 import events_pb2 as wallet_pb2
 from psycopg import sql
 
+from backbone.consumer import ExactlyOnceConsumer
+from backbone.db import open_pool, run_ddl
 from backbone.eventstore import NewEvent, build_envelope
-from backbone.kafka import TopicSpec, ensure_topics, make_producer
+from backbone.kafka import TopicSpec, ensure_topics, make_consumer, make_producer
 from backbone.replay import replay, table_digest
 from backbone.topics import Topics
-from services.ledger.projection import JOURNAL
+from services.ledger.projection import (
+    CONSUMER,
+    DDL,
+    JOURNAL,
+    ROUND_EVENT_TYPES,
+    ROUNDS_CONSUMER,
+    journal_batch,
+    rounds_batch,
+)
 from services.ledger.synthetic import AVAILABLE, HELD, SyntheticStream, leg, movement
 
 pytestmark = pytest.mark.integration
+
+DEADLINE_S = 60.0
 
 # Each table in a stable order; ``seq`` (journal order across partitions, as the polls interleave
 # them) is left out.
@@ -76,8 +90,8 @@ async def _rows(conn: psycopg.AsyncConnection, schema: str, table: str, order: s
     return [row[:seq] + row[seq + 1 :] for row in rows]
 
 
-async def test_staged_replay_equals_the_handler_event_by_event(dsn: str, kafka_servers: str, unique: str) -> None:
-    topics = Topics(f"t{unique}.")
+def _publish(kafka_servers: str, topics: Topics) -> list[tuple[str, str, NewEvent]]:
+    """The synthetic stream with the awkward cases, some events twice; returns the distinct events."""
     ensure_topics(kafka_servers, [TopicSpec(topics.wallet_events, 3), TopicSpec(topics.table_events, 3)])
     items = [(s.target, s.stream_id, s.event) for s in SyntheticStream(seed=5, players=4).events(300)]
     items[150:150] = _awkward()
@@ -101,14 +115,19 @@ async def test_staged_replay_equals_the_handler_event_by_event(dsn: str, kafka_s
             producer.send(topic, key=stream_id.encode(), value=envelope.SerializeToString())
     producer.flush()
     producer.close()
+    return items
 
+
+async def test_staged_replay_equals_the_handler_event_by_event(dsn: str, kafka_servers: str, unique: str) -> None:
+    topics = Topics(f"t{unique}.")
+    count = len(_publish(kafka_servers, topics))
     names = [topics.wallet_events, topics.table_events]
     staged, one_by_one = f"rs_{unique}", f"rh_{unique}"
     try:
         first = await replay(dsn, kafka_servers, names, JOURNAL, staged)
         second = await replay(dsn, kafka_servers, names, dataclasses.replace(JOURNAL, stager=None), one_by_one)
-        assert first.events_read == second.events_read == len(items) + len(items) // 50
-        assert first.events_applied == second.events_applied == len(items)
+        assert first.events_read == second.events_read == count + count // 50
+        assert first.events_applied == second.events_applied == count
         async with await psycopg.AsyncConnection.connect(dsn) as conn:
             for table, order in ORDER.items():
                 rows, other = await _rows(conn, staged, table, order), await _rows(conn, one_by_one, table, order)
@@ -129,4 +148,54 @@ async def test_staged_replay_equals_the_handler_event_by_event(dsn: str, kafka_s
     finally:
         async with await psycopg.AsyncConnection.connect(dsn, autocommit=True) as conn:
             for schema in (staged, one_by_one):
+                await conn.execute(sql.SQL("DROP SCHEMA IF EXISTS {} CASCADE").format(sql.Identifier(schema)))
+
+
+async def test_the_live_consumers_journal_as_the_handler_does_event_by_event(
+    dsn: str, kafka_servers: str, unique: str
+) -> None:
+    """The ledger's two live consumers (batches written by the staged writer) against the same records
+    replayed one event at a time: every table identical."""
+    topics = Topics(f"t{unique}.")
+    items = _publish(kafka_servers, topics)
+    wallet_events = sum(target == "wallet" for target, _, _ in items)
+    round_events = sum(event.event_type in ROUND_EVENT_TYPES for _, _, event in items)
+    names = [topics.wallet_events, topics.table_events]
+    live, one_by_one = f"rl_{unique}", f"rh_{unique}"
+    try:
+        await replay(dsn, kafka_servers, names, dataclasses.replace(JOURNAL, stager=None), one_by_one)
+        async with await psycopg.AsyncConnection.connect(dsn, autocommit=True) as conn:
+            await conn.execute(sql.SQL("CREATE SCHEMA {}").format(sql.Identifier(live)))
+        pool = await open_pool(dsn, schema=live, max_size=4)
+        try:
+            async with pool.connection() as conn:
+                await ExactlyOnceConsumer.setup(conn)
+                await run_ddl(conn, DDL)
+            consumers = [
+                ExactlyOnceConsumer(
+                    name, [topic], pool, handler, make_consumer(kafka_servers, f"g{unique}-{name}", name)
+                )
+                for name, topic, handler in (
+                    (CONSUMER, topics.wallet_events, journal_batch),
+                    (ROUNDS_CONSUMER, topics.table_events, rounds_batch),
+                )
+            ]
+            applied, deadline = 0, time.monotonic() + DEADLINE_S
+            while applied < wallet_events + round_events:
+                assert time.monotonic() < deadline, f"applied {applied} of {wallet_events + round_events}"
+                applied += sum([await consumer.poll_once() for consumer in consumers])
+            for _ in range(3):  # the copies published twice, if any were still to come
+                assert sum([await consumer.poll_once() for consumer in consumers]) == 0
+            for consumer in consumers:
+                consumer._kafka.close()
+        finally:
+            await pool.close()
+        async with await psycopg.AsyncConnection.connect(dsn) as conn:
+            for table, order in ORDER.items():
+                rows, other = await _rows(conn, live, table, order), await _rows(conn, one_by_one, table, order)
+                assert rows == other, table
+                assert rows
+    finally:
+        async with await psycopg.AsyncConnection.connect(dsn, autocommit=True) as conn:
+            for schema in (live, one_by_one):
                 await conn.execute(sql.SQL("DROP SCHEMA IF EXISTS {} CASCADE").format(sql.Identifier(schema)))
