@@ -28,7 +28,7 @@ from __future__ import annotations
 import asyncio
 import re
 import time
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol
 
@@ -37,7 +37,7 @@ from kafka import KafkaConsumer, TopicPartition
 from niuniu.v1 import events_pb2
 from psycopg import sql
 
-from backbone.consumer import TRACKING_SCHEMA, Handler, Tracked
+from backbone.consumer import TRACKING_SCHEMA, ApplyMany, Handler, Tracked
 from backbone.db import create_schema, run_ddl
 from backbone.kafka import make_consumer
 
@@ -46,9 +46,6 @@ MAX_REPLAY_POLL_RECORDS = 5_000
 REPLAY_PARTITION_FETCH_BYTES = 8 * 1024 * 1024
 REPLAY_FETCH_BYTES = 64 * 1024 * 1024
 POLL_TIMEOUT_MS = 500
-
-
-BatchHandler = Callable[[psycopg.AsyncConnection, Sequence[Tracked]], Awaitable[None]]
 
 
 class StagedBatch(Protocol):
@@ -69,7 +66,7 @@ class Projection:
     handler: Handler
     tables: Sequence[str]
     # Optional: applies several events (new ones, in order) with the effects of ``handler`` on each.
-    batch_handler: BatchHandler | None = None
+    batch_handler: ApplyMany | None = None
     # Optional, replay only: prepares a whole poll off the event loop; its ``write`` applies the fresh
     # events with the effects of ``handler`` on each, in order. ``stage_ddl``: its temporary tables.
     stager: Stager | None = None
