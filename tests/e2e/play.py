@@ -22,6 +22,14 @@ from stack import BIN, Stack
 EXTERNAL = "external:cashier"
 TEST_DECKS_ENV = "NIUNIU_RNG_TEST_DECKS"  # the rng takes test decks and envelopes (docs/fairness.md §9)
 WAIT_S = 120.0
+FULL_LENGTH_ENV = "NIUNIU_E2E_FULL"
+
+
+def game_length(ci: int, full: int) -> int:
+    """How many rounds a long game plays: ``ci`` in the suite (which stays under 30 minutes),
+    ``full`` with NIUNIU_E2E_FULL=1 (``NIUNIU_E2E_FULL=1 scripts/test tests/e2e``), the length
+    the game was first shown at. The checks are the same either way."""
+    return full if os.environ.get(FULL_LENGTH_ENV) == "1" else ci
 
 
 @contextlib.contextmanager

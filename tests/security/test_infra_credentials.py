@@ -28,6 +28,8 @@ pytestmark = pytest.mark.integration
 SYSTEM = Topics()
 SERVICES = ("rng", "table", "wallet", "ledger")
 TIMEOUT_MS = 8_000
+# A refused client never bootstraps; kafka-python gives up after this (its default: 30 s).
+REFUSED_BOOTSTRAP_MS = 5_000
 
 
 def _env(name: str) -> str:
@@ -92,7 +94,12 @@ def _consumer(servers: str, sasl: dict[str, str]) -> KafkaConsumer:
 
 def test_kafka_refuses_a_client_without_credentials(servers: str) -> None:
     with pytest.raises(KafkaError):
-        admin = KafkaAdminClient(bootstrap_servers=servers, client_id="anonymous", request_timeout_ms=TIMEOUT_MS)
+        admin = KafkaAdminClient(
+            bootstrap_servers=servers,
+            client_id="anonymous",
+            request_timeout_ms=TIMEOUT_MS,
+            bootstrap_timeout_ms=REFUSED_BOOTSTRAP_MS,
+        )
         try:
             admin.list_topics()
         finally:
@@ -106,6 +113,7 @@ def test_kafka_refuses_a_wrong_password(servers: str, kafka_principals: dict[str
             bootstrap_servers=servers,
             client_id="impostor",
             request_timeout_ms=TIMEOUT_MS,
+            bootstrap_timeout_ms=REFUSED_BOOTSTRAP_MS,
             **KafkaCredentials(user, uuid.uuid4().hex).client_config(),
         )
         try:
