@@ -20,7 +20,9 @@ The scratch schema is thrown away after the comparison, so its tables are UNLOGG
 WAL) and the session commits without waiting for a WAL flush. The projection's plain
 (non-unique) indexes are built once at the end instead of row by row, and its foreign keys
 are put back at the end (each checked once over the whole table instead of by a trigger per
-row); unique indexes, which the exactly-once rules rely on, exist from the start.
+row). Unique constraints the exactly-once rules rely on exist from the start; those a projection
+names as ``implied_unique`` (kept anyway, because each event is applied once) are also put back
+at the end, so each is checked once, and a replay that broke one fails there.
 """
 
 from __future__ import annotations
@@ -71,6 +73,9 @@ class Projection:
     # events with the effects of ``handler`` on each, in order. ``stage_ddl``: its temporary tables.
     stager: Stager | None = None
     stage_ddl: Sequence[str] = ()
+    # Replay only: unique constraints (by name) no write of the projection relies on, because applying
+    # each event once already keeps them: built at the end of a replay instead of row by row.
+    implied_unique: Sequence[str] = ()
 
 
 @dataclass(frozen=True, slots=True)
@@ -134,15 +139,15 @@ async def replay(
             await conn.commit()
             later = [s for s in projection.ddl if _PLAIN_INDEX.match(s)]
             await run_ddl(conn, [*TRACKING_SCHEMA, *(s for s in projection.ddl if not _PLAIN_INDEX.match(s))])
-            foreign_keys = await _scratch_tables(conn, schema)
+            put_back = await _scratch_tables(conn, schema, projection.implied_unique)
             await run_ddl(conn, [*_REPLAY_STAGE, *projection.stage_ddl])
             read, applied = await _drain(consumer, conn, projection, end, total, progress)
             async with conn.transaction():  # built once over the whole replay: no statement timeout
                 await conn.execute("SET LOCAL statement_timeout = 0")
                 for index in later:
                     await conn.execute(index)
-                for foreign_key in foreign_keys:
-                    await conn.execute(foreign_key)
+                for constraint in put_back:
+                    await conn.execute(constraint)
     finally:
         consumer.close()
     return ReplayReport(schema, read, applied, time.perf_counter() - started)
@@ -160,21 +165,29 @@ def replay_consumer(bootstrap_servers: str, client_id: str) -> KafkaConsumer:
     )
 
 
-async def _scratch_tables(conn: psycopg.AsyncConnection, schema: str) -> list[sql.Composed]:
-    """Make the scratch schema's tables UNLOGGED and take their foreign keys off until the end.
+async def _scratch_tables(
+    conn: psycopg.AsyncConnection, schema: str, implied_unique: Sequence[str]
+) -> list[sql.Composed]:
+    """Make the scratch schema's tables UNLOGGED; take their foreign keys and ``implied_unique``
+    constraints off until the end.
 
-    Returns the statements that put the foreign keys back: each is then checked once, over the
-    whole replayed table, instead of by a trigger on every row inserted.
+    Returns the statements that put them back (the unique ones first, which a foreign key may
+    refer to): each is then checked once, over the whole replayed table, instead of on every row
+    inserted.
     """
     async with conn.transaction():
         cur = await conn.execute(
             "SELECT r.relname, k.conname, pg_get_constraintdef(k.oid) FROM pg_constraint k"
             " JOIN pg_class r ON r.oid = k.conrelid JOIN pg_namespace s ON s.oid = r.relnamespace"
-            " WHERE s.nspname = %s AND k.contype = 'f' ORDER BY 1, 2",
-            (schema,),
+            " WHERE s.nspname = %s AND (k.contype = 'f' OR k.conname = ANY(%s))"
+            " ORDER BY k.contype = 'f', 1, 2",
+            (schema, list(implied_unique)),
         )
-        foreign_keys = [(str(r[0]), str(r[1]), str(r[2])) for r in await cur.fetchall()]
-        for table, name, _ in foreign_keys:
+        taken_off = [(str(r[0]), str(r[1]), str(r[2])) for r in await cur.fetchall()]
+        missing = set(implied_unique) - {name for _, name, _ in taken_off}
+        if missing:
+            raise ValueError(f"implied_unique names no constraint of the projection: {sorted(missing)}")
+        for table, name, _ in reversed(taken_off):  # foreign keys first: they may need a unique one
             await conn.execute(
                 sql.SQL("ALTER TABLE {}.{} DROP CONSTRAINT {}").format(
                     sql.Identifier(schema), sql.Identifier(table), sql.Identifier(name)
@@ -193,7 +206,7 @@ async def _scratch_tables(conn: psycopg.AsyncConnection, schema: str) -> list[sq
         sql.SQL("ALTER TABLE {}.{} ADD CONSTRAINT {} {}").format(
             sql.Identifier(schema), sql.Identifier(table), sql.Identifier(name), sql.SQL(definition)
         )
-        for table, name, definition in foreign_keys
+        for table, name, definition in taken_off
     ]
 
 

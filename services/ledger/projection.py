@@ -604,7 +604,25 @@ async def _index_round(conn: psycopg.AsyncConnection, envelope: events_pb2.Event
             )
 
 
-JOURNAL = Projection(name=CONSUMER, ddl=DDL, handler=apply, tables=TABLES, stager=stage_journal, stage_ddl=STAGE_DDL)
+# In a replay, each event is applied once: no two entries share an event and movement index, the
+# identity ``seq`` repeats nothing, and lines are written only with their new entry, each line number
+# once. These three are checked when the replay ends instead of on every row it writes. The entry
+# id stays unique from the start: an entry id already journaled from another event is a reject.
+IMPLIED_BY_EXACTLY_ONCE = (
+    "journal_entries_seq_key",
+    "journal_entries_event_id_movement_index_key",
+    "journal_lines_pkey",
+)
+
+JOURNAL = Projection(
+    name=CONSUMER,
+    ddl=DDL,
+    handler=apply,
+    tables=TABLES,
+    stager=stage_journal,
+    stage_ddl=STAGE_DDL,
+    implied_unique=IMPLIED_BY_EXACTLY_ONCE,
+)
 
 
 # The staged writer's temporary tables, made on a connection the first time it writes a batch

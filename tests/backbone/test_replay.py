@@ -4,10 +4,13 @@ from __future__ import annotations
 
 import time
 from collections.abc import AsyncIterator
+from dataclasses import replace
 
 import psycopg
 import pytest
 from credits_projection import CREDITS, CREDITS_DDL, apply_credit, credited
+from google.protobuf import struct_pb2
+from niuniu.v1 import events_pb2
 from psycopg_pool import AsyncConnectionPool
 
 from backbone.consumer import ExactlyOnceConsumer
@@ -15,7 +18,7 @@ from backbone.db import open_pool, run_ddl
 from backbone.eventstore import EventStore
 from backbone.kafka import TopicSpec, ensure_topics, make_consumer, make_producer
 from backbone.relay import OutboxRelay
-from backbone.replay import replay, table_digest
+from backbone.replay import Projection, replay, table_digest
 
 pytestmark = pytest.mark.integration
 
@@ -72,3 +75,78 @@ async def test_projection_rebuilt_from_offset_zero_is_identical_to_live(
         await conn.execute(f'DROP SCHEMA "r_{unique}" CASCADE')
         await conn.commit()
     live._kafka.close()
+
+
+# A log of credits, one row per event: the exactly-once rules keep ``credit_log_once``. The broken
+# variant also wants one row per account, which nothing keeps (accounts are credited several times).
+_CREDIT_LOG = "CREATE TABLE IF NOT EXISTS credit_log (event_id UUID NOT NULL, account TEXT NOT NULL, amount BIGINT"
+CREDIT_LOG_DDL = (f"{_CREDIT_LOG} NOT NULL, CONSTRAINT credit_log_once UNIQUE (event_id))",)
+CREDIT_LOG_PER_ACCOUNT_DDL = (
+    f"{_CREDIT_LOG} NOT NULL, CONSTRAINT credit_log_once UNIQUE (event_id),"
+    " CONSTRAINT credit_log_account UNIQUE (account))",
+)
+
+
+async def _constraint_exists(conn: psycopg.AsyncConnection, name: str) -> bool:
+    cur = await conn.execute(
+        "SELECT count(*) FROM pg_constraint k JOIN pg_namespace s ON s.oid = k.connamespace"
+        " WHERE k.conname = %s AND s.nspname = current_schema()",
+        (name,),
+    )
+    row = await cur.fetchone()
+    return bool(row and row[0])
+
+
+async def _published_credits(pool: AsyncConnectionPool, kafka_servers: str, topic: str, count: int) -> None:
+    ensure_topics(kafka_servers, [TopicSpec(topic, partitions=2)])
+    store = EventStore("test", topic)
+    async with pool.connection() as conn:
+        await store.setup(conn)
+        async with conn.transaction():
+            for i in range(count):
+                account = f"acct-{i % 3}"
+                await store.append(conn, account, await store.stream_version(conn, account), [credited(account, i)])
+    relay = OutboxRelay("test", pool, make_producer(kafka_servers, "relay"))
+    while await relay.publish_once():
+        pass
+
+
+async def test_implied_unique_constraints_are_built_when_the_replay_ends_and_checked_there(
+    pool: AsyncConnectionPool, dsn: str, kafka_servers: str, unique: str
+) -> None:
+    topic = f"test.replay.implied.{unique}"
+    await _published_credits(pool, kafka_servers, topic, 30)
+    seen_while_writing: list[bool] = []
+
+    async def log_credit(conn: psycopg.AsyncConnection, envelope: events_pb2.EventEnvelope) -> None:
+        if not seen_while_writing:
+            seen_while_writing.append(await _constraint_exists(conn, "credit_log_once"))
+        payload = struct_pb2.Struct()
+        envelope.payload.Unpack(payload)
+        await conn.execute(
+            "INSERT INTO credit_log (event_id, account, amount) VALUES (%s, %s, %s) ON CONFLICT DO NOTHING",
+            (envelope.event_id, payload.fields["account"].string_value, int(payload.fields["amount"].number_value)),
+        )
+
+    log = Projection("credit-log", CREDIT_LOG_DDL, log_credit, ("credit_log",), implied_unique=("credit_log_once",))
+    report = await replay(dsn, kafka_servers, [topic], log, f"r_{unique}")
+    assert report.events_applied == 30
+    assert seen_while_writing == [False]  # taken off while the replay wrote
+    async with await psycopg.AsyncConnection.connect(dsn) as conn:
+        await conn.execute(f'SET search_path TO "r_{unique}"')
+        assert await _constraint_exists(conn, "credit_log_once")  # and put back at the end
+        cur = await conn.execute("SELECT count(*), sum(amount) FROM credit_log")
+        assert await cur.fetchone() == (30, sum(range(30)))
+
+        # A constraint the events break (30 credits, 3 accounts) fails the replay where it is put back;
+        # applied row by row, ON CONFLICT DO NOTHING would have hidden 27 rows.
+        broken = replace(log, ddl=CREDIT_LOG_PER_ACCOUNT_DDL, implied_unique=("credit_log_account",))
+        with pytest.raises(psycopg.errors.UniqueViolation):
+            await replay(dsn, kafka_servers, [topic], broken, f"s_{unique}")
+        # A name the projection does not have is a mistake, not an optimisation quietly skipped.
+        with pytest.raises(ValueError, match="credit_log_by_amount"):
+            misnamed = replace(log, implied_unique=("credit_log_by_amount",))
+            await replay(dsn, kafka_servers, [topic], misnamed, f"t2_{unique}")
+        for scratch in (f"r_{unique}", f"s_{unique}", f"t2_{unique}"):
+            await conn.execute(f'DROP SCHEMA IF EXISTS "{scratch}" CASCADE')
+        await conn.commit()
