@@ -47,6 +47,7 @@ SERVICES = ("rng", "table", "wallet", "ledger")
 OPTIONAL: dict[str, str] = {
     "DATABASE_URL": "fallback when NIUNIU_<SERVICE>_DSN is unset; the manifests set the DSN",
     "NIUNIU_DB_SCHEMA": "tests only: several systems in one database, a schema each",
+    "NIUNIU_EVENT_LOOP": "uvloop by default; asyncio only to rule the loop out when diagnosing",
     "NIUNIU_RNG_TEST_DECKS": "test-only deck hook: must never be set outside tests",
     "NIUNIU_ENV": "development mode: set only by the local scripts, tests and overlays/local, never in production",
     "NIUNIU_GRPC_REFLECTION": "server reflection, on by default (the health and audit tools use it)",

@@ -55,6 +55,14 @@ def test_without_key_material_and_without_development_mode_a_service_exits(infra
         assert "NIUNIU_ENV=development" in done.stderr  # the message says what to do
 
 
+def test_an_unknown_event_loop_is_refused_before_anything_starts(infra: dict[str, str], tmp_path: Path) -> None:
+    keys.generate(tmp_path)
+    env = base_env(infra) | key_env(tmp_path) | {"NIUNIU_EVENT_LOOP": "tokio"}
+    done = run("rng", env)
+    assert done.returncode == EXIT_CONFIG, done.stderr
+    assert "niuniu-rng: refusing to start: NIUNIU_EVENT_LOOP must be uvloop or asyncio, not 'tokio'" in done.stderr
+
+
 def test_the_wallet_needs_the_issuer_key_too(infra: dict[str, str], tmp_path: Path) -> None:
     keys.generate(tmp_path)
     env = base_env(infra) | key_env(tmp_path)
