@@ -26,7 +26,7 @@ FULL_LENGTH_ENV = "NIUNIU_E2E_FULL"
 
 
 def game_length(ci: int, full: int) -> int:
-    """How many rounds a long game plays: ``ci`` in the suite (which stays under 30 minutes),
+    """How many rounds a long game plays: ``ci`` in the suite (sized for its 30-minute aim),
     ``full`` with NIUNIU_E2E_FULL=1 (``NIUNIU_E2E_FULL=1 scripts/test tests/e2e``), the length
     the game was first shown at. The checks are the same either way."""
     return full if os.environ.get(FULL_LENGTH_ENV) == "1" else ci
