@@ -64,6 +64,32 @@ def window_open(window: tuple[str, Any] | None, now: Any) -> bool:
     return window is not None and window[0] == Phase.BETTING and now < window[1]
 
 
+def check_chips(limits: ev.TableLimits, amount: int, *, fixed: bool) -> None:
+    """The table minimum and the chips, which a fixed-price side bet ignores."""
+    if not fixed and amount < limits.min_bet_minor:
+        BETS_REFUSED.labels("BELOW_TABLE_MINIMUM").inc()
+        raise FailedPrecondition("BELOW_TABLE_MINIMUM", f"the table minimum is {limits.min_bet_minor}")
+    smallest_chip = min(limits.chips_minor)
+    if not fixed and amount % smallest_chip:
+        BETS_REFUSED.labels("NOT_A_CHIP_AMOUNT").inc()
+        raise InvalidArgument("NOT_A_CHIP_AMOUNT", f"a bet is made of chips: a multiple of {smallest_chip}")
+
+
+def check_amount(limits: ev.TableLimits, area: str, amount: int, fixed: int | None) -> None:
+    """A bet's amount against the terms alone, before any state: its fixed price if the area has one, the
+    table minimum and chips otherwise, and the per-player maximum against this one bet (what the player
+    staked already is counted later, in ``Bets.check_stake``)."""
+    if fixed is not None and amount != fixed:
+        BETS_REFUSED.labels("FIXED_STAKE_REQUIRED").inc()
+        raise InvalidArgument("FIXED_STAKE_REQUIRED", f"a bet on {area} costs exactly {fixed}")
+    check_chips(limits, amount, fixed=fixed is not None)
+    if amount > limits.max_bet_minor:
+        BETS_REFUSED.labels("ABOVE_TABLE_MAXIMUM").inc()
+        raise FailedPrecondition(
+            "ABOVE_TABLE_MAXIMUM", f"the table maximum is {limits.max_bet_minor} per player and round"
+        )
+
+
 class Bets:
     def __init__(self, ctx: TableContext, machine_for: Callable[[Variant], RoundMachine]) -> None:
         self._ctx = ctx
@@ -102,13 +128,15 @@ class Bets:
             variant = variant_of(table["variant"])
             if area not in variant.areas:
                 raise InvalidArgument("AREA_UNKNOWN", f"area must be one of {', '.join(variant.areas)}")
-            self._check_open(current, round_id)
-            assert current is not None
-            config = self.config_of(variant, current)
+            # What the bet itself gets wrong is answered whatever the clock: the same mistake sent a
+            # moment later must not turn into BETTING_CLOSED. The round's terms if one is open (its
+            # configuration and limits as they were when it opened), else the table's.
+            terms = current if current is not None else table
+            config = self.config_of(variant, terms)
             fixed = variant.fixed_stake_minor(area, config)
-            if fixed is not None and amount_minor != fixed:
-                BETS_REFUSED.labels("FIXED_STAKE_REQUIRED").inc()
-                raise InvalidArgument("FIXED_STAKE_REQUIRED", f"a bet on {area} costs exactly {fixed}")
+            check_amount(limits_of(terms), area, amount_minor, fixed)
+            self._check_open(current, round_id)
+            assert current is not None  # and so ``config`` is the round's
             await self.check_stake(conn, current, player, amount_minor, fixed=fixed is not None, staked=staked)
             machine = self._machine_for(variant)
             await machine.check_bet(conn, config, current["round_id"], player, amount_minor)  # none for most shapes
@@ -190,13 +218,7 @@ class Bets:
         ``staked``: the player's stakes of the round when the caller read them already.
         """
         limits = limits_of(current)
-        if not fixed and amount < limits.min_bet_minor:
-            BETS_REFUSED.labels("BELOW_TABLE_MINIMUM").inc()
-            raise FailedPrecondition("BELOW_TABLE_MINIMUM", f"the table minimum is {limits.min_bet_minor}")
-        smallest_chip = min(limits.chips_minor)
-        if not fixed and amount % smallest_chip:
-            BETS_REFUSED.labels("NOT_A_CHIP_AMOUNT").inc()
-            raise InvalidArgument("NOT_A_CHIP_AMOUNT", f"a bet is made of chips: a multiple of {smallest_chip}")
+        check_chips(limits, amount, fixed=fixed)
         if staked is None:
             staked = await self._store.staked_minor(conn, current["round_id"], player, replacing)
         if staked + amount > limits.max_bet_minor:

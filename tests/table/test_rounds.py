@@ -12,7 +12,7 @@ import pytest
 from niuniu.table.v1 import events_pb2 as ev
 from psycopg_pool import AsyncConnectionPool
 
-from backbone.errors import FailedPrecondition
+from backbone.errors import FailedPrecondition, InvalidArgument
 from bull import fairness as fair
 from bull.money import JACKPOT_POOL
 from bull.variants import VARIANTS, Funding, TableBet
@@ -245,3 +245,29 @@ async def test_a_round_survives_a_crash_between_every_step(rig: Rig, variant: st
     await rig.deliver(table_id)
     assert rig.conserved() and rig.open_holds() == []
     assert await rig.audit(table_id, current["round_id"]) == []
+
+
+async def test_what_a_bet_gets_wrong_itself_is_answered_whatever_the_window(rig: Rig) -> None:
+    """A malformed bet is refused for its mistake in the window, before any round and after the window closed
+    alike, and changes nothing; a well-formed one then gets BETTING_CLOSED."""
+    limits = {"min_bet_minor": 100, "max_bet_minor": 2_000, "chips_minor": [100, 500]}
+    await rig.create("bb", "bai_buu", {"jackpot.stake_minor": "100"}, **limits)
+    mistakes = [
+        ("jackpot_banker", 200, InvalidArgument, "FIXED_STAKE_REQUIRED"),
+        ("player_01", 150, InvalidArgument, "NOT_A_CHIP_AMOUNT"),
+        ("player_01", 2_100, FailedPrecondition, "ABOVE_TABLE_MAXIMUM"),
+    ]
+
+    async def refused_for_themselves(tag: str) -> None:
+        for n, (area, amount, error, reason) in enumerate(mistakes):
+            with pytest.raises(error, match=reason):
+                await rig.app.place_bet(player("p0"), f"{tag}{n}", "bb", area, amount)
+
+    await refused_for_themselves("before")  # no round yet: the table's terms
+    current = await rig.to_phase("bb", Phase.BETTING)
+    await refused_for_themselves("open")
+    rig.clock.advance(10)  # the window's end, the round not moved on yet
+    await refused_for_themselves("late")
+    with pytest.raises(FailedPrecondition, match="BETTING_CLOSED"):
+        await rig.app.place_bet(player("p0"), "fine", "bb", "player_01", 500)
+    assert await rig.app.round_bets(current["round_id"]) == [] and rig.open_holds() == []
