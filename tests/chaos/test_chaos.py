@@ -1,7 +1,8 @@
 """niuniu-chaos sized for CI: every fault kind once, on its own infrastructure, and every check passes.
 
-The run starts a Kafka, a PostgreSQL and a Redis of its own (scripts/infra in a temporary run
-directory, free ports), so it can kill and restart them without disturbing the other tests.
+The run starts a Kafka, a PostgreSQL and a Redis of its own (scripts/infra in its run directory,
+.run/chaos-ci/run, free ports), so it can kill and restart them without disturbing the other
+tests; it runs beside them, from the end of collection (conftest.py), and its test comes last.
 """
 
 from __future__ import annotations
@@ -9,16 +10,13 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
+import time
 from itertools import islice
-from pathlib import Path
 
 import pytest
 
+from tests.chaos.ci_run import CI_SEED, CI_TIMEOUT_S, BackgroundRun
 from tools.chaos.run import FAULT_KINDS, parse_args, schedule
-from tools.chaos.stack import BIN, ROOT
-
-CI_SEED = 18
-CI_TIMEOUT_S = 1_800
 
 
 def test_the_same_seed_draws_the_same_schedule() -> None:
@@ -44,15 +42,17 @@ def test_unknown_fault_kinds_are_refused(capsys: pytest.CaptureFixture[str]) -> 
 @pytest.mark.integration
 @pytest.mark.slow
 @pytest.mark.timeout(CI_TIMEOUT_S + 60)
-def test_every_fault_kind_once_and_every_check_passes(tmp_path: Path) -> None:
-    report_path = tmp_path / "chaos.json"
-    argv = [str(BIN / "niuniu-chaos"), "--seed", str(CI_SEED), "--rounds", "0", "--cycles", "1"]
-    argv += ["--tables-per-variant", "1"]
-    argv += ["--report", str(report_path), "--run-dir", str(tmp_path / "run"), "--keep"]
-    run = subprocess.run(argv, capture_output=True, text=True, timeout=CI_TIMEOUT_S, cwd=ROOT, check=False)
-    sys.stdout.write(run.stdout[-20_000:])
-    assert report_path.exists(), run.stdout[-3_000:] + run.stderr[-3_000:]
-    report = json.loads(report_path.read_text())
+def test_every_fault_kind_once_and_every_check_passes(ci_chaos_run: BackgroundRun) -> None:
+    """Started in the background when collection ended (conftest.py); checked here, last."""
+    left = CI_TIMEOUT_S - (time.monotonic() - ci_chaos_run.started)
+    try:
+        returncode = ci_chaos_run.proc.wait(max(left, 1.0))
+    except subprocess.TimeoutExpired:
+        pytest.fail(f"niuniu-chaos still running after {CI_TIMEOUT_S} s")
+    output = ci_chaos_run.output.read_text(errors="replace")
+    sys.stdout.write(output[-20_000:])
+    assert ci_chaos_run.report.exists(), output[-6_000:]
+    report = json.loads(ci_chaos_run.report.read_text())
     failed = [c for c in report["checks"] if not c["ok"]]
     assert not failed, json.dumps(failed, indent=1)
     for kind in FAULT_KINDS:
@@ -60,4 +60,4 @@ def test_every_fault_kind_once_and_every_check_passes(tmp_path: Path) -> None:
         assert row["injected"] >= 1 and row["survived"] == row["injected"], (kind, row)
     assert {t["variant"] for t in report["tables"]} == {"golden_bull", "baibian_bull", "bai_buu", "red_envelope_bull"}
     assert all(t["rounds_ended"] > 0 for t in report["tables"])
-    assert run.returncode == 0 and "RESULT: OK" in run.stdout
+    assert returncode == 0 and "RESULT: OK" in output
