@@ -108,18 +108,21 @@ describe("watchTable resume", () => {
   });
 
   it("keepalives keep a quiet link alive and are not delivered as updates", async () => {
+    // 1.2 s of silence between updates, longer than the 1 s timeout: only the keepalives, every
+    // 300 ms, keep the link alive. The margins are wide (a stall of 700 ms would be needed to
+    // fail) because the test suite may share a busy machine: 60 ms against 150 ms did fail there.
     let keepalives = 0;
     const { client } = clientFor(async function* (req) {
       for (const u of after(req)) {
-        for (let k = 0; k < 3; k++) {
-          await new Promise((r) => setTimeout(r, 60));
+        for (let k = 0; k < 4; k++) {
+          await new Promise((r) => setTimeout(r, 300));
           yield create(TableUpdateSchema, { position: 0n, tableId: "t1" }); // no event: a keepalive
         }
         yield u;
       }
     });
-    const watch = watchTable(client, "t1", { keepaliveTimeoutMs: 150, onKeepalive: () => keepalives++ });
-    assert.deepEqual(await collect(watch, 4), all.slice(0, 4));
+    const watch = watchTable(client, "t1", { keepaliveTimeoutMs: 1_000, onKeepalive: () => keepalives++ });
+    assert.deepEqual(await collect(watch, 3), all.slice(0, 3));
     assert.equal(watch.state.deadLinks, 0);
     assert.equal(keepalives, 12);
   });
