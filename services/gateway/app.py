@@ -17,6 +17,7 @@ import json
 import logging
 import mimetypes
 import re
+import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -27,7 +28,7 @@ from google.protobuf import json_format
 from google.protobuf.message import DecodeError, Message
 
 from backbone.errors import REASON_METADATA_KEY
-from services.gateway import protocol
+from services.gateway import metrics, protocol
 from services.gateway.methods import Method, exposed
 from services.gateway.protocol import ProtocolError, Status
 
@@ -116,12 +117,30 @@ class Wire:
         return self.kind != "connect-unary"
 
 
+@dataclass(slots=True)
+class Call:
+    """One call's labels for the metrics, counted once, with the first status it is answered with."""
+
+    method: str
+    protocol: str
+    counted: bool = False
+
+    def answered(self, status: Status) -> Status:
+        if not self.counted:
+            self.counted = True
+            metrics.CALLS.labels(self.method, self.protocol, status.code.name).inc()
+        return status
+
+
 @dataclass
 class Gateway:
     channels: Mapping[str, grpc.aio.Channel]
     config: GatewayConfig = field(default_factory=GatewayConfig)
     methods: dict[str, Method] = field(default_factory=exposed)
     streams: int = 0
+
+    def __post_init__(self) -> None:
+        metrics.STREAMS_LIMIT.set(self.config.max_streams)
 
     def application(self) -> web.Application:
         app = web.Application(client_max_size=self.config.max_body_bytes)
@@ -150,16 +169,19 @@ class Gateway:
     # -- the one RPC handler --------------------------------------------------------------------
 
     async def handle(self, request: web.Request) -> web.StreamResponse:
+        started = time.perf_counter()
         origin = request.headers.get("Origin")
         # A page the gateway served itself (same host) is always allowed; others by configuration.
         same_host = origin is not None and origin.partition("://")[2] == request.host
         if origin is not None and not same_host and not self.config.origin_allowed(origin):
+            metrics.HTTP_REFUSED.labels("origin").inc()
             return web.Response(status=403, text="origin not allowed\n")
         cors = self._cors_headers(origin)
         if request.method == "OPTIONS":
             return self._preflight(request, cors)
         wire = Wire.of(request)
         if wire is None:
+            metrics.HTTP_REFUSED.labels("content_type").inc()
             return web.Response(
                 status=415,
                 headers=cors,
@@ -167,8 +189,10 @@ class Gateway:
                 "application/json or application/connect+proto|json\n",
             )
         if request.method != "POST":
+            metrics.HTTP_REFUSED.labels("http_method").inc()
             return web.Response(status=405, headers={**cors, "Allow": "POST, OPTIONS"}, text="POST only\n")
         method = self.methods.get(request.path)
+        call = Call(metrics.method_label(request.path, method is not None), wire.kind)
         try:
             if method is None:
                 raise ProtocolError(grpc.StatusCode.UNIMPLEMENTED, f"METHOD_NOT_EXPOSED: {request.path[:120]}")
@@ -180,10 +204,12 @@ class Gateway:
             payload = await self._request_message(request, wire, method)
             metadata, timeout_s = self._call_options(request, method)
         except ProtocolError as error:
-            return await self._refuse(request, wire, cors, Status(error.code, error.reason))
+            return await self._refuse(request, wire, cors, call.answered(Status(error.code, error.reason)))
         if method.server_streaming:
-            return await self._stream(request, wire, cors, method, payload, metadata, timeout_s)
-        return await self._unary(request, wire, cors, method, payload, metadata, timeout_s)
+            return await self._stream(request, wire, cors, method, payload, metadata, timeout_s, call)
+        response = await self._unary(request, wire, cors, method, payload, metadata, timeout_s, call)
+        metrics.CALL_SECONDS.labels(call.method).observe(time.perf_counter() - started)
+        return response
 
     # -- reading the request --------------------------------------------------------------------
 
@@ -242,6 +268,7 @@ class Gateway:
         payload: bytes,
         metadata: list[tuple[str, str]],
         timeout_s: float | None,
+        counted: Call,
     ) -> web.StreamResponse:
         unary: grpc.aio.UnaryUnaryMultiCallable[bytes, bytes] = self.channels[method.upstream].unary_unary(method.path)
         call = unary(payload, metadata=metadata, timeout=timeout_s)
@@ -253,6 +280,7 @@ class Gateway:
             initial = list(error.initial_metadata() or ())
             status = upstream_status(error, method)
             reply = b""
+        counted.answered(status)
         headers = {**cors, **dict(protocol.response_headers(initial))}
         if wire.kind == "connect-unary":
             if not status.ok:
@@ -277,11 +305,14 @@ class Gateway:
         payload: bytes,
         metadata: list[tuple[str, str]],
         timeout_s: float | None,
+        counted: Call,
     ) -> web.StreamResponse:
         if self.streams >= self.config.max_streams:
             limit = f"TOO_MANY_STREAMS: the gateway serves at most {self.config.max_streams} streams"
-            return await self._refuse(request, wire, cors, Status(grpc.StatusCode.RESOURCE_EXHAUSTED, limit))
+            refused = Status(grpc.StatusCode.RESOURCE_EXHAUSTED, limit)
+            return await self._refuse(request, wire, cors, counted.answered(refused))
         self.streams += 1
+        metrics.STREAMS_OPEN.inc()
         streaming: grpc.aio.UnaryStreamMultiCallable[bytes, bytes] = self.channels[method.upstream].unary_stream(
             method.path
         )
@@ -296,13 +327,16 @@ class Gateway:
                 status = Status(grpc.StatusCode.OK, "", list(await call.trailing_metadata() or ()))
             except grpc.aio.AioRpcError as error:
                 status = upstream_status(error, method)
+            counted.answered(status)
             await response.write(self._end(status, wire))
             await response.write_eof()
         except (ConnectionError, asyncio.CancelledError):
             log.debug("gateway: %s caller went away", method.path)
+            counted.answered(Status(grpc.StatusCode.CANCELLED, "the caller went away"))
             raise
         finally:
             self.streams -= 1
+            metrics.STREAMS_OPEN.dec()
             call.cancel()
         return response
 

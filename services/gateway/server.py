@@ -2,6 +2,8 @@
 
 Settings (environment):
 - NIUNIU_GATEWAY_HOST (default loopback; NIUNIU_BIND_HOST also applies) and NIUNIU_GATEWAY_PORT (8080);
+- NIUNIU_GATEWAY_METRICS_PORT (9105): Prometheus /metrics (services/gateway/metrics.py) on the same
+  host; 0 serves none;
 - NIUNIU_TABLE_ADDR, NIUNIU_WALLET_ADDR: the services (127.0.0.1:50052, 127.0.0.1:50053), reached
   with mutual TLS when configured (backbone/tls.py, the tool's client certificate);
 - NIUNIU_GATEWAY_CORS_ORIGINS: comma-separated origins a browser page may call from (exact
@@ -36,6 +38,7 @@ from aiohttp import web
 from backbone import logs, tls
 from backbone.auth import DEVELOPMENT, ENV_MODE
 from backbone.config import DEFAULT_BIND_HOST, ConfigError
+from backbone.metrics import serve_metrics
 from services.gateway.app import (
     DEFAULT_MAX_BODY_BYTES,
     DEFAULT_MAX_STREAMS,
@@ -49,6 +52,7 @@ from services.gateway.methods import TABLE, WALLET
 log = logging.getLogger(__name__)
 
 DEFAULT_PORT = 8080
+DEFAULT_METRICS_PORT = 9105
 DEFAULT_TABLE_ADDR = "127.0.0.1:50052"
 DEFAULT_WALLET_ADDR = "127.0.0.1:50053"
 DEVELOPMENT_ORIGINS = ("http://127.0.0.1:*", "http://localhost:*")
@@ -56,12 +60,13 @@ DEVELOPMENT_STATIC_DIR = Path(__file__).resolve().parents[2] / "clients" / "web"
 SHUTDOWN_GRACE_S = 5.0
 
 
-def _int(env: Mapping[str, str], name: str, default: int) -> int:
+def _int(env: Mapping[str, str], name: str, default: int, *, zero: bool = False) -> int:
     raw = env.get(name, "")
     if not raw:
         return default
-    if not raw.isdigit() or int(raw) <= 0:
-        raise ConfigError(f"{name} must be a positive integer, not {raw[:40]!r}")
+    if not raw.isdigit() or (int(raw) == 0 and not zero) or int(raw) > (65_535 if zero else 10**9):
+        kind = "a port (0 for none)" if zero else "a positive integer"
+        raise ConfigError(f"{name} must be {kind}, not {raw[:40]!r}")
     return int(raw)
 
 
@@ -90,9 +95,14 @@ def listen_address(env: Mapping[str, str]) -> tuple[str, int]:
     return host, _int(env, "NIUNIU_GATEWAY_PORT", DEFAULT_PORT)
 
 
+def metrics_port(env: Mapping[str, str]) -> int:
+    return _int(env, "NIUNIU_GATEWAY_METRICS_PORT", DEFAULT_METRICS_PORT, zero=True)
+
+
 async def serve(env: Mapping[str, str]) -> None:
     config = config_from_env(env)
     host, port = listen_address(env)
+    scraped_on = metrics_port(env)
     channels = {
         TABLE: tls.aio_channel(env.get("NIUNIU_TABLE_ADDR", DEFAULT_TABLE_ADDR), None, env),
         WALLET: tls.aio_channel(env.get("NIUNIU_WALLET_ADDR", DEFAULT_WALLET_ADDR), None, env),
@@ -103,10 +113,12 @@ async def serve(env: Mapping[str, str]) -> None:
     await runner.setup()
     site = web.TCPSite(runner, host, port, shutdown_timeout=SHUTDOWN_GRACE_S)
     await site.start()
+    serve_metrics(scraped_on, host)
     log.info(
         "gateway listening",
         extra={
             "address": f"{host}:{port}",
+            "metrics_port": scraped_on,
             "origins": list(config.allowed_origins),
             "methods": len(gateway.methods),
             "static_dir": str(config.static_dir or ""),

@@ -130,10 +130,11 @@ def running_stack(infra: dict[str, str], run_id: str) -> Iterator[Stack]:
 
 
 def start_gateway(stack: Stack, name: str = "gateway", **settings: str) -> tuple[subprocess.Popen[bytes], str]:
-    """A browser gateway process in front of the stack's table and wallet; returns it and its base URL."""
+    """A browser gateway process in front of the stack's table and wallet; returns it and its base URL.
+    Its /metrics is on a free port unless ``NIUNIU_GATEWAY_METRICS_PORT`` is among ``settings``."""
     port = free_port()
     env = stack.env("table")  # the development keys and the services' addresses (NIUNIU_TABLE_ADDR, ...)
-    env.update({"NIUNIU_GATEWAY_PORT": str(port), **settings})
+    env.update({"NIUNIU_GATEWAY_PORT": str(port), "NIUNIU_GATEWAY_METRICS_PORT": str(free_port()), **settings})
     log = (stack.log_dir / f"{name}.log").open("ab")
     proc = subprocess.Popen([str(BIN / "niuniu-gateway")], env=env, stdout=log, stderr=subprocess.STDOUT, cwd=ROOT)
     url = f"http://127.0.0.1:{port}"

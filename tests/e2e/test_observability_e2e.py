@@ -1,8 +1,9 @@
 """Dashboards and alerts against the running system, end to end.
 
-A local Prometheus (Debian's package) scrapes the four service processes every second
-while players play Golden Bull rounds with bets, some bets are refused and one round is
-voided because the RNG service is down. Then every query of every Grafana dashboard
+A local Prometheus (Debian's package) scrapes the four service processes and a browser
+gateway every second while players play Golden Bull rounds with bets (a few of their calls
+through the gateway), some bets are refused and one round is voided because the RNG
+service is down. Then every query of every Grafana dashboard
 (template variables set to "All", $__rate_interval to the time Prometheus has been
 scraping) must return data, and no alert expression may match on the healthy system.
 """
@@ -19,6 +20,7 @@ import time
 from collections.abc import Awaitable, Iterator
 from types import ModuleType
 
+import aiohttp
 import grpc
 import pytest
 from niuniu.table.v1 import events_pb2 as ev
@@ -26,7 +28,7 @@ from niuniu.table.v1 import table_pb2
 from play import Watcher, connect, kind, settle_everything
 from players import Clients, Player, register
 from prometheus_local import LocalPrometheus
-from stack import ROOT, Stack
+from stack import ROOT, Stack, free_port, start_gateway, stop
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
@@ -94,8 +96,19 @@ def alert_expressions() -> list[tuple[str, str]]:
 
 
 @pytest.fixture(scope="module")
-def prometheus(stack: Stack) -> Iterator[LocalPrometheus]:
-    prom = LocalPrometheus(dict(stack.metrics_ports), stack.log_dir / "prometheus")
+def gateway(stack: Stack) -> Iterator[tuple[str, int]]:
+    """A browser gateway in front of the stack: its base URL and its metrics port."""
+    metrics_port = free_port()
+    proc, url = start_gateway(stack, NIUNIU_GATEWAY_METRICS_PORT=str(metrics_port))
+    try:
+        yield url, metrics_port
+    finally:
+        stop(proc)
+
+
+@pytest.fixture(scope="module")
+def prometheus(stack: Stack, gateway: tuple[str, int]) -> Iterator[LocalPrometheus]:
+    prom = LocalPrometheus({**stack.metrics_ports, "gateway": gateway[1]}, stack.log_dir / "prometheus")
     try:
         prom.start()
         yield prom
@@ -230,14 +243,27 @@ async def void_a_round_while_the_rng_is_down(stack: Stack, c: Clients, players: 
         await watcher.stop()
 
 
-async def test_every_dashboard_query_has_data_and_no_alert_fires(stack: Stack, prometheus: LocalPrometheus) -> None:
-    await scraped(prometheus, 'count(up{job=~"rng|table|wallet|ledger"} == 1) == 4')
+async def read_table_through_the_gateway(gateway: str, table_id: str, player: Player) -> None:
+    """A player's GetTable as a browser sends it (Connect, JSON): the gateway's series get a sample."""
+    headers = {"Content-Type": "application/json", "Authorization": f"Bearer {player.token}"}
+    async with (
+        aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=30)) as session,
+        session.post(f"{gateway}/niuniu.table.v1.Table/GetTable", json={"tableId": table_id}, headers=headers) as got,
+    ):
+        assert got.status == 200, await got.text()
+
+
+async def test_every_dashboard_query_has_data_and_no_alert_fires(
+    stack: Stack, gateway: tuple[str, int], prometheus: LocalPrometheus
+) -> None:
+    await scraped(prometheus, 'count(up{job=~"rng|table|wallet|ledger|gateway"} == 1) == 5')
     table_id = "gb-observed"
     async with connect(stack) as c:
         players = [await register(c, f"o{i}x{stack.run_id}", DEPOSIT_MINOR) for i in range(3)]
         await c.table.CreateTable(
             table_pb2.CreateTableRequest(table_id=table_id, variant="golden_bull", limits=FAST), metadata=c.admin
         )
+        await read_table_through_the_gateway(gateway[0], table_id, players[0])
         watcher = Watcher(c, players[0], table_id)
         played = []
         for n in range(ROUNDS_WITH_BETS):
@@ -250,6 +276,8 @@ async def test_every_dashboard_query_has_data_and_no_alert_fires(stack: Stack, p
                 await refused(big, grpc.StatusCode.FAILED_PRECONDITION, "ABOVE_TABLE_MAXIMUM")
         await watcher.wait_for(lambda u: kind(u) == "result" and u.round_id == played[-1])
         await settle_everything(c, players)
+        await read_table_through_the_gateway(gateway[0], table_id, players[0])  # rates need a second call
+        await scraped(prometheus, "sum(niuniu_gateway_calls_total) >= 2")
         await scraped(prometheus, "max(niuniu_wallet_holds_open) == 0")
         await scraped(prometheus, "sum(niuniu_ledger_entries_journaled_total) > 0")
         await scraped(prometheus, f'sum(niuniu_table_rounds_total{{outcome="settled"}}) >= {ROUNDS_WITH_BETS}')
@@ -268,7 +296,7 @@ async def test_every_dashboard_query_has_data_and_no_alert_fires(stack: Stack, p
         await settle_everything(c, players)
         await watcher.stop()
 
-    await scraped(prometheus, 'count(up{job=~"rng|table|wallet|ledger"} == 1) == 4')
+    await scraped(prometheus, 'count(up{job=~"rng|table|wallet|ledger|gateway"} == 1) == 5')
     await scraped(prometheus, 'sum(niuniu_wallet_settlements_applied_total{outcome="voided"}) > 0')
     await scraped(prometheus, 'sum(niuniu_table_rounds_total{outcome="voided"}) > 0')
     await scraped(prometheus, "max(niuniu_wallet_holds_open) == 0")

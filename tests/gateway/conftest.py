@@ -14,7 +14,7 @@ E2E = Path(__file__).resolve().parents[1] / "e2e"
 if str(E2E) not in sys.path:
     sys.path.insert(0, str(E2E))  # the end-to-end stack and its clients, imported by their bare names
 
-from stack import Stack, running_stack, stop  # noqa: E402
+from stack import Stack, free_port, running_stack, stop  # noqa: E402
 from stack import start_gateway as start_stack_gateway  # noqa: E402
 
 ALLOWED_ORIGIN = "http://table.example.test"
@@ -37,9 +37,20 @@ def allowed_origin() -> str:
 
 
 @pytest.fixture(scope="module")
-def gateway(stack: Stack) -> Iterator[str]:
+def gateway_metrics_port() -> int:
+    return free_port()
+
+
+@pytest.fixture(scope="module")
+def gateway_metrics(gateway_metrics_port: int) -> str:
+    """The /metrics URL of ``gateway``."""
+    return f"http://127.0.0.1:{gateway_metrics_port}/metrics"
+
+
+@pytest.fixture(scope="module")
+def gateway(stack: Stack, gateway_metrics_port: int) -> Iterator[str]:
     """The gateway's base URL (CORS open to ALLOWED_ORIGIN only)."""
-    proc, url = start_gateway(stack, "gateway")
+    proc, url = start_gateway(stack, "gateway", NIUNIU_GATEWAY_METRICS_PORT=str(gateway_metrics_port))
     try:
         yield url
     finally:

@@ -27,6 +27,7 @@ from niuniu.table.v1 import table_pb2
 from niuniu.wallet.v1 import wallet_pb2
 from play import connect, kind
 from players import register
+from prometheus_client.parser import text_string_to_metric_families
 from stack import Stack
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
@@ -446,3 +447,59 @@ async def test_static_files_of_the_web_table(tight_gateway: str, session: aiohtt
     for path in ("/.env", "/missing.js", "/%2e%2e%2fpyproject.toml", "/..%2F..%2Fetc%2Fpasswd"):
         async with session.get(tight_gateway + path) as answer:
             assert answer.status == 404, path
+
+
+async def scrape(session: aiohttp.ClientSession, url: str) -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:
+    async with session.get(url) as answer:
+        assert answer.status == 200
+        text = await answer.text()
+    return {
+        (sample.name, tuple(sorted(sample.labels.items()))): sample.value
+        for family in text_string_to_metric_families(text)
+        for sample in family.samples
+    }
+
+
+async def test_the_gateway_counts_what_it_answers_and_what_it_refuses(
+    gateway: str, gateway_metrics: str, session: aiohttp.ClientSession, allowed_origin: str
+) -> None:
+    """Its own /metrics: calls by method, protocol and the code the caller got (the service's or the
+    gateway's), unary durations, HTTP refusals, and the streams limit."""
+
+    def calls(method: str, protocol: str, code: str) -> tuple[str, tuple[tuple[str, str], ...]]:
+        return "niuniu_gateway_calls_total", (("code", code), ("method", method), ("protocol", protocol))
+
+    def refused(reason: str) -> tuple[str, tuple[tuple[str, str], ...]]:
+        return "niuniu_gateway_http_refused_total", (("reason", reason),)
+
+    login_seconds = ("niuniu_gateway_call_duration_seconds_count", (("method", "Wallet/Login"),))
+    counted = [
+        calls("Wallet/Login", "grpc-web", "UNAUTHENTICATED"),
+        calls("Wallet/Login", "grpc-web", "INVALID_ARGUMENT"),
+        calls("Wallet/Login", "connect-unary", "INVALID_ARGUMENT"),
+        calls("unexposed", "grpc-web", "UNIMPLEMENTED"),
+        refused("origin"),
+        refused("content_type"),
+        login_seconds,
+    ]
+    before = await scrape(session, gateway_metrics)
+    wrong = wallet_pb2.LoginRequest(username="nobody-here", password="wrong-password-1")
+    _, trailers = await grpc_web(session, gateway, WALLET + "Login", wrong, wallet_pb2.LoginResponse)
+    assert trailers["grpc-status"] == "16", trailers  # the wallet's answer
+    grpc_web_headers = {"Content-Type": "application/grpc-web+proto"}
+    async with session.post(gateway + WALLET + "Login", data=frame(b"\x0a\x05ab"), headers=grpc_web_headers) as a:
+        assert trailers_of(frames(await a.read())[-1][1])["grpc-status"] == "3"  # the gateway's own
+    async with session.post(gateway + WALLET + "Login", data=b"{x", headers={"Content-Type": "application/json"}) as a:
+        assert a.status == 400
+    async with session.post(gateway + "/grpc.health.v1.Health/Check", data=frame(b""), headers=grpc_web_headers) as a:
+        assert trailers_of(frames(await a.read())[-1][1])["grpc-status"] == "12"
+    headers = {**grpc_web_headers, "Origin": "http://evil.test"}
+    async with session.post(gateway + WALLET + "Login", data=frame(b""), headers=headers) as a:
+        assert a.status == 403
+    async with session.post(gateway + WALLET + "Login", data=b"x", headers={"Content-Type": "text/plain"}) as a:
+        assert a.status == 415
+    after = await scrape(session, gateway_metrics)
+    deltas = {key: after.get(key, 0.0) - before.get(key, 0.0) for key in counted}
+    assert deltas == dict.fromkeys(counted, 1.0)  # the duration: the forwarded call only
+    assert after[("niuniu_gateway_streams_limit", ())] == 1000  # NIUNIU_GATEWAY_MAX_STREAMS' default
+    assert after[("niuniu_gateway_streams_open", ())] >= 0

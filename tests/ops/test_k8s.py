@@ -15,6 +15,7 @@ from ops_support import OVERLAYS, ROOT, SERVICES, kubectl, render, require, run_
 from backbone.auth import SigningKey, Tokens
 from backbone.config import ConfigError
 from backbone.topics import Topics
+from services.gateway.server import metrics_port
 
 kubectl()
 require(venv_tool("kubernetes-validate"), "kubernetes-validate (PyPI)")
@@ -192,10 +193,12 @@ def test_network_policies(rendered: dict[str, list[Doc]], where: str) -> None:
     ]:
         grpc_port, _ = ports_of(service)
         assert list(allowed_peers(docs, labels[service], grpc_port)) == expected, service
-        # Prometheus, and only Prometheus, reaches the metrics port.
-        assert list(allowed_peers(docs, labels[service], "metrics")) == [
+    # Prometheus, and only Prometheus, reaches the metrics port: of the services and of the gateway.
+    labels["gateway"] = named(docs, "Deployment", "niuniu-gateway")["spec"]["template"]["metadata"]["labels"]
+    for service, pod_labels in labels.items():
+        assert list(allowed_peers(docs, pod_labels, "metrics")) == [
             {"namespaceSelector": {"matchLabels": {"niuniu.io/monitoring": "true"}}}
-        ]
+        ], service
 
 
 def test_base_secrets_are_marked_placeholders(rendered: dict[str, list[Doc]]) -> None:
@@ -329,12 +332,26 @@ def test_monitoring_scrapes_every_service_and_loads_the_tested_rules(rendered: d
     docs = rendered["overlays/operators"]
     (monitor,) = of_kind(docs, "ServiceMonitor")
     selected = [s for s in of_kind(docs, "Service") if _selects(monitor["spec"]["selector"], s["metadata"]["labels"])]
-    assert sorted(s["metadata"]["name"] for s in selected) == sorted(SERVICES)
+    assert sorted(s["metadata"]["name"] for s in selected) == sorted([*SERVICES, "gateway"])
     assert [e["port"] for e in monitor["spec"]["endpoints"]] == ["metrics"]
     assert monitor["spec"]["endpoints"][0]["honorLabels"] is True
     (rule,) = of_kind(docs, "PrometheusRule")
     tested = yaml.safe_load((ROOT / "deploy" / "observability" / "alerts.rules.yml").read_text())
     assert rule["spec"]["groups"] == tested["groups"]
+
+
+@pytest.mark.parametrize("where", ALL)
+def test_the_gateway_serves_its_metrics_where_the_manifests_say(rendered: dict[str, list[Doc]], where: str) -> None:
+    docs = rendered[where]
+    config = named(docs, "ConfigMap", "niuniu-gateway")["data"]
+    port = metrics_port(config)
+    template = named(docs, "Deployment", "niuniu-gateway")["spec"]["template"]
+    (container,) = template["spec"]["containers"]
+    assert {p["name"]: p["containerPort"] for p in container["ports"]} == {"http": 8080, "metrics": port}
+    assert template["metadata"]["annotations"]["prometheus.io/port"] == str(port)
+    svc = named(docs, "Service", "gateway")
+    assert {p["name"]: p["port"] for p in svc["spec"]["ports"]} == {"http": 8080, "metrics": port}
+    assert svc["metadata"]["labels"]["niuniu.io/metrics"] == "true"
 
 
 def test_services_run_one_image(rendered: dict[str, list[Doc]]) -> None:
