@@ -1,4 +1,4 @@
-"""Every environment variable a service reads is set by the manifests that run it.
+"""Every environment variable a service (or the browser gateway) reads is set by the manifests that run it.
 
 A service that reads a variable nobody sets falls back to its default, and the defaults
 are right for a local run (loopback addresses, the development ports), not in a cluster:
@@ -42,6 +42,7 @@ ROOT = Path(__file__).resolve().parents[2]
 OVERLAYS = ROOT / "deploy" / "k8s" / "overlays"
 PACKAGES = ("backbone", "bull", "services")
 SERVICES = ("rng", "table", "wallet", "ledger")
+CHECKED = (*SERVICES, "gateway")  # the four services and the browser gateway
 
 # Read by a service, and rightly unset in a cluster. Each entry says why.
 OPTIONAL: dict[str, str] = {
@@ -52,6 +53,9 @@ OPTIONAL: dict[str, str] = {
     "NIUNIU_ENV": "development mode: set only by the local scripts, tests and overlays/local, never in production",
     "NIUNIU_GRPC_REFLECTION": "server reflection, on by default (the health and audit tools use it)",
     "NIUNIU_WALLET_THROTTLE": "the wallet's log-in throttle limits; the defaults are the production ones",
+    "NIUNIU_GATEWAY_HOST": "the gateway's own listen address; NIUNIU_BIND_HOST (niuniu-common) applies when unset",
+    "NIUNIU_GATEWAY_STATIC_DIR": "the reference web table's files; a cluster serves none (the operator's own frontend)",
+    "NIUNIU_GATEWAY_UNARY_TIMEOUT_S": "the gateway's unary deadline; the default (30 s) is the production one",
     # Mutual TLS between the services is off unless NIUNIU_TLS_CA_FILE is set (backbone/tls.py);
     # the manifests deliver no certificates (yet), so none of these is set.
     "NIUNIU_TLS_CA_FILE": "mutual TLS is off unless set; the manifests deliver no certificates",
@@ -85,6 +89,12 @@ OPTIONAL: dict[str, str] = {
 ONLY_FOR: dict[str, tuple[str, ...]] = {
     # Tokens.from_env(issuer=spec.issues_user_tokens): only the wallet signs player/admin/auditor tokens.
     "NIUNIU_ISSUER_KEY_FILE": ("wallet",),
+    # The browser gateway imports backbone.config and backbone.auth for a constant or two but holds
+    # no database, no Redis and no key (the callers' tokens pass through), and serves no gRPC: what
+    # Settings.from_env and Tokens.from_env read is the four services' alone.
+    **dict.fromkeys(
+        ("NIUNIU_DSN", "NIUNIU_GRPC_PORT", "NIUNIU_KEY_FILE", "NIUNIU_JWKS_FILE", "REDIS_URL"), SERVICES
+    ),
 }
 
 # The key files (backbone/auth.py KEY_ENV_VARS): required, except in development mode, where a
@@ -214,7 +224,7 @@ def check(target: Path, kubectl: str) -> list[Gap]:
     for name, container in deployments(docs):
         command = (container.get("command") or [""])[0]
         module = scripts.get(command)
-        service = next((s for s in SERVICES if module == f"services.{s}.server"), None)
+        service = next((s for s in CHECKED if module == f"services.{s}.server"), None)
         if module is None or service is None:
             continue
         read = variables_read(imported_modules(module), service)
@@ -226,7 +236,7 @@ def check(target: Path, kubectl: str) -> list[Gap]:
             if _alternative(v, service) not in given
             and v not in OPTIONAL
             and _alternative(v, service) not in OPTIONAL
-            and service in ONLY_FOR.get(v, (service,))
+            and service in ONLY_FOR.get(v, ONLY_FOR.get(_alternative(v, service), (service,)))
             and not (development and v in KEY_FILES)
         }
         gaps += [Gap(target.name, name, variable) for variable in sorted(missing)]
