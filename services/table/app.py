@@ -274,6 +274,7 @@ class TableApp:
         except DomainError:
             return False  # the rng has not seen the settlement yet; try again shortly
         async with self.store.transaction() as conn:
+            await check_fence(conn)  # the runner's work (a superseded owner's reveal would be the same seed)
             locked = await self.store.round(conn, round_id, lock=True)
             if locked["server_seed"] is not None:
                 return True

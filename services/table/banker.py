@@ -54,6 +54,7 @@ from niuniu.table.v1 import table_pb2
 
 from backbone.auth import Principal, Role, require
 from backbone.errors import AlreadyExists, DomainError, FailedPrecondition, InvalidArgument, NotFound
+from backbone.lease import check_fence
 from bull.variants import Funding, RoundShape, get
 from bull.variants.baibian_bull import BaibianTableConfig
 from services.table.banker_store import RoundBanker, Seat
@@ -285,6 +286,7 @@ class BankerSeats:
     ) -> RoundBanker:
         table_id = table["table_id"]
         async with self._ctx.store.transaction() as conn:
+            await check_fence(conn)  # the runner's work: a superseded owner seats nobody, holds nothing
             seat = await self._seats.lock_seat(conn, table_id)
             existing = await self._seats.round_banker(conn, round_id)
             if existing is not None:
@@ -355,6 +357,7 @@ class BankerSeats:
     async def _drop_plan(self, plan: RoundBanker, refused: DomainError) -> None:
         """The wallet refused the banker's hold: the tenure ends and the round is planned again."""
         async with self._ctx.store.transaction() as conn:
+            await check_fence(conn)
             seat = await self._seats.lock_seat(conn, plan.table_id)
             await self._seats.drop_round_banker(conn, plan.round_id, plan.banker)
             if seat.player == plan.banker:

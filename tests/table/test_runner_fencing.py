@@ -17,7 +17,7 @@ from backbone.db import open_pool
 from backbone.lease import PgFence, RedisLease, StaleOwner, fenced
 from services.table.common import Phase
 from services.table.runner import LEASE_TTL_MS, TableSupervisor, lease_name
-from tests.table.table_rig import Rig, setup_schema
+from tests.table.table_rig import Rig, player, setup_schema
 
 pytestmark = pytest.mark.integration
 
@@ -109,3 +109,33 @@ async def test_a_supervisor_stops_running_a_table_it_lost_and_another_takes_it_o
         stop_a.set()
         stop_b.set()
         await runner_a
+
+
+async def test_a_superseded_owner_seats_no_banker_and_holds_nothing(
+    pool: AsyncConnectionPool, redis: Redis, unique: str
+) -> None:
+    """Opening a banked round starts with the banker's seat and hold, before the round's own fenced
+    write: a superseded owner is refused there, before it changes the seat or asks the wallet."""
+    rig = Rig(pool, await setup_schema(pool), {"player:p5": 1_000_000})
+    await rig.create("fb", "baibian_bull", {"banker.min_capital_minor": "100000"})
+    await rig.app.banker.apply(player("p5"), "fb", 1_000_000)
+    name = lease_name(f"t{unique}.", "fb")
+    old = RedisLease(redis, name, "old", LEASE_TTL_MS, fence=PgFence(pool, name))
+    old_token = await old.acquire()
+    await redis.delete(old.key)  # Redis lost the lease; another replica takes the table
+    new = RedisLease(redis, name, "new", LEASE_TTL_MS, fence=PgFence(pool, name))
+    new_token = await new.acquire()
+    assert old_token is not None and new_token is not None and new_token > old_token
+
+    with fenced(PgFence(pool, name), old_token), pytest.raises(StaleOwner):
+        await rig.app.step("fb", old_token)
+    assert (await rig.app.get_table("fb"))[1] is None  # no round
+    queue = await rig.app.banker.queue("fb")
+    assert queue.banker == "" and [e.player for e in queue.queue] == ["player:p5"]  # not seated: still in line
+    assert rig.open_holds() == []  # the wallet was not asked
+
+    with fenced(PgFence(pool, name), new_token):
+        await rig.app.step("fb", new_token)
+    opened = await rig.current("fb")
+    assert rig.open_holds() == [f"banker.{opened['round_id']}.p5"]
+    await new.release()
