@@ -137,7 +137,9 @@ class Bets:
             check_amount(limits_of(terms), area, amount_minor, fixed)
             self._check_open(current, round_id)
             assert current is not None  # and so ``config`` is the round's
-            await self.check_stake(conn, current, player, amount_minor, fixed=fixed is not None, staked=staked)
+            await self.check_stake(
+                conn, current, player, amount_minor, fixed=fixed is not None, staked=staked, chips=False
+            )
             machine = self._machine_for(variant)
             await machine.check_bet(conn, config, current["round_id"], player, amount_minor)  # none for most shapes
             hold = variant.hold_minor(amount_minor, config)
@@ -211,14 +213,17 @@ class Bets:
         fixed: bool = False,
         replacing: str = "",
         staked: int | None = None,
+        chips: bool = True,
     ) -> None:
         """Table minimum and chips (not for a fixed-price side bet), and the per-player maximum (for all).
 
         ``replacing``: the bet this amount replaces (a changed bet), not counted as staked.
         ``staked``: the player's stakes of the round when the caller read them already.
+        ``chips``: False when the caller checked the minimum and chips already (``check_amount``).
         """
         limits = limits_of(current)
-        check_chips(limits, amount, fixed=fixed)
+        if chips:
+            check_chips(limits, amount, fixed=fixed)
         if staked is None:
             staked = await self._store.staked_minor(conn, current["round_id"], player, replacing)
         if staked + amount > limits.max_bet_minor:
