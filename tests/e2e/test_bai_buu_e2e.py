@@ -71,12 +71,14 @@ FAST = ev.TableLimits(
     reveal_interval_ms=5,
     pause_between_rounds_ms=50,
 )
-# Rounds with a test deck: long enough to bet by hand, quick to reveal.
+# Rounds with a test deck: long enough to bet by hand, quick to reveal. Such a round's deck is
+# set for its id, so a bet cannot move on to the next round: the window leaves room for the
+# stream to be late and the bets to be slow on a loaded machine (three seconds once did not).
 FORCED = ev.TableLimits(
     min_bet_minor=100,
     max_bet_minor=100_000,
     chips_minor=[100],
-    betting_seconds=3,
+    betting_seconds=8,
     reveal_interval_ms=5,
     pause_between_rounds_ms=50,
 )
@@ -156,15 +158,18 @@ async def bet(c: Clients, p: Player, table_id: str, round_id: str, area: str, am
     await c.table.PlaceBet(request, metadata=p.auth)
 
 
-async def bet_randomly(c: Clients, players: Sequence[Player], table_id: str, round_id: str, rng: random.Random) -> int:
-    placed = 0
+async def bet_randomly(
+    c: Clients, players: Sequence[Player], table_id: str, round_id: str, rng: random.Random
+) -> set[str]:
+    """Random bets from each player; the accounts whose bets the round took (late ones are refused)."""
+    placed: set[str] = set()
     for p in players:
         areas = rng.sample(MAIN, rng.randint(0, 3)) + rng.sample(JACKPOTS, rng.randint(0, 2))
         for area in areas:
             amount = JACKPOT_STAKE if area in JACKPOTS else 100 * rng.randint(1, 20)
             try:
                 await bet(c, p, table_id, round_id, area, amount)
-                placed += 1
+                placed.add(p.account)
             except grpc.aio.AioRpcError as error:
                 # Only a closing window may refuse: closed, or already the next round's (a late bet).
                 assert error.code() == grpc.StatusCode.FAILED_PRECONDITION, error
@@ -295,9 +300,16 @@ async def test_four_tables_play_with_every_bet_and_everything_reconciles(stack: 
         played: dict[str, list[str]] = {t: [] for t in TABLES}
 
         async def play(table_id: str) -> None:
+            """Enough rounds with bets, and a bet of each watcher's own player among them.
+
+            The windows are a second long, so a loaded machine can make every bet of one player
+            late in a table's rounds; the watcher would then have none of its own to see.
+            """
             seen: set[str] = set()
             first = True
-            while len(played[table_id]) < ROUNDS // len(TABLES):
+            unseen = {w.player.account for w in watchers[table_id]}
+            while len(played[table_id]) < ROUNDS // len(TABLES) or unseen:
+                assert len(seen) < 4 * ROUNDS, f"{table_id}: {unseen} never got a bet in"
                 opened = await watchers[table_id][0].wait_for(
                     lambda u: kind(u) == "round_opened" and u.round_id not in seen
                 )
@@ -309,8 +321,10 @@ async def test_four_tables_play_with_every_bet_and_everything_reconciles(stack: 
                         grpc.StatusCode.INVALID_ARGUMENT,
                         "FIXED_STAKE_REQUIRED",
                     )
-                if await bet_randomly(c, players, table_id, opened.round_id, rng):
+                placed = await bet_randomly(c, players, table_id, opened.round_id, rng)
+                if placed:
                     played[table_id].append(opened.round_id)
+                    unseen -= placed
 
         started = time.monotonic()
         await asyncio.gather(*(play(t) for t in TABLES))
