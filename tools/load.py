@@ -219,6 +219,8 @@ class RunResult:
     cpu: dict[str, float]
     metrics: dict[str, float]
     empty_calls_per_s: float = float("nan")
+    handling_ms: dict[str, float] = field(default_factory=dict)
+    """Mean server-side time per call of the ``HANDLED`` methods during the run."""
 
     @property
     def bets_per_s(self) -> float:
@@ -302,8 +304,14 @@ async def follow_tables(
         await asyncio.sleep(TABLE_POLL_S)
 
 
+HANDLED = {"PlaceBet": "table", "PlaceHold": "wallet"}
+"""Calls whose server-side time each run reports (the service that answers them): where a bet's
+latency goes, the table's handling of PlaceBet and, inside it, the wallet's of PlaceHold."""
+
+
 def scrape(urls: list[str]) -> dict[str, float]:
-    """Sums of the samples of the backlog/lag/settlement-lag series over ``urls``."""
+    """Sums of the samples of the backlog/lag/settlement-lag series over ``urls``, and the handling
+    time (``<method>_seconds`` / ``<method>_count``) of the ``HANDLED`` calls."""
     wanted = (
         "niuniu_outbox_pending_events",
         "niuniu_consumer_lag_messages",
@@ -321,7 +329,19 @@ def scrape(urls: list[str]) -> dict[str, float]:
             name = line.split("{", 1)[0].split(" ", 1)[0]
             if name in wanted:
                 totals[name] = totals.get(name, 0.0) + float(line.rsplit(" ", 1)[1])
+            elif name in ("grpc_server_handling_seconds_sum", "grpc_server_handling_seconds_count"):
+                for method in HANDLED:
+                    if f'grpc_method="{method}"' in line:
+                        key = f"{method}_{'seconds' if name.endswith('_sum') else 'count'}"
+                        totals[key] = totals.get(key, 0.0) + float(line.rsplit(" ", 1)[1])
     return totals
+
+
+def handling_ms(before: dict[str, float], after: dict[str, float], method: str) -> float:
+    """The mean server-side time of ``method``'s calls between two scrapes, in ms (nan: none)."""
+    count = after.get(f"{method}_count", 0.0) - before.get(f"{method}_count", 0.0)
+    seconds = after.get(f"{method}_seconds", 0.0) - before.get(f"{method}_seconds", 0.0)
+    return 1_000 * seconds / count if count > 0 else float("nan")
 
 
 async def settlement_lags(stack: LocalStack, since: float) -> tuple[list[float], int]:
@@ -464,6 +484,13 @@ def print_run(n: int, r: RunResult, in_flight: int, out: Any) -> None:
         f"  p99 {percentile(lat, 99):.1f}  max {max(lat, default=float('nan')):.1f}",
         file=out,
     )
+    if r.handling_ms:
+        print(
+            "  mean server-side ms  "
+            + ", ".join(f"{HANDLED[m]} {m} {ms:.1f}" for m, ms in r.handling_ms.items())
+            + f"  (the caller's mean {statistics.fmean(lat) if lat else float('nan'):.1f})",
+            file=out,
+        )
     if r.refusals:
         print("  refusals  " + ", ".join(f"{k} {v}" for k, v in r.refusals.most_common(8)), file=out)
     if r.settle_lags_s:
@@ -536,6 +563,7 @@ async def main_async(args: argparse.Namespace) -> int:
                 for run in range(1, args.runs + 1):
                     since = time.time()
                     cpu_before = stack.cpu_seconds() if stack else {}
+                    metrics_before = scrape(metrics_urls)
                     spies = _profile(stack, Path(args.profile), run, args.duration) if stack and args.profile else []
                     seconds, accepted, latencies, refusals = await bet_phase(
                         table, players, states, args.in_flight, args.rate, args.duration
@@ -549,6 +577,7 @@ async def main_async(args: argparse.Namespace) -> int:
                     empty = await empty_call_rate(tch, args.in_flight)
                     cpu = {k: cpu_after[k] - cpu_before.get(k, 0.0) for k in cpu_after}
                     result = RunResult(seconds, accepted, latencies, refusals, pg, lags, missing, cpu, metrics, empty)
+                    result.handling_ms = {m: handling_ms(metrics_before, metrics, m) for m in HANDLED}
                     results.append(result)
                     print_run(run, result, args.in_flight, out)
                     out.flush()

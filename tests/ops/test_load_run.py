@@ -32,6 +32,9 @@ def test_a_short_load_run_bets_and_its_journal_replays_clean(infra: dict[str, st
     assert done.returncode == 0, text[-3000:]
     accepted = re.search(r"run 1: (\d+) bets accepted", text)
     assert accepted is not None and int(accepted.group(1)) > 0, text[-3000:]
+    # Where the latency went: the table's handling of PlaceBet and the wallet's of PlaceHold inside it.
+    handled = re.search(r"mean server-side ms  table PlaceBet ([0-9.]+), wallet PlaceHold ([0-9.]+)", text)
+    assert handled is not None and 0 < float(handled.group(2)) < float(handled.group(1)), text[-3000:]
     assert "INTERNAL" not in text and "UNKNOWN" not in text, text[-3000:]
     assert re.search(r"differences: 0\b", text) and "RESULT: OK" in text, text[-3000:]
     run = re.search(r"logs in .*/([0-9a-f]+)\)", text)
