@@ -301,6 +301,42 @@ async def test_a_superseded_relay_publishes_nothing(
         await redis.aclose()
 
 
+async def test_a_relay_polling_an_empty_outbox_locks_nothing_and_writes_nothing(
+    pool: AsyncConnectionPool, store: EventStore, kafka_servers: str, unique: str, redis_url: str
+) -> None:
+    """The idle poll reads; only a poll with events to publish checks the fence under its row lock.
+
+    A lock taken with FOR SHARE is written into the row (its ``xmax``), and the poll's commit then
+    waits for the disk: the relays' idle polls were the database's most frequent flushed commits.
+    """
+    async with pool.connection() as conn:
+        await PgFence.setup(conn)
+    redis = Redis.from_url(redis_url)
+    name = f"relay:{unique}"
+
+    async def fence_locker() -> int:
+        async with pool.connection() as conn:
+            cur = await conn.execute("SELECT xmax::text::bigint FROM lease_fences WHERE name = %s", (name,))
+            row = await cur.fetchone()
+            assert row is not None
+            return int(row[0])
+
+    try:
+        lease = RedisLease(redis, name, "only", ttl_ms=10_000, fence=PgFence(pool, name))
+        assert await lease.acquire() is not None
+        relay = OutboxRelay("test", pool, make_producer(kafka_servers, "relay-idle"), lease=lease)
+        before = await fence_locker()  # the acquire's own update
+        for _ in range(3):
+            assert await relay.publish_once() == 0
+        assert await fence_locker() == before
+        await append_credits(pool, store, 2)
+        assert await relay.publish_once() == 2
+        assert await fence_locker() != before  # with events to publish, the token is checked under its lock
+        await lease.release()
+    finally:
+        await redis.aclose()
+
+
 async def test_a_leased_consumer_goes_on_applying_while_redis_is_unreachable(
     pool: AsyncConnectionPool, store: EventStore, topic: str, kafka_servers: str, unique: str
 ) -> None:
