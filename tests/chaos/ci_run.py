@@ -1,4 +1,4 @@
-"""The CI chaos run as a background process (started and checked by tests/chaos; see conftest.py)."""
+"""The CI chaos run as a subprocess (started and checked by tests/chaos, last in the session; see conftest.py)."""
 
 from __future__ import annotations
 
@@ -13,7 +13,7 @@ from tools.chaos.stack import BIN, ROOT
 CI_TEST = "test_every_fault_kind_once_and_every_check_passes"
 CI_SEED = 18
 CI_TIMEOUT_S = 1_800
-NICENESS = 10  # the suite beside it comes first: its betting windows are seconds long, the run's waits minutes
+NICENESS = 10  # whatever else runs on the machine comes first: the run's waits are minutes long
 RUN_DIR = ROOT / ".run" / "chaos-ci"  # the last CI run's infrastructure logs and report, kept until the next
 STOP_TIMEOUT_S = 120
 
@@ -39,9 +39,8 @@ def start_ci_run() -> BackgroundRun:
     shutil.rmtree(RUN_DIR, ignore_errors=True)
     RUN_DIR.mkdir(parents=True)
     report, output = RUN_DIR / "chaos.json", RUN_DIR / "output.txt"
-    # Its infrastructure and services inherit the niceness: on two cores the run takes what the
-    # suite leaves idle (most of it: the suite waits on timers too), and its recovery budgets
-    # (tools/chaos/run.py RECOVERY_S, 180 s) are far above what that costs it.
+    # Its infrastructure and services inherit the niceness; its recovery budgets
+    # (tools/chaos/run.py RECOVERY_S, 180 s) are far above what that can cost it.
     argv = ["nice", "-n", str(NICENESS), str(BIN / "niuniu-chaos")]
     argv += ["--seed", str(CI_SEED), "--rounds", "0", "--cycles", "1"]
     argv += ["--tables-per-variant", "1", "--report", str(report), "--run-dir", str(RUN_DIR / "run"), "--keep"]

@@ -2,7 +2,7 @@
 
 The run starts a Kafka, a PostgreSQL and a Redis of its own (scripts/infra in its run directory,
 .run/chaos-ci/run, free ports), so it can kill and restart them without disturbing the other
-tests; it runs beside them, from the end of collection (conftest.py), and its test comes last.
+tests; its test comes last in the session (conftest.py).
 """
 
 from __future__ import annotations
@@ -43,7 +43,7 @@ def test_unknown_fault_kinds_are_refused(capsys: pytest.CaptureFixture[str]) -> 
 @pytest.mark.slow
 @pytest.mark.timeout(CI_TIMEOUT_S + 60)
 def test_every_fault_kind_once_and_every_check_passes(ci_chaos_run: BackgroundRun) -> None:
-    """Started in the background when collection ended (conftest.py); checked here, last."""
+    """Last in the session, alone (conftest.py): the run, then its report."""
     left = CI_TIMEOUT_S - (time.monotonic() - ci_chaos_run.started)
     try:
         returncode = ci_chaos_run.proc.wait(max(left, 1.0))
