@@ -18,7 +18,6 @@ import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 
-import psycopg
 from kafka import KafkaProducer
 from psycopg_pool import AsyncConnectionPool
 
@@ -85,7 +84,7 @@ class OutboxRelay:
         """
         async with self._pool.connection() as conn, conn.transaction():
             probe = await conn.execute("SELECT EXISTS (SELECT FROM outbox WHERE published_at IS NULL)")
-            if not await _true(probe):
+            if not (await probe.fetchone() or (False,))[0]:
                 return 0
             if self._lease is not None and self._lease.fence is not None:
                 if self._lease.token is None:
@@ -186,11 +185,6 @@ class OutboxRelay:
         held = await self._lease.renew() or await self._lease.acquire() is not None
         metrics.RELAY_LEADER.labels(self.service).set(1 if held else 0)
         return held
-
-
-async def _true(cur: psycopg.AsyncCursor[tuple[bool]]) -> bool:
-    row = await cur.fetchone()
-    return bool(row and row[0])
 
 
 async def _sleep_or_stop(stop: asyncio.Event, seconds: float) -> None:

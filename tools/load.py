@@ -576,8 +576,10 @@ async def main_async(args: argparse.Namespace) -> int:
                     pg = await pg_commit_rate(os.environ["DATABASE_URL"])
                     empty = await empty_call_rate(tch, args.in_flight)
                     cpu = {k: cpu_after[k] - cpu_before.get(k, 0.0) for k in cpu_after}
-                    result = RunResult(seconds, accepted, latencies, refusals, pg, lags, missing, cpu, metrics, empty)
-                    result.handling_ms = {m: handling_ms(metrics_before, metrics, m) for m in HANDLED}
+                    handled = {m: handling_ms(metrics_before, metrics, m) for m in HANDLED}
+                    result = RunResult(
+                        seconds, accepted, latencies, refusals, pg, lags, missing, cpu, metrics, empty, handled
+                    )
                     results.append(result)
                     print_run(run, result, args.in_flight, out)
                     out.flush()
