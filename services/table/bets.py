@@ -4,12 +4,21 @@ Each command is load -> decide -> save: read the rows, check the table's limits 
 the round shape's own rules (``RoundMachine.check_bet``), ask the wallet to hold
 the worst case, then record the bet and its event in one transaction that
 re-checks the betting window under a share lock on the round row.
+
+Bets recorded at the same moment share that transaction (group commit, ``Grouped``):
+where the round shape counts nothing in the bet's transaction, concurrent PlaceBet
+calls, at any tables, are recorded by one statement each in one pipeline, with one
+COMMIT. Each bet's outcome is its own (recorded, window closed, raced), as alone; the
+tables' ordering locks are taken in table order, so two groups never wait on each
+other in a cycle; a group that fails is recorded again bet by bet.
 """
 
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from datetime import datetime
 from typing import Any
 
 from niuniu.table.v1 import events_pb2 as ev
@@ -25,9 +34,11 @@ from backbone.errors import (
     clip,
 )
 from backbone.eventstore import NewEvent
+from backbone.grouping import Grouped
 from bull.variants import Variant
 from services.table.banker import StakeRefused
 from services.table.common import (
+    BET_GROUP_SIZE,
     BET_STAKES,
     BETS,
     BETS_REFUSED,
@@ -46,9 +57,28 @@ from services.table.common import (
 from services.table.context import TableContext
 from services.table.round_base import RoundMachine, check_not_closing, limits_of
 from services.table.round_envelope import OneBetPerRound
-from services.table.store import Conn, Row
+from services.table.store import BetContext, BetQuery, Conn, Row
 
 CONFIG_CACHE_SIZE = 4_096
+MAX_BET_GROUP = 64
+"""Bound on the bets recorded in one transaction."""
+BET_GROUPS_IN_FLIGHT = 2
+"""Groups of bets being recorded at once, each on a connection of its own."""
+MAX_BETS_WAITING = 1024
+"""Bound on bets waiting for a group; one more is refused UNAVAILABLE TABLE_BUSY (its hold released)."""
+
+
+class RecordingBusy(Unavailable):
+    """Too many bets waiting to be recorded: this one was not, and its hold is released."""
+
+
+@dataclass(frozen=True)
+class Recording:
+    """A bet to record, with the instant its window is checked against and the player's seed."""
+
+    bet: dict[str, Any]
+    now: datetime
+    client_seed: str
 
 
 class WindowClosed(FailedPrecondition):
@@ -90,12 +120,39 @@ def check_amount(limits: ev.TableLimits, area: str, amount: int, fixed: int | No
         )
 
 
+def check_room(limits: ev.TableLimits, staked: int, amount: int) -> None:
+    """The per-player maximum of a round, against what the player staked in it already."""
+    if staked + amount > limits.max_bet_minor:
+        BETS_REFUSED.labels("ABOVE_TABLE_MAXIMUM").inc()
+        raise FailedPrecondition(
+            "ABOVE_TABLE_MAXIMUM",
+            f"the table maximum is {limits.max_bet_minor} per player and round; {staked} already staked",
+        )
+
+
 class Bets:
     def __init__(self, ctx: TableContext, machine_for: Callable[[Variant], RoundMachine]) -> None:
         self._ctx = ctx
         self._store = ctx.store
         self._machine_for = machine_for
         self._configs: dict[tuple[str, str, int], Any] = {}
+        self._recordings: Grouped[Recording, tuple[tuple[str, Any] | None, bool]] = Grouped(
+            self._record_group,
+            keys=lambda r: (r.bet["bet_id"],),
+            busy=lambda: RecordingBusy("TABLE_BUSY", "too many bets waiting to be recorded; retry shortly"),
+            max_group=MAX_BET_GROUP,
+            max_in_flight=BET_GROUPS_IN_FLIGHT,
+            max_waiting=MAX_BETS_WAITING,
+            on_group=BET_GROUP_SIZE.observe,
+        )
+        self._contexts: Grouped[BetQuery, BetContext] = Grouped(
+            self._read_group,
+            keys=lambda q: (),  # reads: any of them go together
+            busy=lambda: Unavailable("TABLE_BUSY", "too many bets waiting to be checked; retry shortly"),
+            max_group=MAX_BET_GROUP,
+            max_in_flight=BET_GROUPS_IN_FLIGHT,
+            max_waiting=MAX_BETS_WAITING,
+        )
 
     async def place(
         self,
@@ -114,35 +171,35 @@ class Bets:
         check_client_seed(client_seed)
         player = player_account(who)
         bet_id = scoped_id(player, command_id)
-        async with self._store.read() as conn:
-            # One round trip for the bet (under either id), the table, its round and the player's stakes there.
-            stored, table, current, staked = await self._store.bet_context(conn, table_id, (bet_id, command_id), player)
-            by_id = {row["bet_id"]: row for row in stored}
-            legacy = by_id.get(command_id)  # placed before command ids were per player: only the player's own
-            existing = by_id.get(bet_id) or (legacy if legacy is not None and legacy["player"] == player else None)
-            if existing is not None:
-                return replay(existing, player, table_id, area, amount_minor)
-            if table is None:
-                raise NotFound("TABLE_NOT_FOUND", f"no table {clip(table_id)}")
-            check_not_closing(table)
-            variant = variant_of(table["variant"])
-            if area not in variant.areas:
-                raise InvalidArgument("AREA_UNKNOWN", f"area must be one of {', '.join(variant.areas)}")
-            # What the bet itself gets wrong is answered whatever the clock: the same mistake sent a
-            # moment later must not turn into BETTING_CLOSED. The round's terms if one is open (its
-            # configuration and limits as they were when it opened), else the table's.
-            terms = current if current is not None else table
-            config = self.config_of(variant, terms)
-            fixed = variant.fixed_stake_minor(area, config)
-            check_amount(limits_of(terms), area, amount_minor, fixed)
-            self._check_open(current, round_id)
-            assert current is not None  # and so ``config`` is the round's
-            await self.check_stake(
-                conn, current, player, amount_minor, fixed=fixed is not None, staked=staked, chips=False
-            )
-            machine = self._machine_for(variant)
-            await machine.check_bet(conn, config, current["round_id"], player, amount_minor)  # none for most shapes
-            hold = variant.hold_minor(amount_minor, config)
+        # One round trip for the bet (under either id), the table, its round and the player's stakes there,
+        # shared with the bets being placed at the same moment (``_read_group``).
+        stored, table, current, staked = await self._contexts(BetQuery(table_id, (bet_id, command_id), player))
+        by_id = {row["bet_id"]: row for row in stored}
+        legacy = by_id.get(command_id)  # placed before command ids were per player: only the player's own
+        existing = by_id.get(bet_id) or (legacy if legacy is not None and legacy["player"] == player else None)
+        if existing is not None:
+            return replay(existing, player, table_id, area, amount_minor)
+        if table is None:
+            raise NotFound("TABLE_NOT_FOUND", f"no table {clip(table_id)}")
+        check_not_closing(table)
+        variant = variant_of(table["variant"])
+        if area not in variant.areas:
+            raise InvalidArgument("AREA_UNKNOWN", f"area must be one of {', '.join(variant.areas)}")
+        # What the bet itself gets wrong is answered whatever the clock: the same mistake sent a
+        # moment later must not turn into BETTING_CLOSED. The round's terms if one is open (its
+        # configuration and limits as they were when it opened), else the table's.
+        terms = current if current is not None else table
+        config = self.config_of(variant, terms)
+        fixed = variant.fixed_stake_minor(area, config)
+        check_amount(limits_of(terms), area, amount_minor, fixed)
+        self._check_open(current, round_id)
+        assert current is not None  # and so ``config`` is the round's
+        check_room(limits_of(current), staked, amount_minor)
+        machine = self._machine_for(variant)
+        if type(machine).check_bet is not RoundMachine.check_bet:  # a shape with rules of its own (a banker's)
+            async with self._store.read() as conn:
+                await machine.check_bet(conn, config, current["round_id"], player, amount_minor)
+        hold = variant.hold_minor(amount_minor, config)
         bet = {
             "bet_id": bet_id,
             "round_id": current["round_id"],
@@ -164,7 +221,7 @@ class Bets:
             raise
         try:
             receipt = await self._record(bet, machine, client_seed)
-        except (WindowClosed, OneBetPerRound, StakeRefused):
+        except (WindowClosed, OneBetPerRound, StakeRefused, RecordingBusy):
             # The window closed while the wallet held, or the player's other bet of the round won
             # a race, or the table cap filled meanwhile: release the hold, the bet rolled back.
             # (A bet that lost a race with the same command id keeps the hold: it belongs to the
@@ -190,11 +247,6 @@ class Bets:
             config = self._configs[key] = variant.parse_config(current["config"])
         return config
 
-    async def _legacy(self, conn: Conn, command_id: str, player: str) -> Row | None:
-        """A bet placed before command ids were per player (stored under the id as sent), if it is ``player``'s."""
-        bet = await self._store.bet(conn, command_id)
-        return bet if bet is not None and bet["player"] == player else None
-
     def _check_open(self, current: Row | None, round_id: str) -> None:
         if current is None or current["phase"] != Phase.BETTING or self._ctx.now() >= current["betting_closes_at"]:
             BETS_REFUSED.labels("BETTING_CLOSED").inc()
@@ -212,56 +264,78 @@ class Bets:
         *,
         fixed: bool = False,
         replacing: str = "",
-        staked: int | None = None,
-        chips: bool = True,
     ) -> None:
         """Table minimum and chips (not for a fixed-price side bet), and the per-player maximum (for all).
 
         ``replacing``: the bet this amount replaces (a changed bet), not counted as staked.
-        ``staked``: the player's stakes of the round when the caller read them already.
-        ``chips``: False when the caller checked the minimum and chips already (``check_amount``).
         """
         limits = limits_of(current)
-        if chips:
-            check_chips(limits, amount, fixed=fixed)
-        if staked is None:
-            staked = await self._store.staked_minor(conn, current["round_id"], player, replacing)
-        if staked + amount > limits.max_bet_minor:
-            BETS_REFUSED.labels("ABOVE_TABLE_MAXIMUM").inc()
-            raise FailedPrecondition(
-                "ABOVE_TABLE_MAXIMUM",
-                f"the table maximum is {limits.max_bet_minor} per player and round; {staked} already staked",
-            )
+        check_chips(limits, amount, fixed=fixed)
+        check_room(limits, await self._store.staked_minor(conn, current["round_id"], player, replacing), amount)
 
     async def _record(self, bet: dict[str, Any], machine: RoundMachine, client_seed: str = "") -> BetReceipt:
         """The bet and its event: one statement that re-checks the window under a share lock on the round
-        row, inserts the bet and appends BetPlaced only if it inserted it. Where the shape does not count
-        stakes in the bet's transaction (no ``reserve``) the COMMIT travels with it (pipeline mode): the
-        table's ordering lock, taken by the append, is then held for no client round trip at all.
+        row, inserts the bet and appends BetPlaced only if it inserted it (``TableStore.record_bet``).
+
+        Where the shape counts stakes in the bet's transaction (``reserve``: a banker's table cap) the bet
+        has a transaction of its own; otherwise it goes with the bets recorded at the same moment
+        (``_record_group``), its COMMIT queued behind the statements (pipeline mode): the tables' ordering
+        locks, taken by the appends, are then held for no client round trip at all.
         """
-        placed = ev.BetPlaced(**bet)
-        event = NewEvent("table.bet_placed", placed, correlation_id=bet["round_id"], causation_id=bet["bet_id"])
-        append = self._store.events.append_call(bet_stream(bet["table_id"], bet["bet_id"]), 0, [event])
-        reserves = type(machine).reserve is not RoundMachine.reserve
         now = self._ctx.now()
+        if type(machine).reserve is RoundMachine.reserve:
+            window, inserted = await self._recordings(Recording(bet, now, client_seed))
+        else:
+            window, inserted = await self._record_reserving(bet, machine, client_seed, now)
+        if inserted:
+            return BetReceipt.of({**bet, "status": "placed"}, replayed=False)
+        if not window_open(window, now):
+            BETS_REFUSED.labels("BETTING_CLOSED").inc()
+            raise WindowClosed("BETTING_CLOSED", "betting closed before the bet could be recorded")
+        async with self._store.read() as conn:
+            existing = await self._store.bet(conn, bet["bet_id"])  # the same command raced
+        if existing is None:  # no: a red-envelope player's other bet (one per round) won
+            raise OneBetPerRound("ALREADY_BET", "you have bet this round: change that bet with ChangeBet")
+        return replay(existing, bet["player"], bet["table_id"], bet["area"], bet["stake_minor"])
+
+    @staticmethod
+    def _placed(bet: Mapping[str, Any]) -> NewEvent:
+        placed = ev.BetPlaced(**bet)
+        return NewEvent("table.bet_placed", placed, correlation_id=bet["round_id"], causation_id=bet["bet_id"])
+
+    async def _record_reserving(
+        self, bet: dict[str, Any], machine: RoundMachine, client_seed: str, now: datetime
+    ) -> tuple[tuple[str, Any] | None, bool]:
+        """One bet and the shape's count of its stake (``reserve``), in a transaction of its own."""
+        append = self._store.events.append_call(bet_stream(bet["table_id"], bet["bet_id"]), 0, [self._placed(bet)])
+        async with self._store.pool.connection() as conn, conn.pipeline(), conn.transaction():
+            recorded = await self._store.record_bet(conn, bet, now, client_seed, append)
+            window, inserted = await self._store.bet_recorded(recorded)
+            if inserted:
+                await machine.reserve(conn, bet["round_id"], bet["player"], bet["stake_minor"], bet["hold_id"])
+        return window, inserted
+
+    async def _read_group(self, queries: list[BetQuery]) -> list[BetContext]:
+        async with self._store.read() as conn:
+            return await self._store.bet_contexts(conn, queries)
+
+    async def _record_group(self, recordings: Sequence[Recording]) -> list[tuple[tuple[str, Any] | None, bool]]:
+        """Bets of any tables in one transaction: one statement each, in table order (the order the tables'
+        ordering locks are taken in, the same for every group), the COMMIT queued with them: one sync."""
+
+        def place_in_order(i: int) -> tuple[str, str]:
+            return recordings[i].bet["table_id"], recordings[i].bet["bet_id"]
+
+        order = sorted(range(len(recordings)), key=place_in_order)
         async with self._store.pool.connection() as conn:
             async with conn.pipeline(), conn.transaction():
-                recorded = await self._store.record_bet(conn, bet, now, client_seed, append)
-                if reserves:
-                    window, inserted = await self._store.bet_recorded(recorded)
-                    if inserted:
-                        await machine.reserve(conn, bet["round_id"], bet["player"], bet["stake_minor"], bet["hold_id"])
-            if not reserves:  # read after the pipeline's one sync, the COMMIT's
-                window, inserted = await self._store.bet_recorded(recorded)
-            if inserted:
-                return BetReceipt.of({**bet, "status": "placed"}, replayed=False)
-            if not window_open(window, now):
-                BETS_REFUSED.labels("BETTING_CLOSED").inc()
-                raise WindowClosed("BETTING_CLOSED", "betting closed before the bet could be recorded")
-            existing = await self._store.bet(conn, bet["bet_id"])  # the same command raced
-            if existing is None:  # no: a red-envelope player's other bet (one per round) won
-                raise OneBetPerRound("ALREADY_BET", "you have bet this round: change that bet with ChangeBet")
-            return replay(existing, bet["player"], bet["table_id"], bet["area"], bet["stake_minor"])
+                cursors = {}
+                for i in order:
+                    r = recordings[i]
+                    stream = bet_stream(r.bet["table_id"], r.bet["bet_id"])
+                    append = self._store.events.append_call(stream, 0, [self._placed(r.bet)])
+                    cursors[i] = await self._store.record_bet(conn, r.bet, r.now, r.client_seed, append)
+            return [await self._store.bet_recorded(cursors[i]) for i in range(len(recordings))]
 
     async def cancel(self, who: Principal, table_id: str, bet_id: str, *, cause: str = "player") -> BetReceipt:
         require(who, Role.PLAYER)

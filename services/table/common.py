@@ -48,6 +48,11 @@ SETTLEMENT_SECONDS = Histogram(
 BETS = Counter("niuniu_table_bets_total", "Bets accepted, by variant and area.", ["variant", "area"])
 BET_STAKES = Counter("niuniu_table_bet_stake_minor_total", "Minor units staked, by variant.", ["variant"])
 BETS_REFUSED = Counter("niuniu_table_bets_refused_total", "Bets refused, by reason.", ["reason"])
+BET_GROUP_SIZE = Histogram(
+    "niuniu_table_bet_group_size",
+    "Bets recorded together in one transaction (group commit).",
+    buckets=(1, 2, 4, 8, 16, 32, 64),
+)
 BIDS = Counter("niuniu_table_bids_total", "Red-envelope dealer bids, by outcome (placed, or the refusal).", ["outcome"])
 REDEALS = Counter("niuniu_table_redeals_total", "Red-envelope rounds voided and re-dealt, by cause.", ["cause"])
 for _outcome in ("placed", "BID_TOO_LOW", "BIDDING_CLOSED"):

@@ -12,7 +12,7 @@ import json
 from collections.abc import AsyncIterator, Mapping, Sequence
 from contextlib import asynccontextmanager
 from datetime import datetime
-from typing import Any
+from typing import Any, NamedTuple
 
 import psycopg
 from google.protobuf.message import Message
@@ -25,6 +25,24 @@ from bull.money import BetResult
 
 Conn = psycopg.AsyncConnection
 Row = dict[str, Any]
+
+
+class BetQuery(NamedTuple):
+    """A bet about to be placed: its table, the ids it may be stored under, its player."""
+
+    table_id: str
+    bet_ids: tuple[str, ...]
+    player: str
+
+
+class BetContext(NamedTuple):
+    """What a bet is checked against: the bets stored under its ids, its table, the table's current
+    round (None between rounds) and the player's stakes in that round."""
+
+    stored: list[Row]
+    table: Row | None
+    current: Row | None
+    staked: int
 
 
 class TableStore:
@@ -275,36 +293,44 @@ class TableStore:
         )
         return cur.rowcount == 1
 
-    async def bet_context(
-        self, conn: Conn, table_id: str, bet_ids: Sequence[str], player: str
-    ) -> tuple[list[Row], Row | None, Row | None, int]:
-        """What PlaceBet checks before the wallet's hold, in one round trip (pipeline mode, its COMMIT included):
-        the bets stored under any of ``bet_ids``, the table, its current round and ``player``'s staked sum there.
-        """
+    async def bet_contexts(self, conn: Conn, queries: Sequence[BetQuery]) -> list[BetContext]:
+        """What PlaceBet checks before the wallet's hold, for several bets in one round trip (pipeline
+        mode, its COMMIT included): for each, the bets stored under any of its ids, the table, its
+        current round and the player's staked sum there."""
         async with conn.pipeline():
-            bets = conn.cursor(row_factory=dict_row)
-            table = conn.cursor(row_factory=dict_row)
-            current = conn.cursor(row_factory=dict_row)
-            staked = conn.cursor()
-            await bets.execute("SELECT * FROM bets WHERE bet_id = ANY(%s)", (list(bet_ids),))
-            await table.execute("SELECT * FROM tables WHERE table_id = %s", (table_id,))
-            await current.execute(
-                "SELECT r.* FROM tables t JOIN rounds r ON r.round_id = t.current_round_id WHERE t.table_id = %s",
-                (table_id,),
-            )
-            await staked.execute(
-                "SELECT coalesce(sum(b.stake_minor), 0) FROM tables t JOIN bets b ON b.round_id = t.current_round_id"
-                " WHERE t.table_id = %s AND b.player = %s AND b.status = 'placed'",
-                (table_id, player),
-            )
+            queued = [await self._queue_bet_context(conn, query) for query in queries]
             await conn.commit()  # queued with the reads: the one sync
-            sum_row = await staked.fetchone()
-            return (
-                list(await bets.fetchall()),
-                await table.fetchone(),
-                await current.fetchone(),
-                int(sum_row[0]) if sum_row else 0,
-            )
+            return [await self._bet_context(cursors) for cursors in queued]
+
+    @staticmethod
+    async def _queue_bet_context(conn: Conn, query: BetQuery) -> tuple[psycopg.AsyncCursor[Any], ...]:
+        bets = conn.cursor(row_factory=dict_row)
+        table = conn.cursor(row_factory=dict_row)
+        current = conn.cursor(row_factory=dict_row)
+        staked = conn.cursor()
+        await bets.execute("SELECT * FROM bets WHERE bet_id = ANY(%s)", (list(query.bet_ids),))
+        await table.execute("SELECT * FROM tables WHERE table_id = %s", (query.table_id,))
+        await current.execute(
+            "SELECT r.* FROM tables t JOIN rounds r ON r.round_id = t.current_round_id WHERE t.table_id = %s",
+            (query.table_id,),
+        )
+        await staked.execute(
+            "SELECT coalesce(sum(b.stake_minor), 0) FROM tables t JOIN bets b ON b.round_id = t.current_round_id"
+            " WHERE t.table_id = %s AND b.player = %s AND b.status = 'placed'",
+            (query.table_id, query.player),
+        )
+        return bets, table, current, staked
+
+    @staticmethod
+    async def _bet_context(cursors: tuple[psycopg.AsyncCursor[Any], ...]) -> BetContext:
+        bets, table, current, staked = cursors
+        sum_row = await staked.fetchone()
+        return BetContext(
+            list(await bets.fetchall()),
+            await table.fetchone(),
+            await current.fetchone(),
+            int(sum_row[0]) if sum_row else 0,
+        )
 
     async def record_bet(
         self, conn: Conn, bet: Mapping[str, Any], now: datetime, client_seed: str, append: tuple[str, dict[str, object]]

@@ -1,0 +1,101 @@
+"""Bets recorded together: concurrent PlaceBet calls share one transaction, each keeps its own outcome.
+
+The real TableApp and store (PostgreSQL), a fake wallet and clock (``table_rig``).
+"""
+
+from __future__ import annotations
+
+import asyncio
+from datetime import timedelta
+from typing import Any
+
+import pytest
+from prometheus_client import REGISTRY
+from psycopg_pool import AsyncConnectionPool
+
+from backbone.errors import FailedPrecondition
+from services.table.bets import Recording
+from services.table.common import Phase, bet_stream, player_account, scoped_id
+from tests.table.table_rig import Rig, player, setup_schema
+
+PLAYERS = 8
+BALANCES = {f"player:p{i}": 1_000_000 for i in range(PLAYERS)} | {"house": 0}
+
+
+@pytest.fixture
+async def rig(pool: AsyncConnectionPool) -> Rig:
+    rig = Rig(pool, await setup_schema(pool), BALANCES)
+    await rig.create("gb-a", "golden_bull", betting_seconds=10)
+    await rig.create("gb-b", "golden_bull", betting_seconds=60)
+    await rig.to_phase("gb-a", Phase.BETTING)
+    await rig.to_phase("gb-b", Phase.BETTING)
+    return rig
+
+
+def groups() -> tuple[float, float]:
+    """How many bet groups were recorded so far, and how many bets they held."""
+    count = REGISTRY.get_sample_value("niuniu_table_bet_group_size_count") or 0.0
+    total = REGISTRY.get_sample_value("niuniu_table_bet_group_size_sum") or 0.0
+    return count, total
+
+
+async def test_bets_placed_at_once_at_two_tables_are_recorded_in_fewer_transactions_each_with_its_event(
+    rig: Rig,
+) -> None:
+    groups_before, bets_before = groups()
+    calls = [
+        rig.app.place_bet(player(f"p{i}"), f"c{i}-{table}", table, area, 100 * (i + 1))
+        for i in range(PLAYERS)
+        for table, area in (("gb-a", "area_1"), ("gb-b", "area_2"))
+    ]
+    receipts = await asyncio.gather(*calls)
+    assert [r.status for r in receipts] == ["placed"] * len(calls) and not any(r.replayed for r in receipts)
+    groups_after, bets_after = groups()
+    assert bets_after - bets_before == len(calls)
+    assert groups_after - groups_before < len(calls)  # some bets shared a transaction
+    for table_id in ("gb-a", "gb-b"):
+        round_id = (await rig.current(table_id))["round_id"]
+        bets = await rig.app.round_bets(round_id)
+        assert sorted(b["player"] for b in bets) == sorted(player_account(player(f"p{i}")) for i in range(PLAYERS))
+        async with rig.pool.connection() as conn:
+            for bet in bets:  # each bet's own stream, its one BetPlaced
+                assert await rig.events.stream_version(conn, bet_stream(table_id, bet["bet_id"])) == 1
+    assert sorted(rig.open_holds()) == sorted(f"bet.{r.bet_id}" for r in receipts)
+
+
+async def test_a_group_answers_each_bet_for_itself_closed_raced_or_recorded(rig: Rig) -> None:
+    """One transaction: a bet past its table's window writes nothing, a bet already recorded is reported as
+    such, and the others are recorded, whatever order they came in."""
+    rounds = {t: (await rig.current(t)) for t in ("gb-a", "gb-b")}
+    late = rounds["gb-a"]["betting_closes_at"] + timedelta(seconds=1)  # gb-b's window is still open then
+    first = await rig.app.place_bet(player("p0"), "first", "gb-b", "area_1", 100)
+
+    def bet(who: str, command_id: str, table_id: str) -> dict[str, Any]:
+        account = player_account(player(who))
+        bet_id = scoped_id(account, command_id)
+        return {
+            "bet_id": bet_id,
+            "round_id": rounds[table_id]["round_id"],
+            "table_id": table_id,
+            "player": account,
+            "area": "area_1",
+            "stake_minor": 100,
+            "hold_minor": 100,
+            "hold_id": f"bet.{bet_id}",
+        }
+
+    recordings = [
+        Recording(bet("p1", "x", "gb-b"), late, ""),
+        Recording(bet("p2", "y", "gb-a"), late, ""),  # past gb-a's window
+        Recording(bet("p0", "first", "gb-b"), late, ""),  # recorded before
+        Recording(bet("p3", "z", "gb-a"), rig.clock(), ""),
+    ]
+    outcomes = await rig.app.bets._record_group(recordings)
+    assert [inserted for _, inserted in outcomes] == [True, False, False, True]
+    assert [window is not None and window[0] == Phase.BETTING for window, _ in outcomes] == [True] * 4
+    placed = {b["bet_id"] for t in rounds.values() for b in await rig.app.round_bets(t["round_id"])}
+    assert placed == {first.bet_id, recordings[0].bet["bet_id"], recordings[3].bet["bet_id"]}
+
+    rig.clock.advance((late - rig.clock()).total_seconds())  # and through PlaceBet: gb-a's window closed
+    with pytest.raises(FailedPrecondition, match="BETTING_CLOSED"):
+        await rig.app.place_bet(player("p4"), "w", "gb-a", "area_1", 100)
