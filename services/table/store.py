@@ -294,43 +294,45 @@ class TableStore:
         return cur.rowcount == 1
 
     async def bet_contexts(self, conn: Conn, queries: Sequence[BetQuery]) -> list[BetContext]:
-        """What PlaceBet checks before the wallet's hold, for several bets in one round trip (pipeline
-        mode, its COMMIT included): for each, the bets stored under any of its ids, the table, its
-        current round and the player's staked sum there."""
+        """What PlaceBet checks before the wallet's hold, for several bets in one round trip (pipeline mode,
+        its COMMIT included) of four statements whatever their number: for each bet, the bets stored under
+        any of its ids, its table, the table's current round and the player's staked sum there."""
+        table_ids = sorted({q.table_id for q in queries})
         async with conn.pipeline():
-            queued = [await self._queue_bet_context(conn, query) for query in queries]
+            bets = conn.cursor(row_factory=dict_row)
+            tables = conn.cursor(row_factory=dict_row)
+            rounds = conn.cursor(row_factory=dict_row)
+            staked = conn.cursor()
+            await bets.execute(
+                "SELECT * FROM bets WHERE bet_id = ANY(%s)", (sorted({i for q in queries for i in q.bet_ids}),)
+            )
+            await tables.execute("SELECT * FROM tables WHERE table_id = ANY(%s)", (table_ids,))
+            await rounds.execute(
+                "SELECT r.* FROM tables t JOIN rounds r ON r.round_id = t.current_round_id WHERE t.table_id = ANY(%s)",
+                (table_ids,),
+            )
+            await staked.execute(
+                "SELECT q.n, coalesce(sum(b.stake_minor), 0)"
+                " FROM unnest(%s::text[], %s::text[]) WITH ORDINALITY AS q (table_id, player, n)"
+                " JOIN tables t ON t.table_id = q.table_id"
+                " JOIN bets b ON b.round_id = t.current_round_id AND b.player = q.player AND b.status = 'placed'"
+                " GROUP BY q.n",
+                ([q.table_id for q in queries], [q.player for q in queries]),
+            )
             await conn.commit()  # queued with the reads: the one sync
-            return [await self._bet_context(cursors) for cursors in queued]
-
-    @staticmethod
-    async def _queue_bet_context(conn: Conn, query: BetQuery) -> tuple[psycopg.AsyncCursor[Any], ...]:
-        bets = conn.cursor(row_factory=dict_row)
-        table = conn.cursor(row_factory=dict_row)
-        current = conn.cursor(row_factory=dict_row)
-        staked = conn.cursor()
-        await bets.execute("SELECT * FROM bets WHERE bet_id = ANY(%s)", (list(query.bet_ids),))
-        await table.execute("SELECT * FROM tables WHERE table_id = %s", (query.table_id,))
-        await current.execute(
-            "SELECT r.* FROM tables t JOIN rounds r ON r.round_id = t.current_round_id WHERE t.table_id = %s",
-            (query.table_id,),
-        )
-        await staked.execute(
-            "SELECT coalesce(sum(b.stake_minor), 0) FROM tables t JOIN bets b ON b.round_id = t.current_round_id"
-            " WHERE t.table_id = %s AND b.player = %s AND b.status = 'placed'",
-            (query.table_id, query.player),
-        )
-        return bets, table, current, staked
-
-    @staticmethod
-    async def _bet_context(cursors: tuple[psycopg.AsyncCursor[Any], ...]) -> BetContext:
-        bets, table, current, staked = cursors
-        sum_row = await staked.fetchone()
-        return BetContext(
-            list(await bets.fetchall()),
-            await table.fetchone(),
-            await current.fetchone(),
-            int(sum_row[0]) if sum_row else 0,
-        )
+            sums = {int(n) - 1: int(total) for n, total in await staked.fetchall()}
+            by_bet_id = {row["bet_id"]: row for row in await bets.fetchall()}
+            by_table = {row["table_id"]: row for row in await tables.fetchall()}
+            current = {row["table_id"]: row for row in await rounds.fetchall()}
+        return [
+            BetContext(
+                [by_bet_id[i] for i in dict.fromkeys(q.bet_ids) if i in by_bet_id],
+                by_table.get(q.table_id),
+                current.get(q.table_id),
+                sums.get(n, 0),
+            )
+            for n, q in enumerate(queries)
+        ]
 
     async def record_bet(
         self, conn: Conn, bet: Mapping[str, Any], now: datetime, client_seed: str, append: tuple[str, dict[str, object]]

@@ -16,6 +16,7 @@ from psycopg_pool import AsyncConnectionPool
 from backbone.errors import FailedPrecondition
 from services.table.bets import Recording
 from services.table.common import Phase, bet_stream, player_account, scoped_id
+from services.table.store import BetQuery
 from tests.table.table_rig import Rig, player, setup_schema
 
 PLAYERS = 8
@@ -99,3 +100,34 @@ async def test_a_group_answers_each_bet_for_itself_closed_raced_or_recorded(rig:
     rig.clock.advance((late - rig.clock()).total_seconds())  # and through PlaceBet: gb-a's window closed
     with pytest.raises(FailedPrecondition, match="BETTING_CLOSED"):
         await rig.app.place_bet(player("p4"), "w", "gb-a", "area_1", 100)
+
+
+async def test_one_read_answers_each_bet_with_its_own_table_round_stakes_and_stored_bets(rig: Rig) -> None:
+    """The checks' read for a group: four statements whatever its size, each bet's answer its own."""
+    p1, p2 = player_account(player("p1")), player_account(player("p2"))
+    placed = [
+        await rig.app.place_bet(player("p1"), "a1", "gb-a", "area_1", 300),
+        await rig.app.place_bet(player("p1"), "a2", "gb-a", "area_2", 200),
+        await rig.app.place_bet(player("p1"), "b1", "gb-b", "area_1", 700),
+        await rig.app.place_bet(player("p2"), "b2", "gb-b", "area_1", 100),
+    ]
+    queries = [
+        BetQuery("gb-a", (scoped_id(p1, "new"), "new"), p1),
+        BetQuery("gb-b", (placed[2].bet_id, "b1"), p1),
+        BetQuery("gb-a", (scoped_id(p2, "new"), "new"), p2),
+        BetQuery("nowhere", ("x",), p1),
+        BetQuery("gb-a", (scoped_id(p1, "new"), "new"), p1),  # the same question twice
+    ]
+    async with rig.pool.connection() as conn:
+        answers = await rig.app.store.bet_contexts(conn, queries)
+    assert [a.staked for a in answers] == [500, 700, 0, 0, 500]
+    assert [[b["bet_id"] for b in a.stored] for a in answers] == [[], [placed[2].bet_id], [], [], []]
+    assert [a.table["table_id"] if a.table else None for a in answers] == ["gb-a", "gb-b", "gb-a", None, "gb-a"]
+    rounds = {t: (await rig.current(t))["round_id"] for t in ("gb-a", "gb-b")}
+    assert [a.current["round_id"] if a.current else None for a in answers] == [
+        rounds["gb-a"],
+        rounds["gb-b"],
+        rounds["gb-a"],
+        None,
+        rounds["gb-a"],
+    ]
