@@ -86,8 +86,12 @@ class ReplayReport:
     seconds: float
 
 
-FRESH_STAGE = "CREATE TEMP TABLE IF NOT EXISTS replay_fresh (n INT PRIMARY KEY) ON COMMIT DELETE ROWS"
-"""The indexes of a batch's events applied for the first time, as a ``StagedBatch`` reads them."""
+def fresh_stage(on_commit: str = "DELETE ROWS") -> str:
+    """The indexes of a batch's events applied for the first time, as a ``StagedBatch`` reads them."""
+    return f"CREATE TEMP TABLE IF NOT EXISTS replay_fresh (n INT PRIMARY KEY) ON COMMIT {on_commit}"
+
+
+FRESH_STAGE = fresh_stage()
 
 _REPLAY_STAGE = (
     "CREATE TEMP TABLE IF NOT EXISTS replay_polled"
