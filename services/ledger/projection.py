@@ -636,32 +636,30 @@ JOURNAL = Projection(
 )
 
 
-# The live consumers' staging tables, made on a connection the first time it writes a batch (one round
-# trip; they last as long as the session). They keep their rows at commit and ``apply_batch`` deletes
-# them before: ON COMMIT DELETE ROWS truncates every such table at every commit of a transaction that
-# touched one, which cost PostgreSQL ~3-4 ms a commit here (pgbench, five small tables: 5.9 ms a
-# transaction against 1.9 ms with DELETE), a batch of the ledger's consumers at a time. Deleted rows
-# stay in the table until it is truncated, every ``LIVE_STAGE_TRUNCATE_EVERY`` batches of a connection.
+# The live consumers' staging tables, made on a connection the first time it writes a batch; they last as
+# long as the session. Each batch empties them first, in the same round trip: ON COMMIT DELETE ROWS
+# truncated all five at every commit, which cost PostgreSQL ~3-4 ms a batch here (pgbench, five small
+# tables: 5.9 ms a transaction against 1.9 ms emptied by DELETE). What a DELETE leaves behind is given
+# back by a TRUNCATE instead once a connection has staged ``LIVE_STAGE_TRUNCATE_AFTER`` events since.
 _LIVE_TABLES = ("replay_fresh", *_STAGE_COLUMNS)
 _LIVE_STAGE = "; ".join((fresh_stage("PRESERVE ROWS"), *_stage_ddl("PRESERVE ROWS")))
-_EMPTY_LIVE_STAGE = "; ".join(f"DELETE FROM {table}" for table in _LIVE_TABLES)
-_TRUNCATE_LIVE_STAGE = "TRUNCATE " + ", ".join(_LIVE_TABLES)
-LIVE_STAGE_TRUNCATE_EVERY = 64
-_batches_written: weakref.WeakKeyDictionary[psycopg.AsyncConnection[Any], int] = weakref.WeakKeyDictionary()
+_EMPTY_LIVE_STAGE = "; ".join((_LIVE_STAGE, *(f"DELETE FROM {table}" for table in _LIVE_TABLES)))
+_TRUNCATE_LIVE_STAGE = "; ".join((_LIVE_STAGE, "TRUNCATE " + ", ".join(_LIVE_TABLES)))
+LIVE_STAGE_TRUNCATE_AFTER = 1_024
+_staged_since_truncate: weakref.WeakKeyDictionary[psycopg.AsyncConnection[Any], int] = weakref.WeakKeyDictionary()
 
 
 async def apply_batch(conn: psycopg.AsyncConnection, batch: Sequence[Tracked]) -> None:
     """``apply`` of each event of ``batch`` in turn (all of them new), written as the replay writes a poll."""
-    await conn.execute(_LIVE_STAGE)
-    await conn.execute("INSERT INTO replay_fresh (n) SELECT generate_series(0, %s)", (len(batch) - 1,))
-    await stage_journal(batch).write(conn, frozenset())
-    written = _batches_written.get(conn, 0) + 1
-    if written >= LIVE_STAGE_TRUNCATE_EVERY:
+    staged = _staged_since_truncate.get(conn, 0)
+    if staged >= LIVE_STAGE_TRUNCATE_AFTER:
         await conn.execute(_TRUNCATE_LIVE_STAGE)
-        written = 0
+        staged = 0
     else:
         await conn.execute(_EMPTY_LIVE_STAGE)
-    _batches_written[conn] = written
+    _staged_since_truncate[conn] = staged + len(batch)
+    await conn.execute("INSERT INTO replay_fresh (n) SELECT generate_series(0, %s)", (len(batch) - 1,))
+    await stage_journal(batch).write(conn, frozenset())
 
 
 journal_batch: BatchHandler = batched(apply_batch)

@@ -15,12 +15,15 @@ import pytest
 from backbone.consumer import ExactlyOnceConsumer, Tracked
 from backbone.db import open_pool, run_ddl
 from backbone.eventstore import build_envelope
-from services.ledger.projection import DDL, LIVE_STAGE_TRUNCATE_EVERY, apply_batch
+from services.ledger import projection
+from services.ledger.projection import DDL, apply_batch
 from services.ledger.synthetic import deposited
 
 pytestmark = pytest.mark.integration
 
 STAGE_TABLES = ("replay_fresh", "stage_entries", "stage_lines", "stage_rounds", "stage_round_bets")
+PER_BATCH = 20
+TRUNCATE_AFTER = 200  # events: every tenth batch of a connection starts with a TRUNCATE
 
 
 def deposit(n: int) -> Tracked:
@@ -47,29 +50,32 @@ async def stage_size(conn: psycopg.AsyncConnection) -> int:
     return int(row[0])
 
 
-async def test_batches_on_one_connection_leave_nothing_staged_and_the_staging_tables_are_emptied_in_turn(
-    dsn: str, schema: str
+async def test_batches_on_one_connection_stage_only_their_own_rows_and_what_they_leave_is_given_back(
+    dsn: str, schema: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
+    monkeypatch.setattr(projection, "LIVE_STAGE_TRUNCATE_AFTER", TRUNCATE_AFTER)
     pool = await open_pool(dsn, schema=schema, min_size=1, max_size=1)  # one session: its temporary tables
     try:
         async with pool.connection() as conn:
             await ExactlyOnceConsumer.setup(conn)
             await run_ddl(conn, DDL)
-        batches = 2 * LIVE_STAGE_TRUNCATE_EVERY + 3
+        cycle = TRUNCATE_AFTER // PER_BATCH
+        batches = 2 * cycle + 1
         sizes = []
         for b in range(batches):
             async with pool.connection() as conn:
                 async with conn.transaction():
-                    await apply_batch(conn, [deposit(2 * b), deposit(2 * b + 1)])
-                assert await staged_rows(conn) == 0  # committed: nothing of the batch is left staged
+                    await apply_batch(conn, [deposit(PER_BATCH * b + i) for i in range(PER_BATCH)])
+                # Only this batch's rows are staged: a fresh index, an entry and two lines for each event.
+                assert await staged_rows(conn) == 4 * PER_BATCH
                 sizes.append(await stage_size(conn))
         async with pool.connection() as conn:
-            entries = await (
-                await conn.execute("SELECT count(*), count(DISTINCT entry_id) FROM journal_entries")
-            ).fetchone()
+            journaled = await conn.execute("SELECT count(*), count(DISTINCT entry_id) FROM journal_entries")
+            entries = await journaled.fetchone()
             rejects = await (await conn.execute("SELECT count(*) FROM journal_rejects")).fetchone()
-        assert entries == (2 * batches, 2 * batches) and rejects == (0,)  # every batch wrote its own events, once
-        assert sizes[LIVE_STAGE_TRUNCATE_EVERY - 1] == 0 and sizes[2 * LIVE_STAGE_TRUNCATE_EVERY - 1] == 0
-        assert max(sizes) == max(sizes[:LIVE_STAGE_TRUNCATE_EVERY])  # what deleted rows take does not grow
+        events = PER_BATCH * batches
+        assert entries == (events, events) and rejects == (0,)  # every batch wrote its own events, once
+        assert sizes[cycle] < sizes[cycle - 1] and sizes[2 * cycle] < sizes[2 * cycle - 1]  # given back
+        assert max(sizes) == max(sizes[: cycle + 1])  # and so what deleted rows take does not grow
     finally:
         await pool.close()
