@@ -5,12 +5,13 @@ the round shape's own rules (``RoundMachine.check_bet``), ask the wallet to hold
 the worst case, then record the bet and its event in one transaction that
 re-checks the betting window under a share lock on the round row.
 
-Bets recorded at the same moment share that transaction (group commit, ``Grouped``):
-where the round shape counts nothing in the bet's transaction, concurrent PlaceBet
-calls, at any tables, are recorded by one statement each in one pipeline, with one
-COMMIT. Each bet's outcome is its own (recorded, window closed, raced), as alone; the
-tables' ordering locks are taken in table order, so two groups never wait on each
-other in a cycle; a group that fails is recorded again bet by bet.
+Bets placed at the same moment, at any tables, share the trips to the database
+(``Grouped``): one read of four statements for all their checks, and, where the round
+shape counts nothing in the bet's transaction, one recording transaction of one
+statement per bet with one COMMIT (group commit). Each bet's outcome is its own
+(recorded, window closed, raced), as alone; the tables' ordering locks are taken in
+table order, so two groups never wait on each other in a cycle; a group that fails is
+worked on again bet by bet.
 """
 
 from __future__ import annotations
