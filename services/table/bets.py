@@ -263,15 +263,14 @@ class Bets:
         player: str,
         amount: int,
         *,
-        fixed: bool = False,
         replacing: str = "",
     ) -> None:
-        """Table minimum and chips (not for a fixed-price side bet), and the per-player maximum (for all).
+        """A changed bet's new amount: the table minimum and chips, and the per-player maximum.
 
         ``replacing``: the bet this amount replaces (a changed bet), not counted as staked.
         """
         limits = limits_of(current)
-        check_chips(limits, amount, fixed=fixed)
+        check_chips(limits, amount, fixed=False)
         check_room(limits, await self._store.staked_minor(conn, current["round_id"], player, replacing), amount)
 
     async def _record(self, bet: dict[str, Any], machine: RoundMachine, client_seed: str = "") -> BetReceipt:
@@ -299,18 +298,18 @@ class Bets:
             raise OneBetPerRound("ALREADY_BET", "you have bet this round: change that bet with ChangeBet")
         return replay(existing, bet["player"], bet["table_id"], bet["area"], bet["stake_minor"])
 
-    @staticmethod
-    def _placed(bet: Mapping[str, Any]) -> NewEvent:
+    def _append_placed(self, bet: Mapping[str, Any]) -> tuple[str, dict[str, object]]:
+        """The strict append of the bet's BetPlaced to its new stream, for ``TableStore.record_bet``."""
         placed = ev.BetPlaced(**bet)
-        return NewEvent("table.bet_placed", placed, correlation_id=bet["round_id"], causation_id=bet["bet_id"])
+        event = NewEvent("table.bet_placed", placed, correlation_id=bet["round_id"], causation_id=bet["bet_id"])
+        return self._store.events.append_call(bet_stream(bet["table_id"], bet["bet_id"]), 0, [event])
 
     async def _record_reserving(
         self, bet: dict[str, Any], machine: RoundMachine, client_seed: str, now: datetime
     ) -> tuple[tuple[str, Any] | None, bool]:
         """One bet and the shape's count of its stake (``reserve``), in a transaction of its own."""
-        append = self._store.events.append_call(bet_stream(bet["table_id"], bet["bet_id"]), 0, [self._placed(bet)])
         async with self._store.pool.connection() as conn, conn.pipeline(), conn.transaction():
-            recorded = await self._store.record_bet(conn, bet, now, client_seed, append)
+            recorded = await self._store.record_bet(conn, bet, now, client_seed, self._append_placed(bet))
             window, inserted = await self._store.bet_recorded(recorded)
             if inserted:
                 await machine.reserve(conn, bet["round_id"], bet["player"], bet["stake_minor"], bet["hold_id"])
@@ -333,8 +332,7 @@ class Bets:
                 cursors = {}
                 for i in order:
                     r = recordings[i]
-                    stream = bet_stream(r.bet["table_id"], r.bet["bet_id"])
-                    append = self._store.events.append_call(stream, 0, [self._placed(r.bet)])
+                    append = self._append_placed(r.bet)
                     cursors[i] = await self._store.record_bet(conn, r.bet, r.now, r.client_seed, append)
             return [await self._store.bet_recorded(cursors[i]) for i in range(len(recordings))]
 
