@@ -9,9 +9,10 @@ a round's settlement appends several events to one stream), publishes all 3N wit
 relay, and applies them with an exactly-once consumer (batches of 500) twice: with a
 handler of one statement per event (pipelined), and with a batch handler (one statement
 per batch, ``backbone.consumer.batched``), printing events/s for each stage. It uses a
-scratch schema and topic. It also prints, measured in the same run, PostgreSQL's rate of
-one-row INSERT commits on 16 connections, so the figures read as ratios of what the
-database underneath takes.
+scratch schema and topic. It also prints, measured in the same run with the components' own
+tools (``backbone.limits``), pgbench's one-row INSERT commits on 16 connections and Kafka's
+own producer and consumer on the same topic and record size, so each figure reads as a share
+of what the component underneath takes here.
 """
 
 from __future__ import annotations
@@ -35,41 +36,13 @@ from backbone.consumer import BatchHandler, ExactlyOnceConsumer, Handler, Tracke
 from backbone.db import open_pool, run_ddl
 from backbone.eventstore import EventStore, NewEvent
 from backbone.kafka import TopicSpec, ensure_topics, make_admin, make_consumer, make_producer
+from backbone.limits import Limit, kafka_consumer_rate, kafka_producer_rate, pgbench_commits
 from backbone.relay import OutboxRelay
 
 EVENTS_PER_TRANSACTION = 100
 EVENTS_PER_BATCHED_CALL = 10
 STREAMS_PER_WRITER = 50
-PROBE_CONNECTIONS = 16
-PROBE_SECONDS = 3.0
-
-
-async def pg_commit_rate(dsn: str, *, connections: int = PROBE_CONNECTIONS, seconds: float = PROBE_SECONDS) -> float:
-    """One-row INSERT commits per second on ``connections`` connections (autocommit) for ``seconds``."""
-    table = f"probe_{uuid.uuid4().hex[:8]}"
-    async with await psycopg.AsyncConnection.connect(dsn, autocommit=True) as conn:
-        await conn.execute(sql.SQL("CREATE TABLE {} (id BIGINT, at TIMESTAMPTZ)").format(sql.Identifier(table)))
-    insert = sql.SQL("INSERT INTO {} VALUES (%s, now())").format(sql.Identifier(table))
-    done = 0
-    deadline = 0.0
-
-    async def worker(n: int) -> None:
-        nonlocal done
-        async with await psycopg.AsyncConnection.connect(dsn, autocommit=True) as conn:
-            i = 0
-            while time.perf_counter() < deadline:
-                await conn.execute(insert, (n * 10_000_000 + i,))
-                i += 1
-            done += i
-
-    try:
-        started = time.perf_counter()
-        deadline = started + seconds
-        await asyncio.gather(*(worker(n) for n in range(connections)))
-        return done / (time.perf_counter() - started)
-    finally:
-        async with await psycopg.AsyncConnection.connect(dsn, autocommit=True) as conn:
-            await conn.execute(sql.SQL("DROP TABLE {}").format(sql.Identifier(table)))
+KAFKA_PROBE_RECORDS = 200_000
 
 
 async def _apply(conn: psycopg.AsyncConnection, envelope: events_pb2.EventEnvelope) -> None:
@@ -141,7 +114,8 @@ async def _consume(
         await asyncio.to_thread(consumer._kafka.close)
 
 
-async def run(events: int, dsn: str, kafka: str, writers: int = 8) -> dict[str, float]:
+async def run(events: int, dsn: str, kafka: str, writers: int = 8) -> tuple[dict[str, float], dict[str, Limit]]:
+    """The backbone's rates (events/s), and the same run's limits of the components underneath."""
     tag = uuid.uuid4().hex[:8]
     schema, topic = f"bench_{tag}", f"bench.events.{tag}"
     ensure_topics(kafka, [TopicSpec(topic, partitions=3)])
@@ -176,6 +150,19 @@ async def run(events: int, dsn: str, kafka: str, writers: int = 8) -> dict[str, 
 
         consume_s = await _consume(pool, kafka, topic, f"bench-{tag}", _apply, total)
         consume_batched_s = await _consume(pool, kafka, topic, f"bench-batched-{tag}", batched(_apply_many), total)
+
+        async with pool.connection() as conn:
+            cur = await conn.execute("SELECT avg(length(envelope))::int FROM events")
+            row = await cur.fetchone()
+        # Kafka's own producer adds records of the events' mean size to the topic (at least
+        # KAFKA_PROBE_RECORDS: fewer measure the JVM's warming up), then its consumer reads them all.
+        probe = max(total, KAFKA_PROBE_RECORDS)
+        size = int(row[0]) if row and row[0] else 100
+        limits = {
+            "postgres": await pgbench_commits(dsn),
+            "kafka_produce": await kafka_producer_rate(kafka, topic, records=probe, record_size=size),
+            "kafka_consume": await kafka_consumer_rate(kafka, {topic: total + probe}),
+        }
     finally:
         await pool.close()
         async with await psycopg.AsyncConnection.connect(dsn, autocommit=True) as conn:
@@ -192,8 +179,7 @@ async def run(events: int, dsn: str, kafka: str, writers: int = 8) -> dict[str, 
         "publish_events_per_s": total / publish_s,
         "consume_events_per_s": total / consume_s,
         "consume_batched_per_s": total / consume_batched_s,
-        "pg_insert_commits_per_s": await pg_commit_rate(dsn),
-    }
+    }, limits
 
 
 def main() -> None:
@@ -205,10 +191,18 @@ def main() -> None:
         parser.error("--events must be positive and --writers 1..64")
     dsn = os.environ.get("DATABASE_URL", "postgresql://niuniu@127.0.0.1:54329/niuniu_test")
     kafka = os.environ.get("KAFKA_BOOTSTRAP_SERVERS", "127.0.0.1:9092")
-    figures = asyncio.run(run(args.events, dsn, kafka, args.writers))
+    figures, limits = asyncio.run(run(args.events, dsn, kafka, args.writers))
     print(f"backbone benchmark, {args.events} events, {args.writers} writers")
     for name, value in figures.items():
         print(f"  {name:24} {value:10.0f}")
+    print("the components underneath, same run, their own tools:")
+    postgres, consume, produce = limits["postgres"], limits["kafka_consume"], limits["kafka_produce"]
+    print(f"  PostgreSQL   {postgres}")
+    print(f"               append = {postgres.ratio(figures['append_events_per_s'])} of it")
+    print(f"  Kafka read   {consume}")
+    print(f"               batched apply = {consume.ratio(figures['consume_batched_per_s'])} of it")
+    print(f"  Kafka write  {produce}")
+    print(f"               publish = {produce.ratio(figures['publish_events_per_s'])} of it")
 
 
 if __name__ == "__main__":

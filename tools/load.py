@@ -52,9 +52,9 @@ from niuniu.wallet.v1 import wallet_pb2, wallet_pb2_grpc
 from psycopg import sql
 
 from backbone.auth import Role, Tokens, bearer, development_env
-from backbone.bench import pg_commit_rate
 from backbone.healthcheck import check
 from backbone.kafka import default_principal_env, make_admin
+from backbone.limits import Limit, pgbench_commits
 
 SERVICES = ("rng", "wallet", "ledger", "table")
 HEALTH_TIMEOUT_S = 90.0
@@ -213,7 +213,7 @@ class RunResult:
     accepted: int
     latencies_ms: list[float]
     refusals: Counter[str]
-    pg_commits_per_s: float
+    postgres: Limit  # pgbench, right after the run
     settle_lags_s: list[float]
     rounds_unsettled: int
     cpu: dict[str, float]
@@ -513,12 +513,7 @@ def print_run(n: int, r: RunResult, in_flight: int, out: Any) -> None:
     )
     if r.cpu:
         print("  service CPU (cores): " + ", ".join(f"{k} {v / r.seconds:.2f}" for k, v in r.cpu.items()), file=out)
-    ratio = 100 * r.bets_per_s / r.pg_commits_per_s if r.pg_commits_per_s else float("nan")
-    print(
-        f"  PostgreSQL 1-row INSERT commits, 16 connections, right after: {r.pg_commits_per_s:.0f}/s"
-        f" -> bets/s are {ratio:.1f} % of it",
-        file=out,
-    )
+    print(f"  PostgreSQL right after: {r.postgres} -> bets/s are {r.postgres.ratio(r.bets_per_s)} of it", file=out)
     empty = 100 * r.bets_per_s / r.empty_calls_per_s if r.empty_calls_per_s else float("nan")
     print(
         f"  the table's empty calls (health Check), {in_flight} in flight, right after:"
@@ -573,7 +568,7 @@ async def main_async(args: argparse.Namespace) -> int:
                     for spy in spies:
                         spy.wait(timeout=60)
                     lags, missing = await settlement_lags(stack, since) if stack else ([], 0)
-                    pg = await pg_commit_rate(os.environ["DATABASE_URL"])
+                    pg = await pgbench_commits(os.environ["DATABASE_URL"])
                     empty = await empty_call_rate(tch, args.in_flight)
                     cpu = {k: cpu_after[k] - cpu_before.get(k, 0.0) for k in cpu_after}
                     handled = {m: handling_ms(metrics_before, metrics, m) for m in HANDLED}
@@ -605,7 +600,7 @@ async def main_async(args: argparse.Namespace) -> int:
         lag_max = [max(r.settle_lags_s) for r in results if r.settle_lags_s]
         if lag_max:
             print(f"  worst settlement lag s {mmm(lag_max, '{:.2f}')}", file=out)
-        print(f"  PostgreSQL commits/s   {mmm([r.pg_commits_per_s for r in results])}", file=out)
+        print(f"  PostgreSQL commits/s   {mmm([r.postgres.per_s for r in results])}   (pgbench)", file=out)
         print(f"  table empty calls/s    {mmm([r.empty_calls_per_s for r in results])}", file=out)
     return 0 if clean else 1
 

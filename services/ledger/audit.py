@@ -19,8 +19,8 @@
   niuniu-audit bench-replay [--events N] [--scratch-dsn DSN]
       Replay speed (events/s) on N synthetic wallet and table events in scratch topics, into a
       scratch schema of --scratch-dsn (default NIUNIU_AUDIT_SCRATCH_DSN, then DATABASE_URL), with
-      two rates measured in the same run: kafka-python alone reading and parsing the same records,
-      and PostgreSQL's one-row INSERT commits/s.
+      three rates measured in the same run: kafka-python alone reading and parsing the same records,
+      Kafka's own consumer reading them (ConsumerPerformance), and pgbench's one-row INSERT commits.
 
 Connections come from the environment, each overridable by a flag: NIUNIU_AUDITOR_DSN
 (a read-only role is enough; else NIUNIU_LEDGER_DSN or DATABASE_URL), NIUNIU_LEDGER_SCHEMA
@@ -78,6 +78,7 @@ from backbone.auth import DEVELOPMENT, ENV_MODE, Role, operator_token
 from backbone.config import DEFAULT_KAFKA
 from backbone.eventstore import build_envelope
 from backbone.kafka import TopicSpec, ensure_topics, make_admin, make_consumer, make_producer, use_identity
+from backbone.limits import Limit, kafka_consumer_rate, pgbench_commits
 from backbone.replay import ReplayReport, replay, replay_consumer
 from backbone.topics import Topics
 from services.ledger import queries
@@ -579,15 +580,15 @@ class BenchReport:
     replay: ReplayReport
     entries: int
     # Measured in the same run: kafka-python alone reading and parsing the same records (records/s,
-    # with the replay's consumer settings), and PostgreSQL's one-row INSERT commits/s (16 connections).
+    # with the replay's consumer settings), Kafka's own consumer reading them, and pgbench's one-row
+    # INSERT commits (16 connections).
     kafka_parse_per_s: float
-    pg_commits_per_s: float
+    kafka_read: Limit
+    postgres: Limit
 
 
 async def bench_replay(events: int, dsn: str, kafka: str) -> BenchReport:
     """Replay ``events`` synthetic events from scratch topics, with the same run's reference rates."""
-    from backbone.bench import pg_commit_rate
-
     tag = uuid.uuid4().hex[:8]
     topics = Topics(f"bench{tag}.")
     specs = [TopicSpec(topics.wallet_events, partitions=6), TopicSpec(topics.table_events, partitions=6)]
@@ -595,15 +596,16 @@ async def bench_replay(events: int, dsn: str, kafka: str) -> BenchReport:
     schema = f"ledger_bench_{tag}"
     names = [topics.wallet_events, topics.table_events]
     try:
-        _produce_synthetic(kafka, topics, events)
+        produced = _produce_synthetic(kafka, topics, events)
         report = await replay(dsn, kafka, names, JOURNAL, schema)
         conn = await _connect(dsn, schema)
         async with conn:
             cur = await conn.execute("SELECT count(*) FROM journal_entries")
             row = await cur.fetchone()
         kafka_rate = await asyncio.to_thread(kafka_parse_rate, kafka, names)
-        commits = await pg_commit_rate(dsn)
-        return BenchReport(report, int(row[0]) if row else 0, kafka_rate, commits)
+        kafka_read = await kafka_consumer_rate(kafka, produced)
+        postgres = await pgbench_commits(dsn)
+        return BenchReport(report, int(row[0]) if row else 0, kafka_rate, kafka_read, postgres)
     finally:
         async with await psycopg.AsyncConnection.connect(dsn, autocommit=True) as conn:
             await conn.execute(sql.SQL("DROP SCHEMA IF EXISTS {} CASCADE").format(sql.Identifier(schema)))
@@ -634,11 +636,12 @@ def kafka_parse_rate(kafka: str, topics: Sequence[str]) -> float:
         consumer.close()
 
 
-def _produce_synthetic(kafka: str, topics: Topics, events: int) -> int:
+def _produce_synthetic(kafka: str, topics: Topics, events: int) -> dict[str, int]:
+    """Send ``events`` synthetic events; how many went to each topic."""
     producer = make_producer(kafka, "niuniu-audit-bench", linger_ms=20, batch_size=256 * 1024)
     versions: dict[str, int] = {}
     now = datetime.now(UTC)
-    sent = 0
+    sent = {topics.wallet_events: 0, topics.table_events: 0}
     try:
         for position, item in enumerate(SyntheticStream(seed=1, players=50).events(events), start=1):
             version = versions.get(item.stream_id, 0) + 1
@@ -654,7 +657,7 @@ def _produce_synthetic(kafka: str, topics: Topics, events: int) -> int:
             )
             topic = topics.wallet_events if item.target == "wallet" else topics.table_events
             producer.send(topic, key=item.stream_id.encode(), value=envelope.SerializeToString())
-            sent += 1
+            sent[topic] += 1
         producer.flush()
     finally:
         producer.close()
@@ -674,11 +677,9 @@ def _run_bench(args: argparse.Namespace, out: TextIO) -> int:
         f" replay = {100 * rate / bench.kafka_parse_per_s if bench.kafka_parse_per_s else 0.0:.0f} %)",
         file=out,
     )
-    print(
-        f"  pg_commits_per_s         {bench.pg_commits_per_s:10.0f}   (one-row INSERT commits, 16 connections,"
-        " same run)",
-        file=out,
-    )
+    print(f"  kafka_read               {bench.kafka_read}", file=out)
+    print(f"                           replay = {bench.kafka_read.ratio(rate)} of it", file=out)
+    print(f"  postgres                 {bench.postgres}", file=out)
     return EXIT_OK
 
 
