@@ -3,7 +3,9 @@
 Each command is load -> decide -> save: read the rows, check the table's limits and
 the round shape's own rules (``RoundMachine.check_bet``), ask the wallet to hold
 the worst case, then record the bet and its event in one transaction that
-re-checks the betting window under a share lock on the round row.
+re-checks the betting window under a share lock on the round row, and the player's
+stakes in the round under the table's ordering lock (the table maximum holds for bets
+sent at the same moment too).
 
 Bets placed at the same moment, at any tables, share the trips to the database
 (``Grouped``): one read of four statements for all their checks, and, where the round
@@ -34,7 +36,7 @@ from backbone.errors import (
     Unavailable,
     clip,
 )
-from backbone.eventstore import NewEvent
+from backbone.eventstore import NewEvent, order_after, ordering_domain
 from backbone.grouping import Grouped
 from bull.variants import Variant
 from services.table.banker import StakeRefused
@@ -58,7 +60,7 @@ from services.table.common import (
 from services.table.context import TableContext
 from services.table.round_base import RoundMachine, check_not_closing, limits_of
 from services.table.round_envelope import OneBetPerRound
-from services.table.store import BetContext, BetQuery, Conn, Row
+from services.table.store import BetContext, BetQuery, Conn, Recorded, Row
 
 CONFIG_CACHE_SIZE = 4_096
 MAX_BET_GROUP = 64
@@ -75,15 +77,22 @@ class RecordingBusy(Unavailable):
 
 @dataclass(frozen=True)
 class Recording:
-    """A bet to record, with the instant its window is checked against and the player's seed."""
+    """A bet to record, with the instant its window is checked against, the player's seed and the most
+    the player may have staked in the round with it (the table maximum)."""
 
     bet: dict[str, Any]
     now: datetime
     client_seed: str
+    max_staked_minor: int
 
 
 class WindowClosed(FailedPrecondition):
     """The betting window closed between the checks and the recording of a bet."""
+
+
+class RoomTaken(FailedPrecondition):
+    """The player's other bets of the round, recorded between the checks and this bet's recording, left no
+    room for it under the table maximum."""
 
 
 def check_command_id(command_id: str) -> None:
@@ -137,7 +146,7 @@ class Bets:
         self._store = ctx.store
         self._machine_for = machine_for
         self._configs: dict[tuple[str, str, int], Any] = {}
-        self._recordings: Grouped[Recording, tuple[tuple[str, Any] | None, bool]] = Grouped(
+        self._recordings: Grouped[Recording, Recorded] = Grouped(
             self._record_group,
             keys=lambda r: (r.bet["bet_id"],),
             busy=lambda: RecordingBusy("TABLE_BUSY", "too many bets waiting to be recorded; retry shortly"),
@@ -195,7 +204,8 @@ class Bets:
         check_amount(limits_of(terms), area, amount_minor, fixed)
         self._check_open(current, round_id)
         assert current is not None  # and so ``config`` is the round's
-        check_room(limits_of(current), staked, amount_minor)
+        limits = limits_of(current)
+        check_room(limits, staked, amount_minor)  # again when the bet is recorded, under the table's lock
         machine = self._machine_for(variant)
         if type(machine).check_bet is not RoundMachine.check_bet:  # a shape with rules of its own (a banker's)
             async with self._store.read() as conn:
@@ -221,10 +231,11 @@ class Bets:
                 await self._ctx.wallet.void_hold(bet["hold_id"])
             raise
         try:
-            receipt = await self._record(bet, machine, client_seed)
-        except (WindowClosed, OneBetPerRound, StakeRefused, RecordingBusy):
+            receipt = await self._record(bet, machine, limits.max_bet_minor, client_seed)
+        except (WindowClosed, OneBetPerRound, RoomTaken, StakeRefused, RecordingBusy):
             # The window closed while the wallet held, or the player's other bet of the round won
-            # a race, or the table cap filled meanwhile: release the hold, the bet rolled back.
+            # a race, or their other bets took the room under the table maximum, or the table cap
+            # filled meanwhile: release the hold, the bet rolled back.
             # (A bet that lost a race with the same command id keeps the hold: it belongs to the
             # recorded bet.)
             await self._ctx.wallet.void_hold(bet["hold_id"])
@@ -273,30 +284,41 @@ class Bets:
         check_chips(limits, amount, fixed=False)
         check_room(limits, await self._store.staked_minor(conn, current["round_id"], player, replacing), amount)
 
-    async def _record(self, bet: dict[str, Any], machine: RoundMachine, client_seed: str = "") -> BetReceipt:
+    async def _record(
+        self, bet: dict[str, Any], machine: RoundMachine, max_staked_minor: int, client_seed: str = ""
+    ) -> BetReceipt:
         """The bet and its event: one statement that re-checks the window under a share lock on the round
-        row, inserts the bet and appends BetPlaced only if it inserted it (``TableStore.record_bet``).
+        row and the player's room under the table maximum, inserts the bet and appends BetPlaced only if it
+        inserted it (``TableStore.record_bet``), after an earlier statement of its transaction took the
+        table's ordering lock (so the room counts every bet of the player's recorded before it).
 
         Where the shape counts stakes in the bet's transaction (``reserve``: a banker's table cap) the bet
         has a transaction of its own; otherwise it goes with the bets recorded at the same moment
         (``_record_group``), its COMMIT queued behind the statements (pipeline mode): the tables' ordering
-        locks, taken by the appends, are then held for no client round trip at all.
+        locks are then held for no client round trip at all.
         """
         now = self._ctx.now()
         if type(machine).reserve is RoundMachine.reserve:
-            window, inserted = await self._recordings(Recording(bet, now, client_seed))
+            recorded = await self._recordings(Recording(bet, now, client_seed, max_staked_minor))
         else:
-            window, inserted = await self._record_reserving(bet, machine, client_seed, now)
-        if inserted:
+            recorded = await self._record_reserving(bet, machine, client_seed, now, max_staked_minor)
+        if recorded.inserted:
             return BetReceipt.of({**bet, "status": "placed"}, replayed=False)
-        if not window_open(window, now):
+        if not window_open(recorded.window, now):
             BETS_REFUSED.labels("BETTING_CLOSED").inc()
             raise WindowClosed("BETTING_CLOSED", "betting closed before the bet could be recorded")
         async with self._store.read() as conn:
             existing = await self._store.bet(conn, bet["bet_id"])  # the same command raced
-        if existing is None:  # no: a red-envelope player's other bet (one per round) won
-            raise OneBetPerRound("ALREADY_BET", "you have bet this round: change that bet with ChangeBet")
-        return replay(existing, bet["player"], bet["table_id"], bet["area"], bet["stake_minor"])
+        if existing is not None:
+            return replay(existing, bet["player"], bet["table_id"], bet["area"], bet["stake_minor"])
+        if recorded.staked + bet["stake_minor"] > max_staked_minor:  # the player's other bets came first
+            BETS_REFUSED.labels("ABOVE_TABLE_MAXIMUM").inc()
+            raise RoomTaken(
+                "ABOVE_TABLE_MAXIMUM",
+                f"the table maximum is {max_staked_minor} per player and round; {recorded.staked} already staked",
+            )
+        # A red-envelope player's other bet (one per round) won.
+        raise OneBetPerRound("ALREADY_BET", "you have bet this round: change that bet with ChangeBet")
 
     def _append_placed(self, bet: Mapping[str, Any]) -> tuple[str, dict[str, object]]:
         """The strict append of the bet's BetPlaced to its new stream, for ``TableStore.record_bet``."""
@@ -305,35 +327,42 @@ class Bets:
         return self._store.events.append_call(bet_stream(bet["table_id"], bet["bet_id"]), 0, [event])
 
     async def _record_reserving(
-        self, bet: dict[str, Any], machine: RoundMachine, client_seed: str, now: datetime
-    ) -> tuple[tuple[str, Any] | None, bool]:
+        self, bet: dict[str, Any], machine: RoundMachine, client_seed: str, now: datetime, max_staked_minor: int
+    ) -> Recorded:
         """One bet and the shape's count of its stake (``reserve``), in a transaction of its own."""
+        append = self._append_placed(bet)
         async with self._store.pool.connection() as conn, conn.pipeline(), conn.transaction():
-            recorded = await self._store.record_bet(conn, bet, now, client_seed, self._append_placed(bet))
-            window, inserted = await self._store.bet_recorded(recorded)
-            if inserted:
+            await order_after(conn, bet_stream(bet["table_id"], bet["bet_id"]))
+            cursor = await self._store.record_bet(conn, bet, now, client_seed, append, max_staked_minor)
+            recorded = await self._store.bet_recorded(cursor)
+            if recorded.inserted:
                 await machine.reserve(conn, bet["round_id"], bet["player"], bet["stake_minor"], bet["hold_id"])
-        return window, inserted
+        return recorded
 
     async def _read_group(self, queries: list[BetQuery]) -> list[BetContext]:
         async with self._store.read() as conn:
             return await self._store.bet_contexts(conn, queries)
 
-    async def _record_group(self, recordings: Sequence[Recording]) -> list[tuple[tuple[str, Any] | None, bool]]:
-        """Bets of any tables in one transaction: one statement each, in table order (the order the tables'
-        ordering locks are taken in, the same for every group), the COMMIT queued with them: one sync."""
+    async def _record_group(self, recordings: Sequence[Recording]) -> list[Recorded]:
+        """Bets of any tables in one transaction: the tables' ordering locks first, in table order (the same
+        for every group), then one statement each, the COMMIT queued with them: one sync."""
 
         def place_in_order(i: int) -> tuple[str, str]:
             return recordings[i].bet["table_id"], recordings[i].bet["bet_id"]
 
         order = sorted(range(len(recordings)), key=place_in_order)
+        streams = [bet_stream(recordings[i].bet["table_id"], recordings[i].bet["bet_id"]) for i in order]
         async with self._store.pool.connection() as conn:
             async with conn.pipeline(), conn.transaction():
+                for domain in dict.fromkeys(ordering_domain(s) for s in streams):
+                    await order_after(conn, domain)  # a domain is its own stream's domain
                 cursors = {}
                 for i in order:
                     r = recordings[i]
                     append = self._append_placed(r.bet)
-                    cursors[i] = await self._store.record_bet(conn, r.bet, r.now, r.client_seed, append)
+                    cursors[i] = await self._store.record_bet(
+                        conn, r.bet, r.now, r.client_seed, append, r.max_staked_minor
+                    )
             return [await self._store.bet_recorded(cursors[i]) for i in range(len(recordings))]
 
     async def cancel(self, who: Principal, table_id: str, bet_id: str, *, cause: str = "player") -> BetReceipt:

@@ -14,6 +14,7 @@ from prometheus_client import REGISTRY
 from psycopg_pool import AsyncConnectionPool
 
 from backbone.errors import FailedPrecondition
+from backbone.eventstore import order_after
 from services.table.bets import Recording
 from services.table.common import Phase, bet_stream, player_account, scoped_id
 from services.table.store import BetQuery
@@ -38,6 +39,21 @@ def groups() -> tuple[float, float]:
     count = REGISTRY.get_sample_value("niuniu_table_bet_group_size_count") or 0.0
     total = REGISTRY.get_sample_value("niuniu_table_bet_group_size_sum") or 0.0
     return count, total
+
+
+def a_bet(rounds: dict[str, Any], who: str, command_id: str, table_id: str, stake: int) -> dict[str, Any]:
+    account = player_account(player(who))
+    bet_id = scoped_id(account, command_id)
+    return {
+        "bet_id": bet_id,
+        "round_id": rounds[table_id]["round_id"],
+        "table_id": table_id,
+        "player": account,
+        "area": "area_1",
+        "stake_minor": stake,
+        "hold_minor": stake,
+        "hold_id": f"bet.{bet_id}",
+    }
 
 
 async def test_bets_placed_at_once_at_two_tables_are_recorded_in_fewer_transactions_each_with_its_event(
@@ -71,29 +87,15 @@ async def test_a_group_answers_each_bet_for_itself_closed_raced_or_recorded(rig:
     late = rounds["gb-a"]["betting_closes_at"] + timedelta(seconds=1)  # gb-b's window is still open then
     first = await rig.app.place_bet(player("p0"), "first", "gb-b", "area_1", 100)
 
-    def bet(who: str, command_id: str, table_id: str) -> dict[str, Any]:
-        account = player_account(player(who))
-        bet_id = scoped_id(account, command_id)
-        return {
-            "bet_id": bet_id,
-            "round_id": rounds[table_id]["round_id"],
-            "table_id": table_id,
-            "player": account,
-            "area": "area_1",
-            "stake_minor": 100,
-            "hold_minor": 100,
-            "hold_id": f"bet.{bet_id}",
-        }
-
     recordings = [
-        Recording(bet("p1", "x", "gb-b"), late, ""),
-        Recording(bet("p2", "y", "gb-a"), late, ""),  # past gb-a's window
-        Recording(bet("p0", "first", "gb-b"), late, ""),  # recorded before
-        Recording(bet("p3", "z", "gb-a"), rig.clock(), ""),
+        Recording(a_bet(rounds, "p1", "x", "gb-b", 100), late, "", 10_000),
+        Recording(a_bet(rounds, "p2", "y", "gb-a", 100), late, "", 10_000),  # past gb-a's window
+        Recording(a_bet(rounds, "p0", "first", "gb-b", 100), late, "", 10_000),  # recorded before
+        Recording(a_bet(rounds, "p3", "z", "gb-a", 100), rig.clock(), "", 10_000),
     ]
     outcomes = await rig.app.bets._record_group(recordings)
-    assert [inserted for _, inserted in outcomes] == [True, False, False, True]
-    assert [window is not None and window[0] == Phase.BETTING for window, _ in outcomes] == [True] * 4
+    assert [o.inserted for o in outcomes] == [True, False, False, True]
+    assert [o.window is not None and o.window[0] == Phase.BETTING for o in outcomes] == [True] * 4
     placed = {b["bet_id"] for t in rounds.values() for b in await rig.app.round_bets(t["round_id"])}
     assert placed == {first.bet_id, recordings[0].bet["bet_id"], recordings[3].bet["bet_id"]}
 
@@ -131,3 +133,59 @@ async def test_one_read_answers_each_bet_with_its_own_table_round_stakes_and_sto
         None,
         rounds["gb-a"],
     ]
+
+
+async def test_a_group_records_a_players_bets_only_within_the_table_maximum(rig: Rig) -> None:
+    """Recording counts the player's stakes in the round, the group's own bets too: of five bets of 500 under
+    a maximum of 2 000, four are recorded; the fifth is not and reports what was staked before it. Another
+    player's bets and another table's are not counted."""
+    rounds = {t: (await rig.current(t)) for t in ("gb-a", "gb-b")}
+    now = rig.clock()
+    recordings = [Recording(a_bet(rounds, "p1", f"m{n}", "gb-a", 500), now, "", 2_000) for n in range(5)]
+    recordings += [
+        Recording(a_bet(rounds, "p2", "other-player", "gb-a", 2_000), now, "", 2_000),
+        Recording(a_bet(rounds, "p1", "other-table", "gb-b", 2_000), now, "", 2_000),
+    ]
+    outcomes = await rig.app.bets._record_group(recordings)
+    assert [o.inserted for o in outcomes] == [True] * 4 + [False] + [True, True]
+    assert outcomes[4].staked == 2_000 and outcomes[4].window is not None
+    staked = [b["stake_minor"] for b in await rig.app.round_bets(rounds["gb-a"]["round_id"])]
+    assert sorted(staked) == [500] * 4 + [2_000]
+
+
+async def test_a_bet_waiting_for_its_tables_lock_counts_the_stakes_committed_meanwhile(rig: Rig) -> None:
+    """Another transaction records the player's bet and holds the table's ordering lock: a group recording the
+    player's next bet waits for it, then counts it (the check's snapshot comes after the lock, not before)."""
+    rounds = {t: (await rig.current(t)) for t in ("gb-a", "gb-b")}
+    now = rig.clock()
+    first = a_bet(rounds, "p3", "first", "gb-a", 1_500)
+    second = a_bet(rounds, "p3", "second", "gb-a", 1_000)
+    async with rig.pool.connection() as conn, conn.transaction():
+        await order_after(conn, bet_stream("gb-a", first["bet_id"]))
+        append = rig.app.bets._append_placed(first)
+        cursor = await rig.app.store.record_bet(conn, first, now, "", append, 2_000)
+        assert (await rig.app.store.bet_recorded(cursor)).inserted
+        waiting = asyncio.create_task(rig.app.bets._record_group([Recording(second, now, "", 2_000)]))
+        await asyncio.sleep(0.3)
+        assert not waiting.done()  # the table's lock is held until this transaction commits
+    (outcome,) = await asyncio.wait_for(waiting, 10)
+    assert not outcome.inserted and outcome.staked == 1_500
+
+
+async def test_a_players_bets_sent_at_once_stay_within_the_maximum_and_the_refused_holds_are_released(
+    rig: Rig,
+) -> None:
+    """Through PlaceBet: eight bets of 500 from one player at once under a maximum of 2 000 a player and
+    round: four are placed, the others refused ABOVE_TABLE_MAXIMUM (at the checks or at the recording),
+    and only the placed bets' holds stay open."""
+    await rig.create("gb-m", "golden_bull", min_bet_minor=100, max_bet_minor=2_000, chips_minor=[100, 500])
+    await rig.to_phase("gb-m", Phase.BETTING)
+    calls = [rig.app.place_bet(player("p4"), f"m{n}", "gb-m", f"area_{n % 3 + 1}", 500) for n in range(8)]
+    outcomes = await asyncio.gather(*calls, return_exceptions=True)
+    placed = [o for o in outcomes if not isinstance(o, BaseException)]
+    refused = [o for o in outcomes if isinstance(o, BaseException)]
+    assert len(placed) == 4 and all(r.status == "placed" for r in placed)
+    assert all(isinstance(e, FailedPrecondition) and e.reason == "ABOVE_TABLE_MAXIMUM" for e in refused), refused
+    bets = await rig.app.round_bets((await rig.current("gb-m"))["round_id"])
+    assert sum(b["stake_minor"] for b in bets) == 2_000
+    assert sorted(rig.open_holds()) == sorted(f"bet.{r.bet_id}" for r in placed)
