@@ -332,6 +332,7 @@ class Bets:
         """One bet and the shape's count of its stake (``reserve``), in a transaction of its own."""
         append = self._append_placed(bet)
         async with self._store.pool.connection() as conn, conn.pipeline(), conn.transaction():
+            await self._store.lock_rounds(conn, [bet["round_id"]])
             await order_after(conn, bet_stream(bet["table_id"], bet["bet_id"]))
             cursor = await self._store.record_bet(conn, bet, now, client_seed, append, max_staked_minor)
             recorded = await self._store.bet_recorded(cursor)
@@ -344,17 +345,24 @@ class Bets:
             return await self._store.bet_contexts(conn, queries)
 
     async def _record_group(self, recordings: Sequence[Recording]) -> list[Recorded]:
-        """Bets of any tables in one transaction: the tables' ordering locks first, in table order (the same
-        for every group), then one statement each, the COMMIT queued with them: one sync."""
+        """Bets of any tables in one transaction: first, table by table in table order (the same for every
+        group), the rows of the rounds bet on and the table's ordering lock (the order each bet's statement
+        takes them in, and a round's own writers: row, then lock), then one statement per bet, the COMMIT
+        queued with them: one sync."""
 
         def place_in_order(i: int) -> tuple[str, str]:
             return recordings[i].bet["table_id"], recordings[i].bet["bet_id"]
 
         order = sorted(range(len(recordings)), key=place_in_order)
-        streams = [bet_stream(recordings[i].bet["table_id"], recordings[i].bet["bet_id"]) for i in order]
+        tables: dict[str, tuple[str, set[str]]] = {}  # table id -> (its bets' stream domain, their rounds)
+        for i in order:
+            bet = recordings[i].bet
+            tables.setdefault(bet["table_id"], (ordering_domain(bet_stream(bet["table_id"], bet["bet_id"])), set()))
+            tables[bet["table_id"]][1].add(bet["round_id"])
         async with self._store.pool.connection() as conn:
             async with conn.pipeline(), conn.transaction():
-                for domain in dict.fromkeys(ordering_domain(s) for s in streams):
+                for domain, round_ids in tables.values():  # as each bet's statement would: rows, then lock
+                    await self._store.lock_rounds(conn, sorted(round_ids))
                     await order_after(conn, domain)  # a domain is its own stream's domain
                 cursors = {}
                 for i in order:

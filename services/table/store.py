@@ -343,6 +343,15 @@ class TableStore:
             for n, q in enumerate(queries)
         ]
 
+    async def lock_rounds(self, conn: Conn, round_ids: Sequence[str]) -> None:
+        """Share-lock the rounds' rows, in round id order, as a bet's recording does before it appends (a
+        round's own writers lock its row first, then append): for a caller about to take the table's
+        ordering lock ahead of its appends (``eventstore.order_after``), so the two come in that order."""
+        await conn.execute(
+            "SELECT count(*) FROM (SELECT 1 FROM rounds WHERE round_id = ANY(%s) ORDER BY round_id FOR SHARE) r",
+            (sorted(set(round_ids)),),
+        )
+
     async def record_bet(
         self,
         conn: Conn,
@@ -359,8 +368,9 @@ class TableStore:
         is taken, so the caller may queue its COMMIT before it reads the outcome with ``bet_recorded``.
 
         The stakes counted are those committed before the statement began, and the caller's own: it holds
-        the table's ordering lock from an earlier statement (``eventstore.order_after``), so none of the
-        player's other bets at the table can be committing meanwhile.
+        the round's row and the table's ordering lock from earlier statements (``lock_rounds``, then
+        ``eventstore.order_after``), so none of the player's other bets at the table can be committing
+        meanwhile.
         """
         call, append_params = append
         return await conn.execute(
