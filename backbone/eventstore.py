@@ -192,10 +192,15 @@ _APPEND_ONE_ARGS = (
 )
 
 _WAIT_FOR_APPENDS = f"SELECT pg_advisory_xact_lock(hashtext('{STORE_LOCK_KEY}'))"
-# The append's two locks in the append's order (``niuniu_append_event``): the store's shared, the domain's.
-_ORDER_AFTER = (
-    f"SELECT pg_advisory_xact_lock_shared(hashtext('{STORE_LOCK_KEY}')),"
-    f" pg_advisory_xact_lock({DOMAIN_LOCK_CLASS}, hashtext(%s))"
+# An append's two locks, in the append's order (``niuniu_append_event``): the store's shared, then the
+# ordering domain's (the named parameter ``domain``: ``ordering_domain`` of the stream). As select-list
+# items, for a caller that takes them ahead of its appends in the same READ COMMITTED transaction (the
+# appends take them again; they are held to commit): a statement after that one sees everything the
+# domain's earlier appenders committed, which the appending statement alone would not (its snapshot is
+# taken before it waits for the lock). For a check of committed rows that must still hold at the append.
+ORDER_AFTER_LOCKS = (
+    f"pg_advisory_xact_lock_shared(hashtext('{STORE_LOCK_KEY}')),"
+    f" pg_advisory_xact_lock({DOMAIN_LOCK_CLASS}, hashtext(%(domain)s))"
 )
 _EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 _TYPE_URL_PREFIX = "type.googleapis.com/"  # as Any.Pack names a payload's type
@@ -219,17 +224,6 @@ def with_store_position(envelope: bytes, position: int) -> bytes:
         else:
             out.append(byte)
             return envelope + bytes(out)
-
-
-async def order_after(conn: psycopg.AsyncConnection, stream_id: str) -> None:
-    """In the caller's READ COMMITTED transaction: take the locks of an append to ``stream_id`` now, ahead
-    of appending to it (the append takes the same locks again; they are held to commit).
-
-    A statement run after this sees everything the domain's earlier appenders committed with their
-    events, which the appending statement alone would not: its snapshot is taken before it waits for
-    the lock. For a check of committed rows that must hold at the append (a player's stakes at a table).
-    """
-    await conn.execute(_ORDER_AFTER, (ordering_domain(stream_id),))
 
 
 async def wait_for_appends(conn: psycopg.AsyncConnection) -> None:

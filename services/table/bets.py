@@ -36,7 +36,7 @@ from backbone.errors import (
     Unavailable,
     clip,
 )
-from backbone.eventstore import NewEvent, order_after, ordering_domain
+from backbone.eventstore import NewEvent
 from backbone.grouping import Grouped
 from bull.variants import Variant
 from services.table.banker import StakeRefused
@@ -332,8 +332,7 @@ class Bets:
         """One bet and the shape's count of its stake (``reserve``), in a transaction of its own."""
         append = self._append_placed(bet)
         async with self._store.pool.connection() as conn, conn.pipeline(), conn.transaction():
-            await self._store.lock_rounds(conn, [bet["round_id"]])
-            await order_after(conn, bet_stream(bet["table_id"], bet["bet_id"]))
+            await self._store.lock_for_recording(conn, [bet["round_id"]], bet_stream(bet["table_id"], bet["bet_id"]))
             cursor = await self._store.record_bet(conn, bet, now, client_seed, append, max_staked_minor)
             recorded = await self._store.bet_recorded(cursor)
             if recorded.inserted:
@@ -354,16 +353,16 @@ class Bets:
             return recordings[i].bet["table_id"], recordings[i].bet["bet_id"]
 
         order = sorted(range(len(recordings)), key=place_in_order)
-        tables: dict[str, tuple[str, set[str]]] = {}  # table id -> (its bets' stream domain, their rounds)
+        tables: dict[str, tuple[str, set[str]]] = {}  # table id -> (a bet's stream, the rounds bet on)
         for i in order:
             bet = recordings[i].bet
-            tables.setdefault(bet["table_id"], (ordering_domain(bet_stream(bet["table_id"], bet["bet_id"])), set()))
-            tables[bet["table_id"]][1].add(bet["round_id"])
+            tables.setdefault(bet["table_id"], (bet_stream(bet["table_id"], bet["bet_id"]), set()))[1].add(
+                bet["round_id"]
+            )
         async with self._store.pool.connection() as conn:
             async with conn.pipeline(), conn.transaction():
-                for domain, round_ids in tables.values():  # as each bet's statement would: rows, then lock
-                    await self._store.lock_rounds(conn, sorted(round_ids))
-                    await order_after(conn, domain)  # a domain is its own stream's domain
+                for stream, round_ids in tables.values():
+                    await self._store.lock_for_recording(conn, list(round_ids), stream)
                 cursors = {}
                 for i in order:
                     r = recordings[i]

@@ -20,7 +20,7 @@ from psycopg.rows import dict_row
 from psycopg_pool import AsyncConnectionPool
 
 from backbone.errors import NotFound, clip
-from backbone.eventstore import EventStore, NewEvent, StoredEvent
+from backbone.eventstore import ORDER_AFTER_LOCKS, EventStore, NewEvent, StoredEvent, ordering_domain
 from bull.money import BetResult
 
 Conn = psycopg.AsyncConnection
@@ -343,13 +343,15 @@ class TableStore:
             for n, q in enumerate(queries)
         ]
 
-    async def lock_rounds(self, conn: Conn, round_ids: Sequence[str]) -> None:
-        """Share-lock the rounds' rows, in round id order, as a bet's recording does before it appends (a
-        round's own writers lock its row first, then append): for a caller about to take the table's
-        ordering lock ahead of its appends (``eventstore.order_after``), so the two come in that order."""
+    async def lock_for_recording(self, conn: Conn, round_ids: Sequence[str], stream_id: str) -> None:
+        """Before recording bets on ``round_ids`` (of one table) to the streams of ``stream_id``'s ordering
+        domain: share-lock the rounds' rows in round id order, then take the domain's append locks
+        (``ORDER_AFTER_LOCKS``), in that order, as each bet's statement takes them and a round's own writers
+        do (row, then lock). Statements after this one see every bet of the table committed before."""
         await conn.execute(
-            "SELECT count(*) FROM (SELECT 1 FROM rounds WHERE round_id = ANY(%s) ORDER BY round_id FOR SHARE) r",
-            (sorted(set(round_ids)),),
+            f"SELECT {ORDER_AFTER_LOCKS} FROM (SELECT count(*) FROM"
+            " (SELECT 1 FROM rounds WHERE round_id = ANY(%(rounds)s) ORDER BY round_id FOR SHARE) r) rows_first",
+            {"rounds": sorted(set(round_ids)), "domain": ordering_domain(stream_id)},
         )
 
     async def record_bet(
@@ -368,9 +370,8 @@ class TableStore:
         is taken, so the caller may queue its COMMIT before it reads the outcome with ``bet_recorded``.
 
         The stakes counted are those committed before the statement began, and the caller's own: it holds
-        the round's row and the table's ordering lock from earlier statements (``lock_rounds``, then
-        ``eventstore.order_after``), so none of the player's other bets at the table can be committing
-        meanwhile.
+        the round's row and the table's ordering lock from an earlier statement (``lock_for_recording``),
+        so none of the player's other bets at the table can be committing meanwhile.
         """
         call, append_params = append
         return await conn.execute(

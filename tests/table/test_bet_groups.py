@@ -14,7 +14,6 @@ from prometheus_client import REGISTRY
 from psycopg_pool import AsyncConnectionPool
 
 from backbone.errors import FailedPrecondition
-from backbone.eventstore import order_after
 from services.table.bets import Recording
 from services.table.common import Phase, bet_stream, player_account, scoped_id
 from services.table.store import BetQuery
@@ -161,8 +160,7 @@ async def test_a_bet_waiting_for_its_tables_lock_counts_the_stakes_committed_mea
     first = a_bet(rounds, "p3", "first", "gb-a", 1_500)
     second = a_bet(rounds, "p3", "second", "gb-a", 1_000)
     async with rig.pool.connection() as conn, conn.transaction():
-        await rig.app.store.lock_rounds(conn, [first["round_id"]])  # as a recording does: the row, then the lock
-        await order_after(conn, bet_stream("gb-a", first["bet_id"]))
+        await rig.app.store.lock_for_recording(conn, [first["round_id"]], bet_stream("gb-a", first["bet_id"]))
         append = rig.app.bets._append_placed(first)
         cursor = await rig.app.store.record_bet(conn, first, now, "", append, 2_000)
         assert (await rig.app.store.bet_recorded(cursor)).inserted
