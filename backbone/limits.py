@@ -241,10 +241,11 @@ async def kafka_consumer_rate(bootstrap_servers: str, topics: Mapping[str, int])
 
 
 def _forget_group(bootstrap_servers: str, group: str) -> None:
-    """Delete the tool's consumer group (its committed offsets), if it made one."""
-    admin = make_admin(bootstrap_servers, "niuniu-limits")
-    try:
-        with contextlib.suppress(KafkaError):
-            admin.delete_groups([group])  # a group never joined answers an error: nothing to delete
-    finally:
-        admin.close()
+    """Delete the tool's consumer group (its committed offsets), if it made one; a failure to is left alone
+    (a group never joined answers an error: nothing to delete)."""
+    with contextlib.suppress(KafkaError):
+        admin = make_admin(bootstrap_servers, "niuniu-limits")
+        try:
+            admin.delete_groups([group])
+        finally:
+            admin.close()
