@@ -7,6 +7,7 @@ real PostgreSQL, Kafka and Redis named by the environment.
 from __future__ import annotations
 
 import asyncio
+import gc
 import logging
 import os
 import socket
@@ -222,12 +223,32 @@ async def _run(spec: ServiceSpec) -> None:
     tokens = Tokens.from_env(spec.name, issuer=spec.issues_user_tokens)
     serve_metrics(settings.metrics_port, settings.bind_host)
     running, ctx = await start(spec, settings, Topics.from_env(), schema=settings.schema, tokens=tokens)
+    tune_gc()
     log.info("serving", extra={"grpc_port": running.port, "metrics_port": settings.metrics_port})
     try:
         await serve_forever(running)
     finally:
         await ctx.redis.aclose()
         await ctx.pool.close()
+
+
+GC_YOUNGEST_THRESHOLD = 10_000
+"""Allocations between two collections of the youngest generation (Python's default: 700)."""
+
+
+def tune_gc() -> None:
+    """Once a service has started: what it allocated to start (modules, protobuf descriptors, pools,
+    clients) is left out of every later collection (``gc.freeze``), and the youngest generation is
+    collected every ``GC_YOUNGEST_THRESHOLD`` allocations instead of 700.
+
+    Measured (``py-spy record --native`` of the table at 1 bet in flight): the cyclic collector's
+    ``gc_collect_main`` was ~18 % of the table's busy samples, each collection walking the objects
+    the process started with. Reference counting frees almost everything a request allocates; the
+    collector is for cycles, which still go, less often.
+    """
+    gc.freeze()
+    _, middle, oldest = gc.get_threshold()
+    gc.set_threshold(GC_YOUNGEST_THRESHOLD, middle, oldest)
 
 
 def event_loop_factory(name: str) -> Callable[[], asyncio.AbstractEventLoop]:
