@@ -19,6 +19,7 @@ worked on again bet by bet.
 from __future__ import annotations
 
 import contextlib
+import itertools
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime
@@ -130,13 +131,14 @@ def check_amount(limits: ev.TableLimits, area: str, amount: int, fixed: int | No
         )
 
 
-def check_room(limits: ev.TableLimits, staked: int, amount: int) -> None:
-    """The per-player maximum of a round, against what the player staked in it already."""
-    if staked + amount > limits.max_bet_minor:
+def check_room(
+    max_minor: int, staked: int, amount: int, refusal: type[FailedPrecondition] = FailedPrecondition
+) -> None:
+    """The per-player maximum of a round (``max_minor``), against what the player staked in it already."""
+    if staked + amount > max_minor:
         BETS_REFUSED.labels("ABOVE_TABLE_MAXIMUM").inc()
-        raise FailedPrecondition(
-            "ABOVE_TABLE_MAXIMUM",
-            f"the table maximum is {limits.max_bet_minor} per player and round; {staked} already staked",
+        raise refusal(
+            "ABOVE_TABLE_MAXIMUM", f"the table maximum is {max_minor} per player and round; {staked} already staked"
         )
 
 
@@ -205,7 +207,7 @@ class Bets:
         self._check_open(current, round_id)
         assert current is not None  # and so ``config`` is the round's
         limits = limits_of(current)
-        check_room(limits, staked, amount_minor)  # again when the bet is recorded, under the table's lock
+        check_room(limits.max_bet_minor, staked, amount_minor)  # again when recorded, under the table's lock
         machine = self._machine_for(variant)
         if type(machine).check_bet is not RoundMachine.check_bet:  # a shape with rules of its own (a banker's)
             async with self._store.read() as conn:
@@ -282,7 +284,8 @@ class Bets:
         """
         limits = limits_of(current)
         check_chips(limits, amount, fixed=False)
-        check_room(limits, await self._store.staked_minor(conn, current["round_id"], player, replacing), amount)
+        staked = await self._store.staked_minor(conn, current["round_id"], player, replacing)
+        check_room(limits.max_bet_minor, staked, amount)
 
     async def _record(
         self, bet: dict[str, Any], machine: RoundMachine, max_staked_minor: int, client_seed: str = ""
@@ -311,12 +314,7 @@ class Bets:
             existing = await self._store.bet(conn, bet["bet_id"])  # the same command raced
         if existing is not None:
             return replay(existing, bet["player"], bet["table_id"], bet["area"], bet["stake_minor"])
-        if recorded.staked + bet["stake_minor"] > max_staked_minor:  # the player's other bets came first
-            BETS_REFUSED.labels("ABOVE_TABLE_MAXIMUM").inc()
-            raise RoomTaken(
-                "ABOVE_TABLE_MAXIMUM",
-                f"the table maximum is {max_staked_minor} per player and round; {recorded.staked} already staked",
-            )
+        check_room(max_staked_minor, recorded.staked, bet["stake_minor"], RoomTaken)  # their other bets came first
         # A red-envelope player's other bet (one per round) won.
         raise OneBetPerRound("ALREADY_BET", "you have bet this round: change that bet with ChangeBet")
 
@@ -353,16 +351,12 @@ class Bets:
             return recordings[i].bet["table_id"], recordings[i].bet["bet_id"]
 
         order = sorted(range(len(recordings)), key=place_in_order)
-        tables: dict[str, tuple[str, set[str]]] = {}  # table id -> (a bet's stream, the rounds bet on)
-        for i in order:
-            bet = recordings[i].bet
-            tables.setdefault(bet["table_id"], (bet_stream(bet["table_id"], bet["bet_id"]), set()))[1].add(
-                bet["round_id"]
-            )
         async with self._store.pool.connection() as conn:
             async with conn.pipeline(), conn.transaction():
-                for stream, round_ids in tables.values():
-                    await self._store.lock_for_recording(conn, list(round_ids), stream)
+                for _, at_table in itertools.groupby(order, key=lambda i: recordings[i].bet["table_id"]):
+                    bets = [recordings[i].bet for i in at_table]
+                    stream = bet_stream(bets[0]["table_id"], bets[0]["bet_id"])
+                    await self._store.lock_for_recording(conn, [b["round_id"] for b in bets], stream)
                 cursors = {}
                 for i in order:
                     r = recordings[i]
