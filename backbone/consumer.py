@@ -22,6 +22,7 @@ import asyncio
 import contextlib
 import logging
 import time
+from collections import Counter
 from collections.abc import Awaitable, Callable, Collection, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -120,14 +121,24 @@ REDIS_WARN_INTERVAL_S = 30.0
 
 _RECORD_PROCESSED = (
     'INSERT INTO processed_events (consumer, event_id, topic, partition, "offset")'
-    " SELECT %s, e.id, %s, %s, e.o FROM unnest(%s::uuid[], %s::bigint[]) AS e (id, o)"
-    ' ON CONFLICT DO NOTHING RETURNING "offset"'
+    " SELECT %s, e.id, e.t, e.p, e.o FROM unnest(%s::uuid[], %s::text[], %s::int[], %s::bigint[]) AS e (id, t, p, o)"
+    ' ON CONFLICT DO NOTHING RETURNING topic, partition, "offset"'
 )
-_SAVE_POSITION = (
-    "INSERT INTO consumer_positions (consumer, topic, partition, next_offset) VALUES (%s, %s, %s, %s)"
+_SAVE_POSITIONS = (
+    "INSERT INTO consumer_positions (consumer, topic, partition, next_offset)"
+    " SELECT %s, p.t, p.p, p.n FROM unnest(%s::text[], %s::int[], %s::bigint[]) AS p (t, p, n)"
     " ON CONFLICT (consumer, topic, partition)"
     " DO UPDATE SET next_offset = greatest(consumer_positions.next_offset, EXCLUDED.next_offset)"
 )
+
+
+@dataclass(frozen=True, slots=True)
+class _Part:
+    """A partition's share of a transaction: its records to apply, and its position after them."""
+
+    tp: TopicPartition
+    items: list[tuple[Any, events_pb2.EventEnvelope]]
+    next_offset: int
 
 
 class ExactlyOnceConsumer:
@@ -136,7 +147,8 @@ class ExactlyOnceConsumer:
     ``event_types`` (or a ``SelectiveHandler``'s): the event types the handler acts on. Others are skipped without a
     transaction (no tracking row: skipping twice is harmless), so a consumer of a few
     event types does not pay a database round trip for every event on its topics.
-    ``batch_size`` records of one partition are applied in one transaction; with
+    ``batch_size`` records are applied in one transaction: a partition's, or those of all
+    the partitions a poll brought when they fit (``_apply_together``); with
     ``pipeline`` the handlers' statements of a batch go to PostgreSQL in one round
     trip (for handlers that read no result they depend on, e.g. a projection's upserts).
     A ``BatchHandler`` gets the batch's new events in one call instead.
@@ -220,12 +232,11 @@ class ExactlyOnceConsumer:
             self._assignment = assignment
             self._positions.clear()
         applied = 0
-        for tp, records in batches.items():
-            for first in range(0, len(records), self._batch_size):
-                done, complete = await self._apply_partition(tp, records[first : first + self._batch_size])
-                applied += done
-                if not complete:  # the partition is read again from its failed record: nothing after it first
-                    break
+        if len(batches) > 1 and sum(len(records) for records in batches.values()) <= self._batch_size:
+            applied = await self._apply_together(batches)
+        else:
+            for tp, records in batches.items():
+                applied += await self._apply_records(tp, records)
         now = time.monotonic()
         if self._hints and now - self._hinted_at >= COMMIT_HINT_INTERVAL_S:
             await self._commit_hints()
@@ -312,22 +323,65 @@ class ExactlyOnceConsumer:
                     return
                 time.sleep(0.2)
 
-    async def _apply_partition(self, tp: TopicPartition, records: list[Any]) -> tuple[int, bool]:
-        """Apply one batch of a partition's records; returns how many were new and whether all landed."""
+    async def _apply_records(self, tp: TopicPartition, records: list[Any]) -> int:
+        """A partition's records, ``batch_size`` a transaction; returns how many were new."""
+        applied = 0
+        for first in range(0, len(records), self._batch_size):
+            done, complete = await self._apply_partition(tp, records[first : first + self._batch_size])
+            applied += done
+            if not complete:  # the partition is read again from its failed record: nothing after it first
+                break
+        return applied
+
+    async def _apply_together(self, batches: dict[TopicPartition, list[Any]]) -> int:
+        """A poll's records of several partitions in ONE transaction (they fit in a batch).
+
+        Under a steady trickle a poll brings a few records from each of several partitions:
+        one transaction for all of them instead of one each. Partitions are independent
+        (an event's partition is its stream's), so applying them together, partition after
+        partition, has the effects of applying them one partition at a time. If it fails,
+        nothing of it was committed, and each partition is applied on its own as usual.
+        """
+        read = [(tp, fresh) for tp, records in batches.items() if (fresh := await self._unread(tp, records))]
+        parts = [_Part(tp, self._wanted(fresh), fresh[-1].offset + 1) for tp, fresh in read]
+        applied = 0
+        if any(part.items for part in parts):  # else nothing the handler acts on: no transaction
+            try:
+                applied = await self._apply_batch([part for part in parts if part.items])
+            except Exception:
+                for tp, records in batches.items():
+                    applied += await self._apply_records(tp, records)
+                return applied
+        for tp, fresh in read:
+            self._advance(tp, fresh[-1].offset + 1)
+            await self._after_commit(fresh)
+        return applied
+
+    async def _unread(self, tp: TopicPartition, records: list[Any]) -> list[Any]:
+        """The records at or past the partition's stored position (the others are counted as duplicates)."""
         next_offset = await self._stored_position(tp)
         fresh = [r for r in records if r.offset >= next_offset]
         if len(fresh) < len(records):
             metrics.CONSUMER_DUPLICATES.labels(self.name, tp.topic).inc(len(records) - len(fresh))
+        return fresh
+
+    def _wanted(self, records: list[Any]) -> list[tuple[Any, events_pb2.EventEnvelope]]:
+        """The records with their envelopes, of the event types the handler acts on."""
+        items = [(record, _envelope(record)) for record in records]
+        return [(r, e) for r, e in items if self._event_types is None or e.event_type in self._event_types]
+
+    async def _apply_partition(self, tp: TopicPartition, records: list[Any]) -> tuple[int, bool]:
+        """Apply one batch of a partition's records; returns how many were new and whether all landed."""
+        fresh = await self._unread(tp, records)
         if not fresh:
             return 0, True
-        items = [(record, _envelope(record)) for record in fresh]
-        wanted = [(r, e) for r, e in items if self._event_types is None or e.event_type in self._event_types]
+        wanted = self._wanted(fresh)
         if not wanted:  # nothing the handler acts on: no transaction, no tracking row
             self._advance(tp, fresh[-1].offset + 1)
             await self._after_commit(fresh)
             return 0, True
         try:
-            applied = await self._apply_batch(tp, wanted, fresh[-1].offset + 1)
+            applied = await self._apply_batch([_Part(tp, wanted, fresh[-1].offset + 1)])
         except Exception:
             # Something in the batch failed and nothing of it was committed: go one by one
             # so every record before the failing one lands, then retry from the failing one.
@@ -365,7 +419,7 @@ class ExactlyOnceConsumer:
         applied = 0
         for record, envelope in items:
             try:
-                applied += await self._apply_batch(tp, [(record, envelope)], record.offset + 1)
+                applied += await self._apply_batch([_Part(tp, [(record, envelope)], record.offset + 1)])
             except Exception:
                 metrics.CONSUMER_FAILURES.labels(self.name, tp.topic).inc()
                 log.exception("handler failed; will retry", extra={"topic": tp.topic, "offset": record.offset})
@@ -381,47 +435,61 @@ class ExactlyOnceConsumer:
             for record in records:
                 await self.after_commit(record)
 
-    async def _apply_batch(
-        self, tp: TopicPartition, items: list[tuple[Any, events_pb2.EventEnvelope]], next_offset: int
-    ) -> int:
-        """Apply ``items`` of one partition in one transaction; returns how many were new."""
-        applied = 0
+    async def _apply_batch(self, parts: list[_Part]) -> int:
+        """Apply the parts' records in one transaction, partition after partition; returns how many were new."""
+        items = [(part.tp, record, envelope) for part in parts for record, envelope in part.items]
+        applied: Counter[str] = Counter()
         async with self._pool.connection() as conn, conn.transaction():
-            # The offsets of the records whose event id was not yet recorded: a partition's offsets are
-            # distinct, and of one event published twice in the batch only the first row is inserted.
+            # The records whose event id was not yet recorded: a partition's offsets are distinct, and
+            # of one event published twice in the batch only the first row is inserted.
             cur = await conn.execute(
                 _RECORD_PROCESSED,
-                (self.name, tp.topic, tp.partition, [e.event_id for _, e in items], [r.offset for r, _ in items]),
+                (
+                    self.name,
+                    [e.event_id for _, _, e in items],
+                    [tp.topic for tp, _, _ in items],
+                    [tp.partition for tp, _, _ in items],
+                    [r.offset for _, r, _ in items],
+                ),
             )
-            new = {row[0] for row in await cur.fetchall()}
-            duplicates = len(items) - len(new)
-            if duplicates:  # the relay published them twice: already applied
-                metrics.CONSUMER_DUPLICATES.labels(self.name, tp.topic).inc(duplicates)
+            new = {(topic, partition, offset) for topic, partition, offset in await cur.fetchall()}
+            if len(new) < len(items):  # the relay published them twice: already applied
+                for tp, record, _ in items:
+                    if (tp.topic, tp.partition, record.offset) not in new:
+                        metrics.CONSUMER_DUPLICATES.labels(self.name, tp.topic).inc()
             pipeline = conn.pipeline() if self._pipeline else contextlib.nullcontext()
             async with pipeline:
+                fresh = [
+                    (tp, record, envelope)
+                    for tp, record, envelope in items
+                    if (tp.topic, tp.partition, record.offset) in new
+                ]
                 if self._apply_many is not None:
-                    fresh = [
-                        Tracked(envelope, tp.topic, tp.partition, record.offset)
-                        for record, envelope in items
-                        if record.offset in new
-                    ]
                     if fresh:
-                        await self._apply_many(conn, fresh)
-                    applied = len(fresh)
+                        await self._apply_many(
+                            conn, [Tracked(e, tp.topic, tp.partition, r.offset) for tp, r, e in fresh]
+                        )
                 else:
                     assert self._handler is not None
-                    for record, envelope in items:
-                        if record.offset not in new:
-                            continue
+                    for _, _, envelope in fresh:
                         token = logs.correlation_id.set(envelope.correlation_id)
                         try:
                             await self._handler(conn, envelope)
                         finally:
                             logs.correlation_id.reset(token)
-                        applied += 1
-                await conn.execute(_SAVE_POSITION, (self.name, tp.topic, tp.partition, next_offset))
-        metrics.CONSUMER_APPLIED.labels(self.name, tp.topic).inc(applied)
-        return applied
+                applied.update(tp.topic for tp, _, _ in fresh)
+                await conn.execute(
+                    _SAVE_POSITIONS,
+                    (
+                        self.name,
+                        [part.tp.topic for part in parts],
+                        [part.tp.partition for part in parts],
+                        [part.next_offset for part in parts],
+                    ),
+                )
+        for topic, count in applied.items():
+            metrics.CONSUMER_APPLIED.labels(self.name, topic).inc(count)
+        return sum(applied.values())
 
     async def _stored_position(self, tp: TopicPartition) -> int:
         known = self._positions.get(tp)

@@ -65,6 +65,8 @@ def imbalance_watch(ctx: ServiceContext) -> BackgroundTask:
     return watch
 
 
+GATHER_MS = 100
+
 SPEC = ServiceSpec(
     name="ledger",
     grpc_port=50054,
@@ -75,9 +77,11 @@ SPEC = ServiceSpec(
     # One consumer per topic, sharing the projection's handler (the replay reads both topics
     # as one). A group subscribed to two brand-new topics at once was seen to stay without
     # partitions (kafka-python's assignment races the new topics' metadata).
+    # No caller waits on the journal: its consumers let the broker gather records for up to
+    # GATHER_MS, so a busy system's events come a few dozen a transaction rather than a few.
     consumers=(
-        ConsumerSpec(name=CONSUMER, topics=wallet_topic, handler=lambda ctx: journal_batch),
-        ConsumerSpec(name=ROUNDS_CONSUMER, topics=table_topic, handler=lambda ctx: rounds_batch),
+        ConsumerSpec(name=CONSUMER, topics=wallet_topic, handler=lambda ctx: journal_batch, gather_ms=GATHER_MS),
+        ConsumerSpec(name=ROUNDS_CONSUMER, topics=table_topic, handler=lambda ctx: rounds_batch, gather_ms=GATHER_MS),
     ),
     background=(imbalance_watch,),
 )

@@ -11,6 +11,7 @@ from typing import Any
 import psycopg
 import pytest
 from credits_projection import CREDITS_DDL, apply_credit, apply_credits, credited, credits
+from google.protobuf import struct_pb2
 from kafka import KafkaConsumer, TopicPartition
 from kafka.errors import KafkaTimeoutError
 from psycopg_pool import AsyncConnectionPool
@@ -423,3 +424,67 @@ async def test_a_relay_whose_producer_stays_wedged_replaces_it_and_publishes(
     await drain(new_consumer(f"g-{unique}", topic, pool, kafka_servers), pool, 20)
     async with pool.connection() as conn:
         assert await credits(conn) == expected_totals(20)
+
+
+async def test_a_poll_of_several_partitions_is_applied_in_one_transaction(
+    pool: AsyncConnectionPool, store: EventStore, topic: str, kafka_servers: str, unique: str
+) -> None:
+    """Events of five streams on three partitions, all published before the first poll: the records a
+    poll brings from several partitions share one transaction, and each is applied once."""
+    await append_credits(pool, store, 30)
+    await OutboxRelay("test", pool, make_producer(kafka_servers, "relay")).publish_once()
+    seen: list[tuple[int, int]] = []  # (transaction id, partition)
+
+    async def traced(conn: Any, batch: Any) -> None:
+        cur = await conn.execute("SELECT txid_current()")
+        txid = (await cur.fetchone())[0]
+        seen.extend((txid, tracked.partition) for tracked in batch)
+        await apply_credits(conn, batch)
+
+    kafka = make_consumer(kafka_servers, f"g-{unique}", "together")
+    consumer = ExactlyOnceConsumer(f"g-{unique}", [topic], pool, batched(traced), kafka)
+    await drain(consumer, pool, 30)
+    kafka.close()
+    partitions_by_txid: dict[int, set[int]] = {}
+    for txid, partition in seen:
+        partitions_by_txid.setdefault(txid, set()).add(partition)
+    assert len(seen) == 30
+    assert max(len(p) for p in partitions_by_txid.values()) > 1, partitions_by_txid
+    async with pool.connection() as conn:
+        assert await credits(conn) == expected_totals(30)
+
+
+async def test_a_failing_record_of_a_poll_of_several_partitions_holds_back_its_partition_only(
+    pool: AsyncConnectionPool, store: EventStore, topic: str, kafka_servers: str, unique: str
+) -> None:
+    """The credit of 12 (acct-1's third) fails in the poll's shared transaction, in its partition's own
+    batch and alone: the other partitions' records and acct-1's two before it land meanwhile; it and its
+    partition's later records land on a later poll, each once."""
+    await append_credits(pool, store, 30)
+    await OutboxRelay("test", pool, make_producer(kafka_servers, "relay")).publish_once()
+    failures = 0
+
+    async def flaky(conn: Any, envelope: Any) -> None:
+        nonlocal failures
+        payload = struct_pb2.Struct()
+        envelope.payload.Unpack(payload)
+        if payload.fields["amount"].number_value == 12 and failures < 3:
+            failures += 1
+            raise psycopg.OperationalError("the database went away")
+        await apply_credit(conn, envelope)
+
+    kafka = make_consumer(kafka_servers, f"g-{unique}", "flaky")
+    consumer = ExactlyOnceConsumer(f"g-{unique}", [topic], pool, flaky, kafka)
+    deadline = time.monotonic() + DEADLINE_S
+    while failures < 3 and time.monotonic() < deadline:
+        await consumer.poll_once()
+    async with pool.connection() as conn:
+        meanwhile = await credits(conn)
+    final = expected_totals(30)
+    assert failures == 3
+    assert meanwhile["acct-1"] == (2 + 7, 2)  # up to the failed one, not past it
+    assert any(meanwhile.get(account) == totals for account, totals in final.items()), meanwhile
+    await drain(consumer, pool, 30)
+    kafka.close()
+    async with pool.connection() as conn:
+        assert await credits(conn) == final  # every credit once, the failed one too
