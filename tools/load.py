@@ -31,7 +31,6 @@ import asyncio
 import os
 import random
 import signal
-import socket
 import statistics
 import subprocess
 import sys
@@ -55,6 +54,7 @@ from backbone.auth import Role, Tokens, bearer, development_env
 from backbone.healthcheck import check
 from backbone.kafka import default_principal_env, make_admin
 from backbone.limits import Limit, pgbench_commits
+from backbone.localports import free_port
 
 SERVICES = ("rng", "wallet", "ledger", "table")
 HEALTH_TIMEOUT_S = 90.0
@@ -85,12 +85,6 @@ EMPTY_CALL_S = 5.0
 """How long the empty-call rate is measured after each run."""
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
 def _loopback(addr: str) -> str:
     host = addr.split("://", 1)[-1]
     if not host.startswith(LOOPBACK):
@@ -109,8 +103,8 @@ class LocalStack:
     procs: dict[str, subprocess.Popen[bytes]] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
-        self.ports = {s: _free_port() for s in SERVICES}
-        self.metrics_ports = {s: _free_port() for s in SERVICES}
+        self.ports = {s: free_port() for s in SERVICES}
+        self.metrics_ports = {s: free_port() for s in SERVICES}
         self.log_dir.mkdir(parents=True, exist_ok=True)
 
     def schema(self, service: str) -> str:

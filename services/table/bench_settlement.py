@@ -24,7 +24,6 @@ import contextlib
 import os
 import random
 import signal
-import socket
 import statistics
 import subprocess
 import sys
@@ -43,6 +42,7 @@ from niuniu.wallet.v1 import wallet_pb2, wallet_pb2_grpc
 from backbone.auth import Role, Tokens, bearer, development_env
 from backbone.healthcheck import check
 from backbone.kafka import default_principal_env
+from backbone.localports import free_port
 
 SERVICES = ("rng", "wallet", "table")
 BIN = Path(sys.executable).parent
@@ -52,12 +52,6 @@ WAIT_S = 300.0
 IN_FLIGHT = 25
 AREAS = ("heaven", "earth", "mystic", "yellow")
 Metadata = tuple[tuple[str, str]]
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 @contextlib.contextmanager

@@ -20,10 +20,10 @@ from pathlib import Path
 
 from backbone.auth import development_env
 from backbone.healthcheck import check
-from services.gateway.server import check as http_ready
-from tools.chaos.stack import (
+from backbone.localports import (
     free_port as free_port,
 )  # re-exported; below the ephemeral ports: no client connection takes it first
+from services.gateway.server import check as http_ready
 
 ROOT = Path(__file__).resolve().parents[2]
 BIN = Path(sys.executable).parent

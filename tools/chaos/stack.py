@@ -18,7 +18,6 @@ from __future__ import annotations
 import contextlib
 import importlib.util
 import os
-import random
 import re
 import shutil
 import signal
@@ -33,6 +32,7 @@ from urllib.parse import urlsplit, urlunsplit
 from backbone.auth import development_env
 from backbone.healthcheck import check
 from backbone.kafka import TopicSpec, default_principal_env, ensure_topics, make_admin
+from backbone.localports import free_port
 from backbone.topics import Topics
 from tools.chaos.proxy import FaultProxy
 
@@ -73,30 +73,6 @@ def _libfaketime() -> Path:
 LIBFAKETIME = _libfaketime()
 # Which other services each service calls (its NIUNIU_<S>_ADDR goes through a proxy of its own).
 CALLS = {"table": ("rng", "wallet"), "ledger": ("table", "wallet"), "wallet": (), "rng": ()}
-
-
-LISTEN_PORTS = range(20_000, 32_768)
-"""Where a run's listening ports are drawn from: below Linux's ephemeral range (32768-60999), so no
-outgoing connection can take a port between its draw and its bind. A port the kernel picked
-(bind to 0) was once taken that way before the wallet bound it (a CI chaos run: "Failed to bind
-to address 127.0.0.1:39999"): a run opens and closes many client connections."""
-_drawn: set[int] = set()
-
-
-def free_port() -> int:
-    """A loopback port nobody listens on, not handed out before in this process."""
-    for _ in range(1_000):
-        port = random.choice(LISTEN_PORTS)
-        if port in _drawn:
-            continue
-        with socket.socket() as s:
-            try:
-                s.bind(("127.0.0.1", port))
-            except OSError:
-                continue
-        _drawn.add(port)
-        return port
-    raise RuntimeError(f"no free port in {LISTEN_PORTS.start}-{LISTEN_PORTS.stop - 1}")
 
 
 def read_env_file(path: Path) -> dict[str, str]:
