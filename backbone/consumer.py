@@ -349,8 +349,8 @@ class ExactlyOnceConsumer:
             try:
                 applied = await self._apply_batch([part for part in parts if part.items])
             except Exception:
-                for tp, records in batches.items():
-                    applied += await self._apply_records(tp, records)
+                for tp, fresh in read:
+                    applied += await self._apply_records(tp, fresh)
                 return applied
         for tp, fresh in read:
             self._advance(tp, fresh[-1].offset + 1)
@@ -438,7 +438,6 @@ class ExactlyOnceConsumer:
     async def _apply_batch(self, parts: list[_Part]) -> int:
         """Apply the parts' records in one transaction, partition after partition; returns how many were new."""
         items = [(part.tp, record, envelope) for part in parts for record, envelope in part.items]
-        applied: Counter[str] = Counter()
         async with self._pool.connection() as conn, conn.transaction():
             # The records whose event id was not yet recorded: a partition's offsets are distinct, and
             # of one event published twice in the batch only the first row is inserted.
@@ -453,17 +452,12 @@ class ExactlyOnceConsumer:
                 ),
             )
             new = {(topic, partition, offset) for topic, partition, offset in await cur.fetchall()}
-            if len(new) < len(items):  # the relay published them twice: already applied
-                for tp, record, _ in items:
-                    if (tp.topic, tp.partition, record.offset) not in new:
-                        metrics.CONSUMER_DUPLICATES.labels(self.name, tp.topic).inc()
+            fresh = [(tp, r, e) for tp, r, e in items if (tp.topic, tp.partition, r.offset) in new]
+            applied = Counter(tp.topic for tp, _, _ in fresh)
+            for topic, count in (Counter(tp.topic for tp, _, _ in items) - applied).items():
+                metrics.CONSUMER_DUPLICATES.labels(self.name, topic).inc(count)  # published twice: applied before
             pipeline = conn.pipeline() if self._pipeline else contextlib.nullcontext()
             async with pipeline:
-                fresh = [
-                    (tp, record, envelope)
-                    for tp, record, envelope in items
-                    if (tp.topic, tp.partition, record.offset) in new
-                ]
                 if self._apply_many is not None:
                     if fresh:
                         await self._apply_many(
@@ -477,7 +471,6 @@ class ExactlyOnceConsumer:
                             await self._handler(conn, envelope)
                         finally:
                             logs.correlation_id.reset(token)
-                applied.update(tp.topic for tp, _, _ in fresh)
                 await conn.execute(
                     _SAVE_POSITIONS,
                     (

@@ -39,8 +39,6 @@ from backbone.topics import Topics
 log = logging.getLogger(__name__)
 
 RELAY_LEASE_TTL_MS = 10_000
-GATHER_BYTES = 256 * 1024
-"""What a gathering consumer's fetch waits for (``ConsumerSpec.gather_ms``): some hundreds of events."""
 RELAY_LEASE_RENEW_EVERY_MS = 2_500
 """The relay checks its lease before every poll of the outbox; Redis is asked this often at most (the
 relay's writes are fenced in PostgreSQL whatever Redis says). Asking on every poll was 3-7 % of a
@@ -51,6 +49,8 @@ each) was 17-56 % of a service's busy time at one bet in flight, 62-68 % of the 
 for at most 50 ms more between a commit and its publication (a wake-up on commit would remove both)."""
 CONSUMER_LEASE_TTL_MS = 6_000
 """A consumer's lease (see backbone/consumer.py): a restarted process resumes within this."""
+GATHER_BYTES = 256 * 1024
+"""What a gathering consumer's fetch waits for (``ConsumerSpec.gather_ms``): some hundreds of events."""
 DDL_ATTEMPTS = 8
 DDL_RETRY_S = 0.5
 """Start-up DDL that lost a lock conflict is run again after 0.5, 1, 1.5 ... s: 14 s at most in all."""
