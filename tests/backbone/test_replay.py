@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import sys
 import time
 from collections.abc import AsyncIterator
 from dataclasses import replace
@@ -18,7 +19,7 @@ from backbone.db import open_pool, run_ddl
 from backbone.eventstore import EventStore
 from backbone.kafka import TopicSpec, ensure_topics, make_consumer, make_producer
 from backbone.relay import OutboxRelay
-from backbone.replay import Projection, replay, table_digest
+from backbone.replay import REPLAY_SWITCH_INTERVAL_S, Projection, replay, table_digest
 
 pytestmark = pytest.mark.integration
 
@@ -117,8 +118,11 @@ async def test_implied_unique_constraints_are_built_when_the_replay_ends_and_che
     topic = f"test.replay.implied.{unique}"
     await _published_credits(pool, kafka_servers, topic, 30)
     seen_while_writing: list[bool] = []
+    switch_intervals: set[float] = set()
+    switch_interval = sys.getswitchinterval()
 
     async def log_credit(conn: psycopg.AsyncConnection, envelope: events_pb2.EventEnvelope) -> None:
+        switch_intervals.add(sys.getswitchinterval())
         if not seen_while_writing:
             seen_while_writing.append(await _constraint_exists(conn, "credit_log_once"))
         payload = struct_pb2.Struct()
@@ -132,6 +136,8 @@ async def test_implied_unique_constraints_are_built_when_the_replay_ends_and_che
     report = await replay(dsn, kafka_servers, [topic], log, f"r_{unique}")
     assert report.events_applied == 30
     assert seen_while_writing == [False]  # taken off while the replay wrote
+    # The interpreter lock changed hands more often while the replay ran, and as before after it.
+    assert switch_intervals == {REPLAY_SWITCH_INTERVAL_S} and sys.getswitchinterval() == switch_interval
     async with await psycopg.AsyncConnection.connect(dsn) as conn:
         await conn.execute(f'SET search_path TO "r_{unique}"')
         assert await _constraint_exists(conn, "credit_log_once")  # and put back at the end
@@ -147,6 +153,7 @@ async def test_implied_unique_constraints_are_built_when_the_replay_ends_and_che
         with pytest.raises(ValueError, match="credit_log_by_amount"):
             misnamed = replace(log, implied_unique=("credit_log_by_amount",))
             await replay(dsn, kafka_servers, [topic], misnamed, f"t2_{unique}")
+        assert sys.getswitchinterval() == switch_interval  # after the failed replays too
         for scratch in (f"r_{unique}", f"s_{unique}", f"t2_{unique}"):
             await conn.execute(f'DROP SCHEMA IF EXISTS "{scratch}" CASCADE')
         await conn.commit()
