@@ -320,12 +320,13 @@ class TableStore:
                 "SELECT r.* FROM tables t JOIN rounds r ON r.round_id = t.current_round_id WHERE t.table_id = ANY(%s)",
                 (table_ids,),
             )
+            # LATERAL: each (round, player) sum is an index lookup on both columns. As a join the planner
+            # matched the round alone through the index and filtered the player out of the round's bets.
             await staked.execute(
-                "SELECT q.n, coalesce(sum(b.stake_minor), 0)"
-                " FROM unnest(%s::text[], %s::text[]) WITH ORDINALITY AS q (table_id, player, n)"
+                "SELECT q.n, s.minor FROM unnest(%s::text[], %s::text[]) WITH ORDINALITY AS q (table_id, player, n)"
                 " JOIN tables t ON t.table_id = q.table_id"
-                " JOIN bets b ON b.round_id = t.current_round_id AND b.player = q.player AND b.status = 'placed'"
-                " GROUP BY q.n",
+                " CROSS JOIN LATERAL (SELECT coalesce(sum(b.stake_minor), 0) AS minor FROM bets b"
+                "  WHERE b.round_id = t.current_round_id AND b.player = q.player AND b.status = 'placed') s",
                 ([q.table_id for q in queries], [q.player for q in queries]),
             )
             await conn.commit()  # queued with the reads: the one sync
