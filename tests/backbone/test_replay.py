@@ -4,19 +4,22 @@ from __future__ import annotations
 
 import sys
 import time
+import uuid
 from collections.abc import AsyncIterator
 from dataclasses import replace
+from datetime import UTC, datetime
 
 import psycopg
 import pytest
-from credits_projection import CREDITS, CREDITS_DDL, apply_credit, credited
+from credits_projection import CREDITS, CREDITS_DDL, apply_credit, credited, credits
 from google.protobuf import struct_pb2
 from niuniu.v1 import events_pb2
 from psycopg_pool import AsyncConnectionPool
 
+import backbone.replay
 from backbone.consumer import ExactlyOnceConsumer
 from backbone.db import open_pool, run_ddl
-from backbone.eventstore import EventStore
+from backbone.eventstore import EventStore, build_envelope
 from backbone.kafka import TopicSpec, ensure_topics, make_consumer, make_producer
 from backbone.relay import OutboxRelay
 from backbone.replay import REPLAY_SWITCH_INTERVAL_S, Projection, replay, table_digest
@@ -156,4 +159,42 @@ async def test_implied_unique_constraints_are_built_when_the_replay_ends_and_che
         assert sys.getswitchinterval() == switch_interval  # after the failed replays too
         for scratch in (f"r_{unique}", f"s_{unique}", f"t2_{unique}"):
             await conn.execute(f'DROP SCHEMA IF EXISTS "{scratch}" CASCADE')
+        await conn.commit()
+
+
+async def test_events_read_again_in_a_later_poll_or_the_same_one_are_applied_once(
+    pool: AsyncConnectionPool, dsn: str, kafka_servers: str, unique: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A poll of new events only is recorded by a plain insert; one with an event tracked in an earlier
+    poll, or twice in itself, by the statement that skips those: each event counts once either way."""
+    topic = f"test.replay.again.{unique}"
+    ensure_topics(kafka_servers, [TopicSpec(topic, partitions=1)])
+    producer = make_producer(kafka_servers, "again")
+    now = datetime.now(UTC)
+    envelopes = [
+        build_envelope(
+            event_id=str(uuid.uuid4()),
+            stream_id=f"acct-{i % 3}",
+            version=i // 3 + 1,
+            event=credited(f"acct-{i % 3}", i + 1),
+            occurred_at=now,
+            producer="test",
+            store_position=i + 1,
+        ).SerializeToString()
+        for i in range(12)
+    ]
+    # In polls of (at most) four: 0 1 2 3 all new; 1 4 5 6 with 1 again; 6 7 8 9 with 6 of the poll before;
+    # 10 11 11 0 with 11 twice and 0 of the first poll.
+    for n in (0, 1, 2, 3, 1, 4, 5, 6, 6, 7, 8, 9, 10, 11, 11, 0):
+        producer.send(topic, key=b"k", value=envelopes[n])
+    producer.flush()
+    producer.close()
+    monkeypatch.setattr(backbone.replay, "MAX_REPLAY_POLL_RECORDS", 4)
+    report = await replay(dsn, kafka_servers, [topic], CREDITS, f"a_{unique}")
+    assert (report.events_read, report.events_applied) == (16, 12)
+    async with await psycopg.AsyncConnection.connect(dsn) as conn:
+        await conn.execute(f'SET search_path TO "a_{unique}"')
+        expected = {f"acct-{a}": (sum(i + 1 for i in range(12) if i % 3 == a), 4) for a in range(3)}
+        assert await credits(conn) == expected
+        await conn.execute(f'DROP SCHEMA "a_{unique}" CASCADE')
         await conn.commit()
