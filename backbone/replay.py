@@ -35,6 +35,7 @@ from __future__ import annotations
 import asyncio
 import re
 import sys
+import threading
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -151,8 +152,7 @@ async def replay(
     """Rebuild ``projection`` from offset 0 of ``topics`` into the fresh ``schema``."""
     started = time.perf_counter()
     consumer = replay_consumer(bootstrap_servers, f"replay-{projection.name}")
-    switch_interval = sys.getswitchinterval()
-    sys.setswitchinterval(min(switch_interval, REPLAY_SWITCH_INTERVAL_S))
+    _quick_switch.enter()
     try:
         partitions = [
             TopicPartition(topic, p) for topic in topics for p in sorted(consumer.partitions_for_topic(topic) or ())
@@ -178,9 +178,34 @@ async def replay(
                 for constraint in put_back:
                     await conn.execute(constraint)
     finally:
-        sys.setswitchinterval(switch_interval)
+        _quick_switch.leave()
         consumer.close()
     return ReplayReport(schema, read, applied, time.perf_counter() - started)
+
+
+class _QuickSwitch:
+    """``REPLAY_SWITCH_INTERVAL_S`` while any replay of the process runs; the interval before, after the last."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._running = 0
+        self._before = 0.0
+
+    def enter(self) -> None:
+        with self._lock:
+            if self._running == 0:
+                self._before = sys.getswitchinterval()
+                sys.setswitchinterval(min(self._before, REPLAY_SWITCH_INTERVAL_S))
+            self._running += 1
+
+    def leave(self) -> None:
+        with self._lock:
+            self._running -= 1
+            if self._running == 0:
+                sys.setswitchinterval(self._before)
+
+
+_quick_switch = _QuickSwitch()
 
 
 def replay_consumer(bootstrap_servers: str, client_id: str) -> KafkaConsumer:

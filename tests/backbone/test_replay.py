@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import sys
 import time
 import uuid
@@ -197,4 +198,30 @@ async def test_events_read_again_in_a_later_poll_or_the_same_one_are_applied_onc
         expected = {f"acct-{a}": (sum(i + 1 for i in range(12) if i % 3 == a), 4) for a in range(3)}
         assert await credits(conn) == expected
         await conn.execute(f'DROP SCHEMA "a_{unique}" CASCADE')
+        await conn.commit()
+
+
+async def test_replays_running_together_keep_the_quick_switch_until_the_last_ends(
+    pool: AsyncConnectionPool, dsn: str, kafka_servers: str, unique: str
+) -> None:
+    topic = f"test.replay.together.{unique}"
+    await _published_credits(pool, kafka_servers, topic, 12)
+    switch_interval = sys.getswitchinterval()
+    seen: list[float] = []
+
+    async def slow_credit(conn: psycopg.AsyncConnection, envelope: events_pb2.EventEnvelope) -> None:
+        seen.append(sys.getswitchinterval())
+        await asyncio.sleep(0.01)  # the two replays overlap
+        await apply_credit(conn, envelope)
+
+    slow = replace(CREDITS, handler=slow_credit)
+    short = replay(dsn, kafka_servers, [topic], CREDITS, f"q1_{unique}")
+    long = replay(dsn, kafka_servers, [topic], slow, f"q2_{unique}")
+    reports = await asyncio.gather(short, long)
+    assert [r.events_applied for r in reports] == [12, 12]
+    assert set(seen) == {REPLAY_SWITCH_INTERVAL_S}  # the short one ended first: the long one kept it
+    assert sys.getswitchinterval() == switch_interval
+    async with await psycopg.AsyncConnection.connect(dsn) as conn:
+        for scratch in (f"q1_{unique}", f"q2_{unique}"):
+            await conn.execute(f'DROP SCHEMA IF EXISTS "{scratch}" CASCADE')
         await conn.commit()
