@@ -116,9 +116,7 @@ class Settlement:
                 by_bet[t.bet_id] -= t.amount_minor  # type: ignore[index]
         for bet in self.bets:
             if by_bet.get(bet.bet_id, 0) != bet.net_minor:
-                raise SettlementError(
-                    f"bet {bet.bet_id}: net {bet.net_minor} != transfers {by_bet.get(bet.bet_id, 0)}"
-                )
+                raise SettlementError(f"bet {bet.bet_id}: net {bet.net_minor} != transfers {by_bet.get(bet.bet_id, 0)}")
             if -bet.net_minor > bet.hold_minor:
                 raise SettlementError(f"bet {bet.bet_id}: loss {-bet.net_minor} exceeds hold {bet.hold_minor}")
         if sum(self.net_by_party().values()) != 0:

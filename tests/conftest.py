@@ -192,4 +192,3 @@ async def schema(dsn: str, unique: str) -> AsyncIterator[str]:
     yield name
     async with await psycopg.AsyncConnection.connect(dsn, autocommit=True) as conn:
         await conn.execute(sql.SQL("DROP SCHEMA IF EXISTS {} CASCADE").format(sql.Identifier(name)))
-

@@ -42,9 +42,16 @@ LIMITS = ev.TableLimits(
     pause_between_rounds_ms=200,
 )
 CONFIG = {"red_envelope_bull": {"bidding.seconds": "2"}}
-RETRYABLE = {grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.DEADLINE_EXCEEDED, grpc.StatusCode.UNAUTHENTICATED,
-             grpc.StatusCode.RESOURCE_EXHAUSTED, grpc.StatusCode.ABORTED, grpc.StatusCode.INTERNAL,
-             grpc.StatusCode.UNKNOWN, grpc.StatusCode.CANCELLED}
+RETRYABLE = {
+    grpc.StatusCode.UNAVAILABLE,
+    grpc.StatusCode.DEADLINE_EXCEEDED,
+    grpc.StatusCode.UNAUTHENTICATED,
+    grpc.StatusCode.RESOURCE_EXHAUSTED,
+    grpc.StatusCode.ABORTED,
+    grpc.StatusCode.INTERNAL,
+    grpc.StatusCode.UNKNOWN,
+    grpc.StatusCode.CANCELLED,
+}
 T = TypeVar("T")
 
 
@@ -94,7 +101,8 @@ async def retry(call: Callable[[], Awaitable[T]], *, what: str, c: Clients, budg
 async def log_in(c: Clients, p: Player) -> None:
     reply = await retry(
         lambda: c.wallet.Login(wallet_pb2.LoginRequest(username=p.name, password=p.password), timeout=CALL_TIMEOUT_S),
-        what="login", c=c,
+        what="login",
+        c=c,
     )
     p.token, p.account = reply.token, reply.account
 
@@ -106,8 +114,9 @@ async def new_player(c: Clients, name: str) -> Player:
     async def register() -> None:
         try:
             await c.wallet.Register(
-                wallet_pb2.RegisterRequest(request_id=f"reg-{name}", username=name, email=f"{name}@example.org",
-                                           password=p.password),
+                wallet_pb2.RegisterRequest(
+                    request_id=f"reg-{name}", username=name, email=f"{name}@example.org", password=p.password
+                ),
                 timeout=CALL_TIMEOUT_S,
             )
         except grpc.aio.AioRpcError as error:
@@ -119,9 +128,11 @@ async def new_player(c: Clients, name: str) -> Player:
     await retry(
         lambda: c.wallet.Deposit(
             wallet_pb2.DepositRequest(request_id=f"dep-{name}", account=p.account, amount_minor=DEPOSIT_MINOR),
-            metadata=c.admin(), timeout=CALL_TIMEOUT_S,
+            metadata=c.admin(),
+            timeout=CALL_TIMEOUT_S,
         ),
-        what="deposit", c=c,
+        what="deposit",
+        c=c,
     )
     c.deposited_minor += DEPOSIT_MINOR
     return p
@@ -235,7 +246,10 @@ class TableBots:
 
     def _bet(self, p: Player, round_id: str, n: int, area: str, amount: int) -> Callable[[], Awaitable[object]]:
         request = table_pb2.PlaceBetRequest(
-            command_id=f"{round_id}.{p.name}.{n}", table_id=self.table_id, area=area, amount_minor=amount,
+            command_id=f"{round_id}.{p.name}.{n}",
+            table_id=self.table_id,
+            area=area,
+            amount_minor=amount,
             round_id=round_id,
         )
         return lambda: self.c.table.PlaceBet(request, metadata=p.auth, timeout=CALL_TIMEOUT_S)
@@ -245,24 +259,29 @@ class TableBots:
         if self.variant == "red_envelope_bull":
             dealer = r.choice(self.players)
             request = table_pb2.PlaceBidRequest(
-                command_id=f"{round_id}.{dealer.name}.bid", table_id=self.table_id,
-                amount_minor=r.choice([10_000, 20_000, 30_000]), round_id=round_id,
+                command_id=f"{round_id}.{dealer.name}.bid",
+                table_id=self.table_id,
+                amount_minor=r.choice([10_000, 20_000, 30_000]),
+                round_id=round_id,
             )
-            await self._call("bid", dealer, lambda: self.c.table.PlaceBid(request, metadata=dealer.auth,
-                                                                          timeout=CALL_TIMEOUT_S))
+            await self._call(
+                "bid", dealer, lambda: self.c.table.PlaceBid(request, metadata=dealer.auth, timeout=CALL_TIMEOUT_S)
+            )
             return
         bettors = self.players
         if self.variant == "baibian_bull":
             banker, bettors = self.players[0], self.players[1:]
             apply = table_pb2.ApplyBankerRequest(table_id=self.table_id, capital_minor=0)
-            await self._call("banker", banker, lambda: self.c.table.ApplyBanker(apply, metadata=banker.auth,
-                                                                                timeout=CALL_TIMEOUT_S))
+            await self._call(
+                "banker", banker, lambda: self.c.table.ApplyBanker(apply, metadata=banker.auth, timeout=CALL_TIMEOUT_S)
+            )
         calls: list[tuple[str, Player, Callable[[], Awaitable[object]]]] = []
         for p in bettors:
             if self.variant == "golden_bull":
                 areas = r.sample(gb.AREAS, r.randint(1, 2))
-                calls += [("bet", p, self._bet(p, round_id, n, a, r.choice([100, 500, 1_000])))
-                          for n, a in enumerate(areas)]
+                calls += [
+                    ("bet", p, self._bet(p, round_id, n, a, r.choice([100, 500, 1_000]))) for n, a in enumerate(areas)
+                ]
             elif self.variant == "baibian_bull":
                 calls.append(("bet", p, self._bet(p, round_id, 0, r.choice(bb.AREAS), r.choice([100, 500, 1_000]))))
             else:  # bai_buu

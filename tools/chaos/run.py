@@ -65,12 +65,26 @@ from tools.chaos.bots import VARIANTS, Clients, TableBots, kind, new_player, ret
 from tools.chaos.stack import BIN, SERVICES, ChaosInfra, ServiceSet
 
 FAULT_KINDS = (
-    "kill_rng", "kill_table", "kill_wallet", "kill_ledger", "sigstop", "replica_takeover",
-    "kafka_restart", "postgres_restart", "redis_wipe", "slow_link", "cut_link", "clock_forward",
+    "kill_rng",
+    "kill_table",
+    "kill_wallet",
+    "kill_ledger",
+    "sigstop",
+    "replica_takeover",
+    "kafka_restart",
+    "postgres_restart",
+    "redis_wipe",
+    "slow_link",
+    "cut_link",
+    "clock_forward",
 )
 LINKS = (
     *(f"{s}->{d}" for s in SERVICES for d in ("pg", "redis")),
-    "table->rng", "table->wallet", "ledger->table", "ledger->wallet", "all->kafka",
+    "table->rng",
+    "table->wallet",
+    "ledger->table",
+    "ledger->wallet",
+    "all->kafka",
 )
 TRIGGERS = ("round_opened", "phase_changed", "hand_revealed", "result", "seed_revealed")
 CLOCK_STEPS_S = (3_600, 6 * 3_600, 13 * 3_600, 25 * 3_600)
@@ -121,8 +135,17 @@ def schedule(seed: int, kinds: Sequence[str], tables: int) -> Iterator[Fault]:
             elif k in ("postgres_restart", "redis_wipe"):
                 duration = r.uniform(0.5, 5)
             n += 1
-            yield Fault(n, k, r.randrange(tables), r.randint(0, 2), r.choice(TRIGGERS), round(r.uniform(0, 1.5), 3),
-                        round(duration, 3), target, amount)
+            yield Fault(
+                n,
+                k,
+                r.randrange(tables),
+                r.randint(0, 2),
+                r.choice(TRIGGERS),
+                round(r.uniform(0, 1.5), 3),
+                round(duration, 3),
+                target,
+                amount,
+            )
 
 
 # ----------------------------------------------------------------------------------------- the run
@@ -304,8 +327,10 @@ class Chaos:
                 outcome.wallet_applies_after_s = await self._wallet_applies_after(outcome.healed_at)
                 outcome.detail += f", applies settlements {outcome.wallet_applies_after_s:.1f}s after serving"
             status = "survived" if outcome.survived else "NOT SURVIVED"
-            self.say(f"  fault {fault.n} {fault.kind} {outcome.detail}: {status}, longest stall {outcome.stall_s:.1f}s"
-                     f" ({self.settled_rounds()} rounds settled)")
+            self.say(
+                f"  fault {fault.n} {fault.kind} {outcome.detail}: {status}, longest stall {outcome.stall_s:.1f}s"
+                f" ({self.settled_rounds()} rounds settled)"
+            )
 
     async def _wallet_applies_after(self, serving_at: float) -> float:
         """Seconds from the wallet serving again until it had applied a round settled after that."""
@@ -489,8 +514,9 @@ class Chaos:
         """Bots stopped: every table ends a round opened after this; then holds and journal catch up."""
         deadline = time.monotonic() + DRAIN_S
         while time.monotonic() < deadline:
-            if all(any(at > since for at in t.opened.values()) and self._opened_rounds_ended(t, since)
-                   for t in self.tables):
+            if all(
+                any(at > since for at in t.opened.values()) and self._opened_rounds_ended(t, since) for t in self.tables
+            ):
                 break
             await asyncio.sleep(0.5)
         for table in self.tables:
@@ -516,7 +542,9 @@ class Chaos:
         try:
             await retry(
                 lambda: c.table.CloseTable(request, metadata=self.admin(), timeout=10),
-                what="close", c=c, budget_s=CLOSE_BUDGET_S,
+                what="close",
+                c=c,
+                budget_s=CLOSE_BUDGET_S,
             )
         except grpc.aio.AioRpcError as error:
             self.say(f"close {table_id}: {error.code().name} {error.details()}")
@@ -549,7 +577,8 @@ class Chaos:
                 try:
                     view = await c.table.GetRound(
                         table_pb2.GetRoundRequest(table_id=table.table_id, round_id=round_id),
-                        metadata=self.admin(), timeout=10,
+                        metadata=self.admin(),
+                        timeout=10,
                     )
                 except grpc.aio.AioRpcError as error:
                     unfinished.append(f"{round_id}: {error.code().name}")
@@ -560,8 +589,13 @@ class Chaos:
                     voided += 1
                 elif round_id in table.ended or table.opened[round_id] < self._drain_cut(table):
                     unfinished.append(f"{round_id}: {view.phase}")
-        add(Check("rounds_settled_or_voided", not unfinished,
-                  f"{len(settled)} settled, {voided} voided, {len(unfinished)} unfinished {unfinished[:5]}"))
+        add(
+            Check(
+                "rounds_settled_or_voided",
+                not unfinished,
+                f"{len(settled)} settled, {voided} voided, {len(unfinished)} unfinished {unfinished[:5]}",
+            )
+        )
         # Holds, conservation, ledger.
         try:
             wallet = await self._balances(c)
@@ -569,19 +603,30 @@ class Chaos:
             open_holds: list[str] = []
             for account in list(held)[:5]:
                 with contextlib.suppress(grpc.aio.AioRpcError):
-                    page = await c.wallet.ListHolds(wallet_pb2.ListHoldsRequest(account=account),
-                                                    metadata=self.admin(), timeout=10)
+                    page = await c.wallet.ListHolds(
+                        wallet_pb2.ListHoldsRequest(account=account), metadata=self.admin(), timeout=10
+                    )
                     open_holds += [text_format.MessageToString(h, as_one_line=True) for h in page.holds]
             add(Check("holds_resolved", not held, f"{len(held)} accounts still hold money: {open_holds[:5]}"))
             total = sum(v + h for a, (v, h) in wallet.items() if a != EXTERNAL)
             external = sum(wallet.get(EXTERNAL, (0, 0)))
-            add(Check("accounts_sum_to_deposits", total == c.deposited_minor,
-                      f"accounts {total}, deposits {c.deposited_minor}, cashier {external}"))
+            add(
+                Check(
+                    "accounts_sum_to_deposits",
+                    total == c.deposited_minor,
+                    f"accounts {total}, deposits {c.deposited_minor}, cashier {external}",
+                )
+            )
             imbalance, journal = await self._ledger_view(ledger)
             live = {a: v for a, v in wallet.items() if any(v)}
             diff = sorted(a for a in set(journal) | set(live) if journal.get(a) != live.get(a))
-            add(Check("ledger_balanced_and_equal_to_wallet", imbalance == 0 and not diff,
-                      f"imbalance {imbalance}, {len(diff)} accounts differ {diff[:5]}"))
+            add(
+                Check(
+                    "ledger_balanced_and_equal_to_wallet",
+                    imbalance == 0 and not diff,
+                    f"imbalance {imbalance}, {len(diff)} accounts differ {diff[:5]}",
+                )
+            )
         except grpc.aio.AioRpcError as error:
             add(Check("wallet_and_ledger_readable", False, f"{error.code().name}: {error.details()}"))
         try:
@@ -610,8 +655,9 @@ class Chaos:
         argv += ["--wallet", svc.addr("wallet"), "--dsn", self.infra.env["DATABASE_URL"], "--no-progress"]
         env = dict(os.environ)
         env["NIUNIU_AUDITOR_TOKEN"] = self.auditor()[0][1].removeprefix("Bearer ")
-        audit = subprocess.run([str(BIN / "niuniu-audit"), *argv], capture_output=True, text=True, timeout=900,
-                               env=env, check=False)
+        audit = subprocess.run(
+            [str(BIN / "niuniu-audit"), *argv], capture_output=True, text=True, timeout=900, env=env, check=False
+        )
         text = audit.stdout + audit.stderr
         ok = audit.returncode == 0 and "RESULT: OK" in text
         summary = [line for line in text.splitlines() if re.match(r"\s*(differences|RESULT|events)", line)]
@@ -624,8 +670,18 @@ class Chaos:
         failed: list[str] = []
         os.environ["NIUNIU_AUDITOR_TOKEN"] = self.auditor()[0][1].removeprefix("Bearer ")
         for _, round_id in settled:
-            argv = ["verify-round", round_id, "--schema", svc.schema_of("ledger"), "--topic-prefix", svc.prefix,
-                    "--dsn", self.infra.env["DATABASE_URL"], "--table", svc.addr("table")]
+            argv = [
+                "verify-round",
+                round_id,
+                "--schema",
+                svc.schema_of("ledger"),
+                "--topic-prefix",
+                svc.prefix,
+                "--dsn",
+                self.infra.env["DATABASE_URL"],
+                "--table",
+                svc.addr("table"),
+            ]
             out, err = io.StringIO(), io.StringIO()
             code = await asyncio.to_thread(audit.main, argv, out=out, err=err)
             text = out.getvalue()
@@ -633,8 +689,11 @@ class Chaos:
                 lines = (text + err.getvalue()).strip().splitlines()
                 start = next((n for n, line in enumerate(lines) if line.startswith("findings:")), len(lines) - 3)
                 failed.append(f"{round_id}: {' | '.join(lines[start : start + 4])}")
-        return Check("rounds_verify_from_seed", not failed and bool(settled),
-                     f"{len(settled) - len(failed)}/{len(settled)} verified {failed[:5]}")
+        return Check(
+            "rounds_verify_from_seed",
+            not failed and bool(settled),
+            f"{len(settled) - len(failed)}/{len(settled)} verified {failed[:5]}",
+        )
 
     def _no_early_cards(self) -> Check:
         """No update but a hand's reveal carries a card, and no hand is shown before its round reveals."""
@@ -670,8 +729,11 @@ class Chaos:
 
     def report(self) -> int:
         rows = self.summary()
-        print(f"\nniuniu-chaos seed {self.opts.seed}: {self.settled_rounds()} rounds settled, "
-              f"{len(self.outcomes)} faults", file=self.out)
+        print(
+            f"\nniuniu-chaos seed {self.opts.seed}: {self.settled_rounds()} rounds settled, "
+            f"{len(self.outcomes)} faults",
+            file=self.out,
+        )
         print(f"{'fault kind':<18} {'injected':>8} {'survived':>8} {'longest stall':>14}", file=self.out)
         for k, row in rows.items():
             print(f"{k:<18} {row['injected']:>8} {row['survived']:>8} {row['longest_stall_s']:>13.1f}s", file=self.out)
@@ -685,13 +747,20 @@ class Chaos:
                 "seed": self.opts.seed,
                 "rounds_requested": self.opts.rounds,
                 "rounds_settled": self.settled_rounds(),
-                "tables": [{"table_id": t.table_id, "variant": t.variant, "rounds_ended": len(t.ended)}
-                           for t in self.tables],
+                "tables": [
+                    {"table_id": t.table_id, "variant": t.variant, "rounds_ended": len(t.ended)} for t in self.tables
+                ],
                 "kinds": rows,
                 "faults": [
-                    {**asdict(o.fault), "survived": o.survived, "stall_s": o.stall_s, "detail": o.detail,
-                     "error": o.error, "wallet_applies_after_s": o.wallet_applies_after_s,
-                     "recovery_s": round(o.recovered_at - o.healed_at, 2) if o.recovered_at else None}
+                    {
+                        **asdict(o.fault),
+                        "survived": o.survived,
+                        "stall_s": o.stall_s,
+                        "detail": o.detail,
+                        "error": o.error,
+                        "wallet_applies_after_s": o.wallet_applies_after_s,
+                        "recovery_s": round(o.recovered_at - o.healed_at, 2) if o.recovered_at else None,
+                    }
                     for o in self.outcomes
                 ],
                 "checks": [asdict(ch) for ch in self.checks],
@@ -704,13 +773,15 @@ class Chaos:
 
 
 def parse_args(argv: Sequence[str] | None) -> Options:
-    parser = argparse.ArgumentParser(prog="niuniu-chaos", description=__doc__,
-                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        prog="niuniu-chaos", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     parser.add_argument("--rounds", type=int, default=100, help="settled rounds to play at least (default 100)")
     parser.add_argument("--seed", type=int, default=1, help="the schedule's seed (same seed, same schedule)")
     parser.add_argument("--faults", default=",".join(FAULT_KINDS), help="fault kinds, comma-separated (default all)")
-    parser.add_argument("--cycles", type=int, default=10,
-                        help="at least this many cycles, each injecting every kind once (default 10)")
+    parser.add_argument(
+        "--cycles", type=int, default=10, help="at least this many cycles, each injecting every kind once (default 10)"
+    )
     parser.add_argument("--max-faults", type=int, default=0, help="stop after this many faults (default: whole cycles)")
     parser.add_argument("--tables-per-variant", type=int, default=2)
     parser.add_argument("--report", type=Path, default=None, help="write the JSON report here")
@@ -724,8 +795,17 @@ def parse_args(argv: Sequence[str] | None) -> Options:
         parser.error(f"unknown fault kinds {unknown}; known: {', '.join(FAULT_KINDS)}")
     if args.rounds < 0 or args.tables_per_variant < 1 or args.cycles < 1:
         parser.error("--rounds must be >= 0, --tables-per-variant and --cycles >= 1")
-    opts = Options(args.rounds, args.seed, kinds, args.tables_per_variant, args.report, args.run_dir, args.keep,
-                   args.max_faults, args.cycles)
+    opts = Options(
+        args.rounds,
+        args.seed,
+        kinds,
+        args.tables_per_variant,
+        args.report,
+        args.run_dir,
+        args.keep,
+        args.max_faults,
+        args.cycles,
+    )
     if args.print_schedule:
         faults = schedule(opts.seed, opts.kinds, opts.tables_per_variant * len(VARIANTS))
         for _ in range(args.print_schedule):

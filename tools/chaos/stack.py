@@ -165,8 +165,15 @@ class ChaosInfra:
         env = self.script_env()
         assert env["NIUNIU_RUN_DIR"] == str(self.run_dir) and self.run_dir != (ROOT / ".run").resolve()
         log = (self.run_dir / "infra.log").open("ab")
-        subprocess.run([str(ROOT / "scripts" / "infra"), *args], env=env, stdout=log, stderr=subprocess.STDOUT,
-                       check=True, timeout=INFRA_TIMEOUT_S, cwd=ROOT)
+        subprocess.run(
+            [str(ROOT / "scripts" / "infra"), *args],
+            env=env,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            check=True,
+            timeout=INFRA_TIMEOUT_S,
+            cwd=ROOT,
+        )
 
     def up(self) -> dict[str, str]:
         self.run_dir.mkdir(parents=True, exist_ok=True)
@@ -178,10 +185,27 @@ class ChaosInfra:
         rdir = self.run_dir / "redis"
         # As scripts/infra starts it (redis-server rewrites its own command line, so it cannot be read back).
         self._redis_cmd = [
-            shutil.which("redis-server") or "redis-server", "--bind", "127.0.0.1", "--port", str(self.redis_port),
-            "--protected-mode", "yes", "--daemonize", "yes", "--pidfile", str(rdir / "redis.pid"),
-            "--logfile", str(self.run_dir / "logs" / "redis.log"), "--dir", str(rdir), "--save", "",
-            "--appendonly", "no", "--aclfile", str(rdir / "users.acl"),
+            shutil.which("redis-server") or "redis-server",
+            "--bind",
+            "127.0.0.1",
+            "--port",
+            str(self.redis_port),
+            "--protected-mode",
+            "yes",
+            "--daemonize",
+            "yes",
+            "--pidfile",
+            str(rdir / "redis.pid"),
+            "--logfile",
+            str(self.run_dir / "logs" / "redis.log"),
+            "--dir",
+            str(rdir),
+            "--save",
+            "",
+            "--appendonly",
+            "no",
+            "--aclfile",
+            str(rdir / "users.acl"),
         ]
         return self.env
 
@@ -227,8 +251,13 @@ class ChaosInfra:
     def start_kafka(self) -> None:
         log = (self.run_dir / "logs" / "kafka.log").open("ab")
         self._kafka_proc = subprocess.Popen(
-            self._kafka_cmd, cwd=self.kdir, env=self._kafka_env, stdout=log, stderr=subprocess.STDOUT,
-            stdin=subprocess.DEVNULL, start_new_session=True,
+            self._kafka_cmd,
+            cwd=self.kdir,
+            env=self._kafka_env,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            stdin=subprocess.DEVNULL,
+            start_new_session=True,
         )
         (self.kdir / "kafka.pid").write_text(f"{self._kafka_proc.pid}\n")  # so `scripts/infra down` finds it
         self.wait_kafka()
@@ -292,8 +321,12 @@ class ChaosInfra:
 
     def pg_immediate_stop(self) -> None:
         prefix, pg_ctl, data = self._pg()
-        subprocess.run([*prefix, str(pg_ctl), "-D", str(data), "-m", "immediate", "-w", "-t", "30", "stop"],
-                       check=True, timeout=60, capture_output=True)
+        subprocess.run(
+            [*prefix, str(pg_ctl), "-D", str(data), "-m", "immediate", "-w", "-t", "30", "stop"],
+            check=True,
+            timeout=60,
+            capture_output=True,
+        )
 
     def pg_up(self) -> bool:
         prefix, pg_ctl, data = self._pg()
@@ -305,8 +338,13 @@ class ChaosInfra:
             return
         prefix, pg_ctl, data = self._pg()
         log = data.parent / "postgres.log"
-        subprocess.run([*prefix, str(pg_ctl), "-D", str(data), "-l", str(log), "-w", "-t", "120", "start"],
-                       check=True, timeout=150, capture_output=True, stdin=subprocess.DEVNULL)
+        subprocess.run(
+            [*prefix, str(pg_ctl), "-D", str(data), "-l", str(log), "-w", "-t", "120", "start"],
+            check=True,
+            timeout=150,
+            capture_output=True,
+            stdin=subprocess.DEVNULL,
+        )
 
     # -- Redis ------------------------------------------------------------------------------------
 
@@ -327,8 +365,14 @@ class ChaosInfra:
     def redis_start(self) -> None:
         if self.redis_up():
             return
-        subprocess.run(self._redis_cmd, cwd=self.run_dir / "redis", check=True, timeout=30, capture_output=True,
-                       stdin=subprocess.DEVNULL)
+        subprocess.run(
+            self._redis_cmd,
+            cwd=self.run_dir / "redis",
+            check=True,
+            timeout=30,
+            capture_output=True,
+            stdin=subprocess.DEVNULL,
+        )
         deadline = time.monotonic() + 30
         while time.monotonic() < deadline:
             if self.redis_up():
