@@ -127,12 +127,13 @@ SELECT count(*) FROM fresh
 
 # The usual poll: every event new. Recorded without ON CONFLICT (its speculative insertion and the
 # matching of what was inserted took 45 ms of a poll of 5 000 here, this 19 ms and the fresh indexes
-# 6 ms more); an event tracked already or twice in the poll fails it, and the poll is then recorded by
-# ``_RECORD_POLLED``.
+# 6 ms more), and in no particular order (``_RECORD_POLLED`` orders its rows so that an event's first
+# copy is the one tracked; here there is one copy of each); an event tracked already or twice in the
+# poll fails it, and the poll is then recorded by ``_RECORD_POLLED``.
 _RECORD_POLLED_NEW = """
 WITH recorded AS (
     INSERT INTO processed_events (consumer, event_id, topic, partition, "offset")
-    SELECT %s, event_id, topic, partition, "offset" FROM replay_polled ORDER BY n
+    SELECT %s, event_id, topic, partition, "offset" FROM replay_polled
 )
 INSERT INTO replay_fresh (n) SELECT n FROM replay_polled
 """
