@@ -13,10 +13,12 @@ calls outstanding (``--rate`` > 0: at most that many calls a second) on tables t
 are taking bets. Each run prints accepted bets/s, PlaceBet latency percentiles, the
 refusals by status and reason, the outbox backlog and consumer lag read from the
 services' /metrics, the seconds from each round's settlement to the wallet's last
-movement for it, the services' CPU, and, measured right after the run, PostgreSQL's one-row
-INSERT commit rate on 16 connections and the table process's rate of empty calls (gRPC health
-``Check`` through the same server and interceptors, as many in flight): every figure reads as a
-ratio of what the database and the gRPC stack underneath do on the same machine at that moment.
+movement for it, the CPU of the services, of PostgreSQL and of Kafka (cores, and
+milliseconds per accepted bet beside the whole machine's: where a bet's cost goes), and,
+measured right after the run, PostgreSQL's one-row INSERT commit rate on 16 connections
+and the table process's rate of empty calls (gRPC health ``Check`` through the same server
+and interceptors, as many in flight): every figure reads as a ratio of what the database
+and the gRPC stack underneath do on the same machine at that moment.
 
 ``--profile DIR`` records every service with py-spy during each run (raw folded stacks,
 DIR/<service>-run<N>.txt). ``--audit`` (with the services it started) runs ``niuniu-audit
@@ -28,6 +30,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import math
 import os
 import random
 import signal
@@ -186,6 +189,67 @@ class LocalStack:
             admin.close()
 
 
+def infra_cpu_seconds() -> dict[str, float]:
+    """CPU seconds so far of this machine's PostgreSQL and Kafka broker processes (those found).
+
+    PostgreSQL's backends come and go: the CPU of those that ended counts in their postmaster's
+    reaped children (``cutime``, ``cstime``), so the difference of two readings is all of it.
+    """
+    ticks = os.sysconf("SC_CLK_TCK")
+    stats: dict[str, tuple[str, list[str]]] = {}
+    for entry in os.scandir("/proc"):
+        if not entry.name.isdigit():
+            continue
+        try:
+            text = Path(entry.path, "stat").read_text()
+        except OSError:
+            continue
+        stats[entry.name] = (text[text.find("(") + 1 : text.rfind(")")], text[text.rfind(")") + 2 :].split())
+    postgres = {pid for pid, (comm, _) in stats.items() if comm == "postgres"}
+    out: dict[str, float] = {}
+    for pid, (comm, fields) in stats.items():
+        used = int(fields[11]) + int(fields[12])
+        if pid in postgres:
+            if fields[1] not in postgres:  # a postmaster: with its ended backends
+                used += int(fields[13]) + int(fields[14])
+            out["postgres"] = out.get("postgres", 0.0) + used / ticks
+        elif comm == "java" and _is_kafka_broker(pid):
+            out["kafka"] = out.get("kafka", 0.0) + used / ticks
+    return out
+
+
+def process_cpu_seconds(stack: LocalStack) -> dict[str, float]:
+    """CPU seconds so far of the services started, this load generator, PostgreSQL and Kafka."""
+    return {**stack.cpu_seconds(), "load": time.process_time(), **infra_cpu_seconds()}
+
+
+def _is_kafka_broker(pid: str) -> bool:
+    try:
+        return b"kafka.Kafka" in Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
+    except OSError:
+        return False
+
+
+def machine_busy_seconds() -> float:
+    """CPU seconds this machine's cores have been busy (not idle, not waiting for I/O) since boot."""
+    fields = Path("/proc/stat").read_text().split("\n", 1)[0].split()  # "cpu": all cores together
+    user, nice, system, _idle, _iowait, irq, softirq, steal = (int(v) for v in fields[1:9])
+    return (user + nice + system + irq + softirq + steal) / os.sysconf("SC_CLK_TCK")
+
+
+def cpu_lines(cpu: dict[str, float], machine_s: float, seconds: float, accepted: int) -> list[str]:
+    """The run's CPU by process (cores), and per accepted bet (ms), with the whole machine's."""
+    cores = os.cpu_count() or 1
+    known = not math.isnan(machine_s)
+    busy = f"; machine {machine_s / seconds:.2f} of {cores} busy" if known else ""
+    lines = ["  CPU (cores): " + ", ".join(f"{k} {v / seconds:.2f}" for k, v in cpu.items()) + busy]
+    if accepted:
+        every = ", ".join(f"{k} {1000 * v / accepted:.2f}" for k, v in cpu.items())
+        whole = f"; machine {1000 * machine_s / accepted:.2f}" if known else ""
+        lines.append(f"  CPU ms per accepted bet: {every}{whole}")
+    return lines
+
+
 @dataclass
 class Player:
     account: str
@@ -215,6 +279,8 @@ class RunResult:
     empty_calls_per_s: float = float("nan")
     handling_ms: dict[str, float] = field(default_factory=dict)
     """Mean server-side time per call of the ``HANDLED`` methods during the run."""
+    machine_cpu_s: float = float("nan")
+    """CPU seconds the machine's cores were busy during the run (every process)."""
 
     @property
     def bets_per_s(self) -> float:
@@ -506,7 +572,8 @@ def print_run(n: int, r: RunResult, in_flight: int, out: Any) -> None:
         file=out,
     )
     if r.cpu:
-        print("  service CPU (cores): " + ", ".join(f"{k} {v / r.seconds:.2f}" for k, v in r.cpu.items()), file=out)
+        for line in cpu_lines(r.cpu, r.machine_cpu_s, r.seconds, r.accepted):
+            print(line, file=out)
     print(f"  PostgreSQL right after: {r.postgres} -> bets/s are {r.postgres.ratio(r.bets_per_s)} of it", file=out)
     empty = 100 * r.bets_per_s / r.empty_calls_per_s if r.empty_calls_per_s else float("nan")
     print(
@@ -551,13 +618,15 @@ async def main_async(args: argparse.Namespace) -> int:
             try:
                 for run in range(1, args.runs + 1):
                     since = time.time()
-                    cpu_before = stack.cpu_seconds() if stack else {}
+                    cpu_before = process_cpu_seconds(stack) if stack else {}
+                    machine_before = machine_busy_seconds()
                     metrics_before = scrape(metrics_urls)
                     spies = _profile(stack, Path(args.profile), run, args.duration) if stack and args.profile else []
                     seconds, accepted, latencies, refusals = await bet_phase(
                         table, players, states, args.in_flight, args.rate, args.duration
                     )
-                    cpu_after = stack.cpu_seconds() if stack else {}
+                    cpu_after = process_cpu_seconds(stack) if stack else {}
+                    machine_s = machine_busy_seconds() - machine_before
                     metrics = scrape(metrics_urls)
                     for spy in spies:
                         spy.wait(timeout=60)
@@ -569,6 +638,7 @@ async def main_async(args: argparse.Namespace) -> int:
                     result = RunResult(
                         seconds, accepted, latencies, refusals, pg, lags, missing, cpu, metrics, empty, handled
                     )
+                    result.machine_cpu_s = machine_s
                     results.append(result)
                     print_run(run, result, args.in_flight, out)
                     out.flush()

@@ -35,6 +35,11 @@ def test_a_short_load_run_bets_and_its_journal_replays_clean(infra: dict[str, st
     # Where the latency went: the table's handling of PlaceBet and the wallet's of PlaceHold inside it.
     handled = re.search(r"mean server-side ms  table PlaceBet ([0-9.]+), wallet PlaceHold ([0-9.]+)", text)
     assert handled is not None and 0 < float(handled.group(2)) < float(handled.group(1)), text[-3000:]
+    # Where the CPU went, per accepted bet: the database's (with its backends that ended) and the machine's.
+    per_bet = re.search(r"CPU ms per accepted bet: .*table ([0-9.]+).*postgres ([0-9.]+).*; machine ([0-9.]+)", text)
+    assert per_bet is not None, text[-3000:]
+    table_ms, postgres_ms, machine_ms = (float(v) for v in per_bet.groups())
+    assert 0 < table_ms < machine_ms and 0 < postgres_ms < machine_ms, text[-3000:]
     assert "INTERNAL" not in text and "UNKNOWN" not in text, text[-3000:]
     assert re.search(r"differences: 0\b", text) and "RESULT: OK" in text, text[-3000:]
     run = re.search(r"logs in .*/([0-9a-f]+)\)", text)
