@@ -431,8 +431,12 @@ class TableStore:
         )
 
     async def save_outcomes(self, conn: Conn, results: Sequence[BetResult]) -> None:
-        async with conn.cursor() as cur:
-            await cur.executemany(
-                "UPDATE bets SET status = 'settled', outcome = %s, net_minor = %s WHERE bet_id = %s",
-                [(str(r.outcome), r.net_minor, r.bet_id) for r in results],
-            )
+        """The settled bets' outcomes, in one statement whatever their number."""
+        if not results:
+            return
+        await conn.execute(
+            "UPDATE bets b SET status = 'settled', outcome = r.outcome, net_minor = r.net_minor"
+            " FROM unnest(%s::text[], %s::text[], %s::bigint[]) AS r (bet_id, outcome, net_minor)"
+            " WHERE b.bet_id = r.bet_id",
+            ([r.bet_id for r in results], [str(r.outcome) for r in results], [r.net_minor for r in results]),
+        )

@@ -496,23 +496,28 @@ async def insert_holds(conn: psycopg.AsyncConnection, placed: Sequence[Hold]) ->
 
 
 async def save_resolutions(conn: psycopg.AsyncConnection, resolved: Sequence[Hold]) -> None:
-    """Record each hold's one resolution; the ``status = 'open'`` guard makes a second one impossible."""
-    async with conn.cursor() as cur:
-        for h in resolved:
-            await cur.execute(
-                "UPDATE wallet_holds SET status = %s, posted_minor = %s, released_minor = %s, resolved_at = %s,"
-                " resolved_by = %s, postings = %s WHERE hold_id = %s AND status = 'open'",
-                (
-                    h.status.value,
-                    h.posted_minor,
-                    h.released_minor,
-                    h.resolved_at,
-                    h.resolved_by,
-                    json.dumps([list(p) for p in h.postings]),
-                    h.hold_id,
-                ),
-            )
-            assert cur.rowcount == 1, f"hold {h.hold_id} was not open"
+    """Record each hold's one resolution, in one statement; the ``status = 'open'`` guard makes a second
+    one impossible."""
+    if not resolved:
+        return
+    cur = await conn.execute(
+        "UPDATE wallet_holds h SET status = r.status, posted_minor = r.posted, released_minor = r.released,"
+        " resolved_at = r.resolved_at, resolved_by = r.resolved_by, postings = r.postings::jsonb"
+        " FROM unnest(%s::text[], %s::text[], %s::bigint[], %s::bigint[], %s::timestamptz[], %s::text[], %s::text[])"
+        " AS r (hold_id, status, posted, released, resolved_at, resolved_by, postings)"
+        " WHERE h.hold_id = r.hold_id AND h.status = 'open'",
+        (
+            [h.hold_id for h in resolved],
+            [h.status.value for h in resolved],
+            [h.posted_minor for h in resolved],
+            [h.released_minor for h in resolved],
+            [h.resolved_at for h in resolved],
+            [h.resolved_by for h in resolved],
+            [json.dumps([list(p) for p in h.postings]) for h in resolved],
+        ),
+    )
+    # Each hold once, and open until now (a hold named twice updates one row).
+    assert cur.rowcount == len(resolved), f"{len(resolved) - cur.rowcount} of the holds were not open"
 
 
 async def save_resize(conn: psycopg.AsyncConnection, resized: Hold, resize: Resize) -> None:

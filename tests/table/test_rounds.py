@@ -68,6 +68,11 @@ async def test_a_golden_bull_round_settles_what_the_variant_settles_and_conserve
     assert rig.conserved() and rig.open_holds() == []
     for bet in settled.bets:  # every player's balance moved by exactly their bet's net
         assert rig.wallet.available[bet.player] == 10_000_000 + bet.net_minor
+    stored = {b["bet_id"]: b for b in await rig.app.round_bets(current["round_id"])}
+    assert {b.bet_id: ("settled", str(b.outcome), b.net_minor) for b in expected.bets} == {
+        i: (b["status"], b["outcome"], b["net_minor"]) for i, b in stored.items() if i != cancelled.bet_id
+    }
+    assert stored[cancelled.bet_id]["status"] == "cancelled"
     await rig.advance("gb", lambda r: r["round_no"] == 2)
     assert (await rig.app.round_row(current["round_id"]))["server_seed"] == rig.rng.seed(current["round_id"]).hex()
     assert await rig.audit("gb", current["round_id"]) == []  # the ledger's recompute, transfer by transfer
