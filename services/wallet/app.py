@@ -386,7 +386,6 @@ class WalletApp:
             if not placed:
                 return outcomes
             await repo.insert_holds(conn, [d.hold for d in placed])
-            await repo.save_movements(conn, [m for d in placed for m in d.movements], "hold", now)
             versions: dict[str, int] = {}
             for decision in placed:
                 account = decision.hold.account
@@ -394,7 +393,8 @@ class WalletApp:
                 placed_event = events.hold_placed(decision.hold, decision.movements[0])
                 await self._store.append_queued(conn, events.account_stream(account), version, [placed_event])
                 versions[account] = version + 1
-            await repo.bump_versions(conn, versions)
+            # The balances, their entries and the accounts' new stream versions: one statement.
+            await repo.save_movements(conn, [m for d in placed for m in d.movements], "hold", now, versions)
             return outcomes
 
         return await self._pipelined(work)

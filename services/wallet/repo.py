@@ -272,21 +272,12 @@ async def bump_version(conn: psycopg.AsyncConnection, name: str, version: int) -
     await conn.execute("UPDATE wallet_accounts SET version = %s WHERE account = %s", (version, name))
 
 
-async def bump_versions(conn: psycopg.AsyncConnection, versions: Mapping[str, int]) -> None:
-    """``bump_version`` for several accounts in one statement."""
-    if not versions:
-        return
-    await conn.execute(
-        "UPDATE wallet_accounts a SET version = v.version FROM unnest(%s::text[], %s::bigint[]) AS v (account, version)"
-        " WHERE a.account = v.account",
-        (list(versions), list(versions.values())),
-    )
-
-
 _SAVE_MOVEMENTS = """
 WITH moved AS (
-    UPDATE wallet_accounts a SET available_minor = a.available_minor + d.available, held_minor = a.held_minor + d.held
-    FROM unnest(%(accounts)s::text[], %(available)s::bigint[], %(held)s::bigint[]) AS d (account, available, held)
+    UPDATE wallet_accounts a SET available_minor = a.available_minor + d.available, held_minor = a.held_minor + d.held,
+                                 version = coalesce(d.version, a.version)
+    FROM unnest(%(accounts)s::text[], %(available)s::bigint[], %(held)s::bigint[], %(versions)s::bigint[])
+        AS d (account, available, held, version)
     WHERE a.account = d.account
 )
 INSERT INTO wallet_entries (account, movement_id, kind, source, available_delta, held_delta, round_id, hold_id, bet_id,
@@ -300,15 +291,23 @@ ORDER BY e.n
 
 
 async def save_movements(
-    conn: psycopg.AsyncConnection, movements: Sequence[Movement], source: str, now: datetime
+    conn: psycopg.AsyncConnection,
+    movements: Sequence[Movement],
+    source: str,
+    now: datetime,
+    versions: Mapping[str, int] | None = None,
 ) -> None:
     """Apply the movements' net effect to the balances and write one entry per movement and account.
 
-    One statement: the balance updates and the entries (in movement order, so entry ids follow it).
+    One statement: the balance updates and the entries (in movement order, so entry ids follow it),
+    with the accounts' new stream ``versions`` when given (set by the same row update).
     """
-    if not movements:
+    versions = versions or {}
+    if not movements and not versions:
         return
     net = net_by_account(movements)
+    for name in sorted(versions.keys() - net.keys()):
+        net[name] = (0, 0)
     rows: list[tuple[Any, ...]] = []
     for m in movements:
         for name, (d_available, d_held) in net_by_account([m]).items():
@@ -321,6 +320,7 @@ async def save_movements(
             "accounts": list(net),
             "available": [d[0] for d in net.values()],
             "held": [d[1] for d in net.values()],
+            "versions": [versions.get(name) for name in net],
             "source": source,
             "now": now,
             **{

@@ -1,5 +1,6 @@
-"""A settlement's hold resolutions are written in one statement: each hold its own fields, and a hold
-that is no longer open refuses the whole write (a second resolution is impossible)."""
+"""The wallet's writes of many rows in one statement: a settlement's hold resolutions (each hold its own
+fields; a hold no longer open refuses the whole write, so a second resolution is impossible), and a
+group's movements with the accounts' new stream versions."""
 
 from __future__ import annotations
 
@@ -10,7 +11,7 @@ import psycopg
 import pytest
 
 from services.wallet import repo
-from services.wallet.domain import AccountKind, Hold, HoldRequest, HoldStatus
+from services.wallet.domain import AccountKind, Bucket, Hold, HoldRequest, HoldStatus, Leg, Movement
 
 pytestmark = pytest.mark.integration
 
@@ -74,3 +75,32 @@ async def test_resolutions_keep_each_holds_fields_and_a_hold_not_open_refuses_th
         await conn.rollback()
         after = await repo.holds(conn, [fourth.hold_id, resolved[0].hold_id])
         assert after == {fourth.hold_id: fourth, resolved[0].hold_id: resolved[0]}
+
+
+def hold_movement(account: str, amount: int) -> Movement:
+    legs = (Leg(account, Bucket.AVAILABLE, -amount), Leg(account, Bucket.HELD, amount))
+    return Movement(f"m-{account}", "hold", legs, hold_id=f"h-{account}")
+
+
+async def test_movements_set_the_versions_given_with_the_balances_and_only_those(dsn: str, schema: str) -> None:
+    async with await psycopg.AsyncConnection.connect(dsn) as conn:
+        await conn.execute(f'SET search_path TO "{schema}"')
+        await repo.setup(conn)
+        for name in ("player:a", "player:b", "player:c"):
+            await repo.insert_account(conn, name, AccountKind.PLAYER)
+        await conn.execute("UPDATE wallet_accounts SET available_minor = 1000, version = 4")
+        # a: moved and versioned; b: versioned only; c: moved only.
+        await repo.save_movements(
+            conn,
+            [hold_movement("player:a", 100), hold_movement("player:c", 30)],
+            "hold",
+            NOW,
+            {"player:a": 5, "player:b": 7},
+        )
+        cur = await conn.execute(
+            "SELECT account, available_minor, held_minor, version FROM wallet_accounts"
+            " WHERE account LIKE 'player:%' ORDER BY account"
+        )
+        assert await cur.fetchall() == [("player:a", 900, 100, 5), ("player:b", 1000, 0, 7), ("player:c", 970, 30, 4)]
+        cur = await conn.execute("SELECT account, available_delta, held_delta FROM wallet_entries ORDER BY entry_id")
+        assert await cur.fetchall() == [("player:a", -100, 100), ("player:c", -30, 30)]
