@@ -163,11 +163,9 @@ class LocalStack:
         ticks = os.sysconf("SC_CLK_TCK")
         out = {}
         for service, proc in self.procs.items():
-            try:
-                fields = Path(f"/proc/{proc.pid}/stat").read_text().rsplit(")", 1)[1].split()
-                out[service] = (int(fields[11]) + int(fields[12])) / ticks
-            except (OSError, IndexError, ValueError):
-                continue
+            stat = _proc_stat(str(proc.pid))
+            if stat is not None:
+                out[service] = (int(stat[1][11]) + int(stat[1][12])) / ticks
         return out
 
     async def drop(self) -> None:
@@ -196,15 +194,7 @@ def infra_cpu_seconds() -> dict[str, float]:
     reaped children (``cutime``, ``cstime``), so the difference of two readings is all of it.
     """
     ticks = os.sysconf("SC_CLK_TCK")
-    stats: dict[str, tuple[str, list[str]]] = {}
-    for entry in os.scandir("/proc"):
-        if not entry.name.isdigit():
-            continue
-        try:
-            text = Path(entry.path, "stat").read_text()
-        except OSError:
-            continue
-        stats[entry.name] = (text[text.find("(") + 1 : text.rfind(")")], text[text.rfind(")") + 2 :].split())
+    stats = {pid: stat for pid in os.listdir("/proc") if pid.isdigit() and (stat := _proc_stat(pid)) is not None}
     postgres = {pid for pid, (comm, _) in stats.items() if comm == "postgres"}
     out: dict[str, float] = {}
     for pid, (comm, fields) in stats.items():
@@ -221,6 +211,15 @@ def infra_cpu_seconds() -> dict[str, float]:
 def process_cpu_seconds(stack: LocalStack) -> dict[str, float]:
     """CPU seconds so far of the services started, this load generator, PostgreSQL and Kafka."""
     return {**stack.cpu_seconds(), "load": time.process_time(), **infra_cpu_seconds()}
+
+
+def _proc_stat(pid: str) -> tuple[str, list[str]] | None:
+    """A process's name and the fields of ``/proc/<pid>/stat`` after it (state first), or None once it is gone."""
+    try:
+        text = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return None
+    return text[text.find("(") + 1 : text.rfind(")")], text[text.rfind(")") + 2 :].split()
 
 
 def _is_kafka_broker(pid: str) -> bool:
@@ -636,9 +635,19 @@ async def main_async(args: argparse.Namespace) -> int:
                     cpu = {k: cpu_after[k] - cpu_before.get(k, 0.0) for k in cpu_after}
                     handled = {m: handling_ms(metrics_before, metrics, m) for m in HANDLED}
                     result = RunResult(
-                        seconds, accepted, latencies, refusals, pg, lags, missing, cpu, metrics, empty, handled
+                        seconds,
+                        accepted,
+                        latencies,
+                        refusals,
+                        pg,
+                        lags,
+                        missing,
+                        cpu,
+                        metrics,
+                        empty,
+                        handled,
+                        machine_cpu_s=machine_s,
                     )
-                    result.machine_cpu_s = machine_s
                     results.append(result)
                     print_run(run, result, args.in_flight, out)
                     out.flush()
