@@ -667,19 +667,22 @@ class WalletApp:
             await self.reject_settlement(conn, command, source_type, source_id, reason, detail)
             return "rejected"
         try:
-            plan = await self._plan_settlement(conn, command, now)
+            plan, strays = await self._plan_settlement(conn, command, now)
         except SettlementRejected as rejected:
             await self.reject_settlement(conn, command, source_type, source_id, rejected.reason, rejected.detail)
             return "rejected"
         version = record.version if record else 0
-        await repo.save_resolutions(conn, plan.holds)
-        await repo.save_movements(conn, plan.movements, "settlement", now)
         applied = events.settlement_applied(command.round_id, command.table_id, plan, command.voided, source_id)
-        await self._store.append(conn, events.round_stream(command.round_id), version, [applied])
-        await repo.save_round(
-            conn, repo.RoundRecord(command.round_id, command.table_id, outcome, version + 1, digest, "", "", now)
-        )
-        released = await self._release_strays(conn, command, now)
+        # The writes in one round trip: nothing here reads a result (the hold statuses are checked by
+        # the resolutions' statement, the round stream's version by the strict append).
+        async with conn.pipeline():
+            await repo.save_resolutions(conn, plan.holds)
+            await repo.save_movements(conn, plan.movements, "settlement", now)
+            await self._store.append_queued(conn, events.round_stream(command.round_id), version, [applied])
+            await repo.save_round(
+                conn, repo.RoundRecord(command.round_id, command.table_id, outcome, version + 1, digest, "", "", now)
+            )
+        released = await self._release_strays(conn, strays, now, command.round_id)
         metrics.SETTLEMENTS_APPLIED.labels(outcome).inc()
         for hold in (*plan.holds, *released):
             self._count_resolution(hold)
@@ -691,20 +694,23 @@ class WalletApp:
 
     async def _plan_settlement(
         self, conn: psycopg.AsyncConnection, command: SettlementCommand, now: datetime
-    ) -> domain.SettlementPlan:
+    ) -> tuple[domain.SettlementPlan, list[tuple[str, str]]]:
+        """The settlement decided on its locked accounts and holds, and the round's holds it does not name
+        (hold id, account; their accounts locked too)."""
         hold_ids = command.all_hold_ids()
-        owners = {h.account for h in (await repo.holds(conn, hold_ids)).values()}
+        named, others = await repo.settlement_holds(conn, command.round_id, hold_ids)
         # The owners of the round's holds the settlement does not name are locked now too (with
         # the rest, in one order), for _release_strays.
-        strays = {account for _, account in await repo.open_holds_of_round(conn, command.round_id, hold_ids)}
-        locked = await repo.lock_accounts(conn, command.accounts() | owners | strays)
-        holds = await repo.holds(conn, hold_ids, lock=True)
-        return domain.decide_settlement(command, {n: a.state for n, a in locked.items()}, holds, now)
+        owners = {h.account for h in named.values()} | {account for _, account in others}
+        locks = await repo.lock_for_settlement(conn, command.round_id, command.accounts() | owners, hold_ids)
+        states = {n: a.state for n, a in locks.accounts.items()}
+        return domain.decide_settlement(command, states, locks.holds, now), locks.strays
 
     async def _release_strays(
-        self, conn: psycopg.AsyncConnection, command: SettlementCommand, now: datetime
+        self, conn: psycopg.AsyncConnection, strays: list[tuple[str, str]], now: datetime, round_id: str
     ) -> list[Hold]:
-        """Release the round's open holds its settlement does not name, as VoidHold would.
+        """Release the round's open holds its settlement does not name (``strays``: hold id, account), as
+        VoidHold would.
 
         A bet whose hold the wallet placed but whose recording at the table failed (the table
         timed out waiting for the wallet and could not reach it to void the hold) is in no
@@ -713,7 +719,7 @@ class WalletApp:
         The movement is the one VoidHold makes (``void:<hold id>``), so a later VoidHold from the
         table is a replay."""
         released: list[Hold] = []
-        for hold_id, account in await repo.open_holds_of_round(conn, command.round_id, command.all_hold_ids()):
+        for hold_id, account in strays:
             locked = await repo.lock_accounts(conn, [account])  # held already: the current version
             hold = await repo.hold(conn, hold_id, lock=True)
             if hold is None or account not in locked:
@@ -725,7 +731,7 @@ class WalletApp:
             released.append(decision.hold)
             log.warning(
                 "hold of a settled round released: the settlement does not name it",
-                extra={"round_id": command.round_id, "hold_id": hold_id, "amount_minor": hold.amount_minor},
+                extra={"round_id": round_id, "hold_id": hold_id, "amount_minor": hold.amount_minor},
             )
         return released
 

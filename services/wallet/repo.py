@@ -164,6 +164,17 @@ SCHEMA = (
         updated_at  TIMESTAMPTZ NOT NULL
     )
     """,
+    # A guard inside a statement (for writes queued in pipeline mode, whose row counts the caller
+    # cannot read before the COMMIT travels): fails the statement, and so the transaction.
+    """
+    CREATE OR REPLACE FUNCTION wallet_require(ok BOOLEAN, message TEXT) RETURNS VOID LANGUAGE plpgsql AS $$
+    BEGIN
+        IF NOT ok THEN
+            RAISE EXCEPTION USING ERRCODE = 'P0001', MESSAGE = message;
+        END IF;
+    END
+    $$
+    """,
 )
 
 
@@ -186,18 +197,20 @@ class LockedAccount:
     version: int  # of the account's event stream
 
 
+_LOCK_ACCOUNTS = (
+    "SELECT account, kind, available_minor, held_minor, version FROM wallet_accounts"
+    " WHERE account = ANY(%s) ORDER BY account FOR UPDATE"
+)
+
+
 async def lock_accounts(conn: psycopg.AsyncConnection, accounts: Iterable[str]) -> dict[str, LockedAccount]:
     """Lock the existing ones of ``accounts`` (in name order) and return them."""
-    names = sorted(set(accounts))
-    cur = await conn.execute(
-        "SELECT account, kind, available_minor, held_minor, version FROM wallet_accounts"
-        " WHERE account = ANY(%s) ORDER BY account FOR UPDATE",
-        (names,),
-    )
-    return {
-        r[0]: LockedAccount(AccountState(r[0], AccountKind(r[1]), int(r[2]), int(r[3])), int(r[4]))
-        for r in await cur.fetchall()
-    }
+    cur = await conn.execute(_LOCK_ACCOUNTS, (sorted(set(accounts)),))
+    return _locked(await cur.fetchall())
+
+
+def _locked(rows: Iterable[Sequence[Any]]) -> dict[str, LockedAccount]:
+    return {r[0]: LockedAccount(AccountState(r[0], AccountKind(r[1]), int(r[2]), int(r[3])), int(r[4])) for r in rows}
 
 
 @dataclass(frozen=True, slots=True)
@@ -459,12 +472,15 @@ def _hold(r: Sequence[Any]) -> Hold:
     )
 
 
+_HOLDS = f"SELECT {_HOLD_COLUMNS} FROM wallet_holds WHERE hold_id = ANY(%s)"
+_LOCK_HOLDS = _HOLDS + " ORDER BY hold_id FOR UPDATE"
+
+
 async def holds(conn: psycopg.AsyncConnection, hold_ids: Iterable[str], *, lock: bool = False) -> dict[str, Hold]:
     ids = sorted(set(hold_ids))
     if not ids:
         return {}
-    suffix = " ORDER BY hold_id FOR UPDATE" if lock else ""
-    cur = await conn.execute(f"SELECT {_HOLD_COLUMNS} FROM wallet_holds WHERE hold_id = ANY(%s){suffix}", (ids,))
+    cur = await conn.execute(_LOCK_HOLDS if lock else _HOLDS, (ids,))
     return {h.hold_id: h for h in map(_hold, await cur.fetchall())}
 
 
@@ -500,12 +516,15 @@ async def save_resolutions(conn: psycopg.AsyncConnection, resolved: Sequence[Hol
     one impossible."""
     if not resolved:
         return
-    cur = await conn.execute(
-        "UPDATE wallet_holds h SET status = r.status, posted_minor = r.posted, released_minor = r.released,"
+    # Checked in the statement (``wallet_require``), so the write may be queued in a pipeline.
+    await conn.execute(
+        "WITH resolved AS ("
+        " UPDATE wallet_holds h SET status = r.status, posted_minor = r.posted, released_minor = r.released,"
         " resolved_at = r.resolved_at, resolved_by = r.resolved_by, postings = r.postings::jsonb"
         " FROM unnest(%s::text[], %s::text[], %s::bigint[], %s::bigint[], %s::timestamptz[], %s::text[], %s::text[])"
         " AS r (hold_id, status, posted, released, resolved_at, resolved_by, postings)"
-        " WHERE h.hold_id = r.hold_id AND h.status = 'open'",
+        " WHERE h.hold_id = r.hold_id AND h.status = 'open' RETURNING 1)"
+        " SELECT wallet_require(count(*) = %s, (%s - count(*)) || ' of the holds were not open') FROM resolved",
         (
             [h.hold_id for h in resolved],
             [h.status.value for h in resolved],
@@ -514,10 +533,11 @@ async def save_resolutions(conn: psycopg.AsyncConnection, resolved: Sequence[Hol
             [h.resolved_at for h in resolved],
             [h.resolved_by for h in resolved],
             [json.dumps([list(p) for p in h.postings]) for h in resolved],
+            # Each hold once, and open until now (a hold named twice updates one row).
+            len(resolved),
+            len(resolved),
         ),
     )
-    # Each hold once, and open until now (a hold named twice updates one row).
-    assert cur.rowcount == len(resolved), f"{len(resolved) - cur.rowcount} of the holds were not open"
 
 
 async def save_resize(conn: psycopg.AsyncConnection, resized: Hold, resize: Resize) -> None:
@@ -567,16 +587,49 @@ async def due_holds(conn: psycopg.AsyncConnection, now: datetime, limit: int) ->
     return [(r[0], r[1]) for r in await cur.fetchall()]
 
 
-async def open_holds_of_round(
-    conn: psycopg.AsyncConnection, round_id: str, known: Sequence[str]
-) -> list[tuple[str, str]]:
-    """(hold id, account) of the round's open holds that are not among ``known``."""
-    cur = await conn.execute(
-        "SELECT hold_id, account FROM wallet_holds WHERE status = 'open' AND round_id = %s"
-        " AND NOT (hold_id = ANY(%s)) ORDER BY hold_id",
-        (round_id, list(known)),
+# (hold id, account) of the round's open holds that are not among the hold ids given.
+_OPEN_HOLDS_OF_ROUND = (
+    "SELECT hold_id, account FROM wallet_holds WHERE status = 'open' AND round_id = %s"
+    " AND NOT (hold_id = ANY(%s)) ORDER BY hold_id"
+)
+
+
+async def settlement_holds(
+    conn: psycopg.AsyncConnection, round_id: str, hold_ids: Sequence[str]
+) -> tuple[dict[str, Hold], list[tuple[str, str]]]:
+    """A settlement's holds and (hold id, account) of its round's other open holds, in one round trip."""
+    ids = sorted(set(hold_ids))
+    async with conn.pipeline():
+        named = await conn.execute(_HOLDS, (ids,))
+        others = await conn.execute(_OPEN_HOLDS_OF_ROUND, (round_id, ids))
+    return (
+        {h.hold_id: h for h in map(_hold, await named.fetchall())},
+        [(r[0], r[1]) for r in await others.fetchall()],
     )
-    return [(r[0], r[1]) for r in await cur.fetchall()]
+
+
+@dataclass(frozen=True, slots=True)
+class SettlementLocks:
+    accounts: dict[str, LockedAccount]
+    holds: dict[str, Hold]
+    strays: list[tuple[str, str]]  # (hold id, account) of the round's open holds the settlement does not name
+
+
+async def lock_for_settlement(
+    conn: psycopg.AsyncConnection, round_id: str, accounts: Iterable[str], hold_ids: Sequence[str]
+) -> SettlementLocks:
+    """Lock the accounts, then the holds (the usual order), and read the round's other open holds
+    after both locks: one round trip."""
+    ids = sorted(set(hold_ids))
+    async with conn.pipeline():
+        locked = await conn.execute(_LOCK_ACCOUNTS, (sorted(set(accounts)),))
+        held = await conn.execute(_LOCK_HOLDS, (ids,))
+        others = await conn.execute(_OPEN_HOLDS_OF_ROUND, (round_id, ids))
+    return SettlementLocks(
+        _locked(await locked.fetchall()),
+        {h.hold_id: h for h in map(_hold, await held.fetchall())},
+        [(r[0], r[1]) for r in await others.fetchall()],
+    )
 
 
 async def open_hold_stats(conn: psycopg.AsyncConnection) -> tuple[int, datetime | None]:

@@ -64,14 +64,22 @@ async def test_resolutions_keep_each_holds_fields_and_a_hold_not_open_refuses_th
         fourth = open_hold(4)
         await repo.insert_holds(conn, [fourth])
         await conn.commit()
-        with pytest.raises(AssertionError, match="1 of the holds were not open"):
-            await repo.save_resolutions(
-                conn,
-                [
-                    replace(fourth, status=HoldStatus.VOIDED, resolved_by="void"),
-                    replace(resolved[0], resolved_by="again"),
-                ],
-            )
+        again = [
+            replace(fourth, status=HoldStatus.VOIDED, resolved_by="void"),
+            replace(resolved[0], resolved_by="again"),
+        ]
+        with pytest.raises(psycopg.errors.RaiseException, match="1 of the holds were not open"):
+            await repo.save_resolutions(conn, again)
+        await conn.rollback()
+        after = await repo.holds(conn, [fourth.hold_id, resolved[0].hold_id])
+        assert after == {fourth.hold_id: fourth, resolved[0].hold_id: resolved[0]}
+
+        # The same queued in pipeline mode (as a settlement writes it), where no row count is read
+        # before the pipeline syncs: the statement itself fails, and the transaction with it.
+        with pytest.raises(psycopg.errors.RaiseException, match="1 of the holds were not open"):
+            async with conn.pipeline():
+                await repo.save_resolutions(conn, again)
+                await conn.execute("UPDATE wallet_holds SET reason = 'changed' WHERE hold_id = %s", (fourth.hold_id,))
         await conn.rollback()
         after = await repo.holds(conn, [fourth.hold_id, resolved[0].hold_id])
         assert after == {fourth.hold_id: fourth, resolved[0].hold_id: resolved[0]}
