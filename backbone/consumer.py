@@ -111,6 +111,7 @@ TRACKING_SCHEMA = (
 
 RETRY_SLEEP_S = 0.5
 MAX_BATCH_SIZE = 500
+MAX_PARALLEL_PARTITIONS = 16
 METADATA_WAIT_S = 30.0
 COMMIT_HINT_INTERVAL_S = 1.0
 """How often Kafka is told the consumer's offsets (a hint: the database is the truth)."""
@@ -152,6 +153,11 @@ class ExactlyOnceConsumer:
     ``pipeline`` the handlers' statements of a batch go to PostgreSQL in one round
     trip (for handlers that read no result they depend on, e.g. a projection's upserts).
     A ``BatchHandler`` gets the batch's new events in one call instead.
+    ``parallel_partitions`` > 1: the partitions a poll brought are applied side by side, up to
+    that many at once, each in its own transactions (a partition's records still in order).
+    For handlers that take their row locks in one order whatever the record, so that side by
+    side they wait for each other instead of deadlocking (the wallet's settlements: accounts
+    by name, then holds), and whose effects do not depend on the order of partitions.
     """
 
     def __init__(
@@ -167,10 +173,14 @@ class ExactlyOnceConsumer:
         event_types: Collection[str] | None = None,
         pipeline: bool = False,
         lease: RedisLease | None = None,
+        parallel_partitions: int = 1,
     ) -> None:
         if not 1 <= batch_size <= MAX_BATCH_SIZE:
             raise ValueError(f"batch_size must be 1..{MAX_BATCH_SIZE}")
+        if not 1 <= parallel_partitions <= MAX_PARALLEL_PARTITIONS:
+            raise ValueError(f"parallel_partitions must be 1..{MAX_PARALLEL_PARTITIONS}")
         self._batch_size = batch_size
+        self._parallel_partitions = parallel_partitions
         self.name = name
         self.topics = list(topics)
         self._pool = pool
@@ -231,12 +241,21 @@ class ExactlyOnceConsumer:
         if assignment != self._assignment:
             self._assignment = assignment
             self._positions.clear()
-        applied = 0
-        if len(batches) > 1 and sum(len(records) for records in batches.values()) <= self._batch_size:
-            applied = await self._apply_together(batches)
-        else:
-            for tp, records in batches.items():
-                applied += await self._apply_records(tp, records)
+        try:
+            if len(batches) > 1 and sum(len(records) for records in batches.values()) <= self._batch_size:
+                applied = await self._apply_together(batches)
+            elif len(batches) > 1 and self._parallel_partitions > 1:
+                applied = await self._apply_side_by_side(batches)
+            else:
+                applied = 0
+                for tp, records in batches.items():
+                    applied += await self._apply_records(tp, records)
+        except BaseException:
+            # Kafka has moved past what this poll brought, applied or not (a failure outside a handler:
+            # the database unreachable for the stored position, a side-by-side partition cancelled):
+            # read it all again; what landed is recognised by its stored position and skipped.
+            self._reread(batches)
+            raise
         now = time.monotonic()
         if self._hints and now - self._hinted_at >= COMMIT_HINT_INTERVAL_S:
             await self._commit_hints()
@@ -356,6 +375,28 @@ class ExactlyOnceConsumer:
             self._advance(tp, fresh[-1].offset + 1)
             await self._after_commit(fresh)
         return applied
+
+    async def _apply_side_by_side(self, batches: dict[TopicPartition, list[Any]]) -> int:
+        """Each partition's records as ``_apply_records`` applies them, ``parallel_partitions`` partitions
+        at once. If one fails outside its handler, the others are cancelled (their transactions roll
+        back) and the poll fails, as it would partition after partition."""
+        gate = asyncio.Semaphore(self._parallel_partitions)
+
+        async def apply(tp: TopicPartition, records: list[Any]) -> int:
+            async with gate:
+                return await self._apply_records(tp, records)
+
+        async with asyncio.TaskGroup() as group:
+            tasks = [group.create_task(apply(tp, records)) for tp, records in batches.items()]
+        return sum(task.result() for task in tasks)
+
+    def _reread(self, batches: dict[TopicPartition, list[Any]]) -> None:
+        for tp, records in batches.items():
+            if records:
+                try:
+                    self._kafka.seek(tp, records[0].offset)
+                except Exception as error:  # no longer assigned: its next owner reads from the stored position
+                    log.info("consumer could not seek back", extra={"topic": tp.topic, "error": repr(error)})
 
     async def _unread(self, tp: TopicPartition, records: list[Any]) -> list[Any]:
         """The records at or past the partition's stored position (the others are counted as duplicates)."""

@@ -84,6 +84,9 @@ class ConsumerSpec:
     # fetch.min.bytes GATHER_BYTES): for consumers no caller waits on, fewer and larger
     # transactions for up to this much more lag. 0: each record as soon as it is there.
     gather_ms: int = 0
+    # Partitions of a poll applied side by side (``ExactlyOnceConsumer``'s ``parallel_partitions``):
+    # for handlers whose row locks are taken in one order whatever the record.
+    parallel_partitions: int = 1
 
 
 @dataclass(frozen=True)
@@ -171,6 +174,7 @@ async def start(
             consumer_spec.handler(ctx),
             kafka,
             batch_size=consumer_spec.batch_size,
+            parallel_partitions=consumer_spec.parallel_partitions,
             lease=RedisLease(redis, f"consumer:{group}:{schema or ''}", owner, CONSUMER_LEASE_TTL_MS),
         )
         tasks.append(consumer.run)

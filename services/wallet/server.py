@@ -24,6 +24,9 @@ from services.wallet.sweeper import SWEEP_INTERVAL_S, sweep_forever
 from services.wallet.throttle import Throttle, ThrottlePolicy
 
 SETTLEMENT_CONSUMER = "wallet-settlement"
+SETTLEMENTS_IN_PARALLEL = 3
+"""Partitions of the table's topic whose settlements the wallet applies at once (of 6 by default):
+tables that end their rounds together (created together, same timings) send a burst of them."""
 APP_KEY = "wallet.app"
 
 
@@ -74,7 +77,17 @@ def make_spec(
         default_topic=lambda t: t.wallet_events,
         register=register,
         setup=repo.setup,
-        consumers=(ConsumerSpec(consumer_name, lambda t: [t.table_events], settlement_handler, batch_size=1),),
+        consumers=(
+            ConsumerSpec(
+                consumer_name,
+                lambda t: [t.table_events],
+                settlement_handler,
+                batch_size=1,
+                # Settlements of tables on different partitions side by side: a settlement locks its
+                # accounts in name order (the house first), then its holds, as every wallet command does.
+                parallel_partitions=SETTLEMENTS_IN_PARALLEL,
+            ),
+        ),
         background=(sweeper,),
         issues_user_tokens=True,
     )

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import socket
 import time
 from collections.abc import AsyncIterator
@@ -488,3 +489,73 @@ async def test_a_failing_record_of_a_poll_of_several_partitions_holds_back_its_p
     kafka.close()
     async with pool.connection() as conn:
         assert await credits(conn) == final  # every credit once, the failed one too
+
+
+@pytest.mark.parametrize("parallel", [1, 3])
+async def test_partitions_applied_side_by_side_apply_each_event_once(
+    pool: AsyncConnectionPool, store: EventStore, topic: str, kafka_servers: str, unique: str, parallel: int
+) -> None:
+    """One record a transaction (as the wallet's settlements): with ``parallel_partitions`` the records
+    of a poll's partitions are inside their handlers at the same time, without it one at a time; each
+    is applied once and each partition's records in order."""
+    await append_credits(pool, store, 30)
+    await OutboxRelay("test", pool, make_producer(kafka_servers, "relay")).publish_once()
+    inside = most = 0
+    order: dict[str, list[int]] = {}
+
+    async def slow(conn: Any, envelope: Any) -> None:
+        nonlocal inside, most
+        inside += 1
+        most = max(most, inside)
+        try:
+            await asyncio.sleep(0.05)  # time for a record of another partition to start meanwhile
+            await apply_credit(conn, envelope)
+            order.setdefault(envelope.stream_id, []).append(envelope.stream_version)
+        finally:
+            inside -= 1
+
+    kafka = make_consumer(kafka_servers, f"g-{unique}", "side-by-side")
+    consumer = ExactlyOnceConsumer(
+        f"g-{unique}", [topic], pool, slow, kafka, batch_size=1, parallel_partitions=parallel
+    )
+    await drain(consumer, pool, 30)
+    kafka.close()
+    assert most == parallel if parallel == 1 else most > 1
+    assert all(versions == sorted(versions) for versions in order.values()), order
+    async with pool.connection() as conn:
+        assert await credits(conn) == expected_totals(30)
+
+
+@pytest.mark.parametrize("parallel", [1, 3])
+async def test_a_poll_that_fails_outside_the_handlers_is_read_again(
+    pool: AsyncConnectionPool, store: EventStore, topic: str, kafka_servers: str, unique: str, parallel: int
+) -> None:
+    """The database is unreachable when the consumer first looks up a partition's stored position: the
+    poll fails, Kafka has moved past its records, and the consumer reads them again (each applied once,
+    none lost), partition after partition or side by side (the others cancelled)."""
+    await append_credits(pool, store, 30)
+    await OutboxRelay("test", pool, make_producer(kafka_servers, "relay")).publish_once()
+    kafka = make_consumer(kafka_servers, f"g-{unique}", "reread")
+    consumer = ExactlyOnceConsumer(
+        f"g-{unique}", [topic], pool, apply_credit, kafka, batch_size=1, parallel_partitions=parallel
+    )
+    stored_position = consumer._stored_position
+    failed = 0
+
+    async def unreachable_once(tp: TopicPartition) -> int:
+        nonlocal failed
+        if not failed:
+            failed += 1
+            raise psycopg.OperationalError("the database went away")
+        return await stored_position(tp)
+
+    consumer._stored_position = unreachable_once  # type: ignore[method-assign]
+    deadline = time.monotonic() + DEADLINE_S
+    while not failed and time.monotonic() < deadline:
+        with contextlib.suppress(psycopg.OperationalError, ExceptionGroup):
+            await consumer.poll_once()
+    assert failed == 1
+    await drain(consumer, pool, 30)
+    kafka.close()
+    async with pool.connection() as conn:
+        assert await credits(conn) == expected_totals(30)
