@@ -280,6 +280,8 @@ class RunResult:
     """Mean server-side time per call of the ``HANDLED`` methods during the run."""
     machine_cpu_s: float = float("nan")
     """CPU seconds the machine's cores were busy during the run (every process)."""
+    settle_published_s: list[float] = field(default_factory=list)
+    """Per round: seconds from RoundSettled to the wallet's settlement event on Kafka (``SettlementLags``)."""
 
     @property
     def bets_per_s(self) -> float:
@@ -403,17 +405,28 @@ def handling_ms(before: dict[str, float], after: dict[str, float], method: str) 
     return 1_000 * seconds / count if count > 0 else float("nan")
 
 
-async def settlement_lags(stack: LocalStack, since: float) -> tuple[list[float], int]:
-    """Per round settled since ``since``: seconds from RoundSettled to the wallet's last movement for it.
+@dataclass(frozen=True)
+class SettlementLags:
+    """Per round settled during a run, seconds from the table's RoundSettled to the wallet's movements for
+    it (``applied``: their time, taken as the wallet starts applying it) and to its settlement event on
+    Kafka (``published``: the relay's, after the wallet's COMMIT: what the ledger can see)."""
 
-    Waits (bounded) for the wallet to apply every such round; returns (lags, rounds not applied).
-    """
+    applied: list[float]
+    published: list[float]
+    missing: int  # rounds the wallet had not applied and published within DRAIN_TIMEOUT_S
+
+
+async def settlement_lags(stack: LocalStack, since: float) -> SettlementLags:
+    """The lags of the rounds settled since ``since``, once the wallet applied and published them all (bounded)."""
     table_schema, wallet_schema = stack.schema("table"), stack.schema("wallet")
     query = sql.SQL(
         "SELECT s.correlation_id, extract(epoch FROM coalesce("
         " (SELECT max(w.occurred_at) FROM {w}.wallet_entries w"
         "  WHERE w.round_id = s.correlation_id AND w.source = 'settlement'),"
-        " (SELECT r.updated_at FROM {w}.wallet_rounds r WHERE r.round_id = s.correlation_id)) - s.occurred_at)"
+        " (SELECT r.updated_at FROM {w}.wallet_rounds r WHERE r.round_id = s.correlation_id)) - s.occurred_at),"
+        " extract(epoch FROM (SELECT min(o.published_at) FROM {w}.events e JOIN {w}.outbox o USING (position)"
+        "  WHERE e.correlation_id = s.correlation_id AND e.event_type = 'wallet.round_settlement_applied')"
+        "  - s.occurred_at)"
         " FROM {t}.events s WHERE s.event_type = 'table.round_settled' AND s.occurred_at >= to_timestamp(%s)"
     ).format(w=sql.Identifier(wallet_schema), t=sql.Identifier(table_schema))
     deadline = time.monotonic() + DRAIN_TIMEOUT_S
@@ -421,9 +434,13 @@ async def settlement_lags(stack: LocalStack, since: float) -> tuple[list[float],
         while True:
             cur = await conn.execute(query, (since,))
             rows = await cur.fetchall()
-            missing = sum(1 for r in rows if r[1] is None)
+            missing = sum(1 for r in rows if r[1] is None or r[2] is None)
             if not missing or time.monotonic() > deadline:
-                return [float(r[1]) for r in rows if r[1] is not None], missing
+                return SettlementLags(
+                    [float(r[1]) for r in rows if r[1] is not None],
+                    [float(r[2]) for r in rows if r[2] is not None],
+                    missing,
+                )
             await asyncio.sleep(0.5)
 
 
@@ -552,18 +569,18 @@ def print_run(n: int, r: RunResult, in_flight: int, out: Any) -> None:
         )
     if r.refusals:
         print("  refusals  " + ", ".join(f"{k} {v}" for k, v in r.refusals.most_common(8)), file=out)
-    if r.settle_lags_s:
-        s = r.settle_lags_s
-        print(
-            f"  settlement -> wallet's last movement, {len(s)} rounds: min {min(s):.3f} s  median"
-            f" {statistics.median(s):.3f} s  p99 {percentile(s, 99):.3f} s  max {max(s):.3f} s"
-            + (
-                f"; {r.rounds_unsettled} rounds not applied within {DRAIN_TIMEOUT_S:.0f} s"
-                if r.rounds_unsettled
-                else ""
-            ),
-            file=out,
-        )
+    for what, s in (
+        ("wallet's last movement", r.settle_lags_s),
+        ("its settlement event on Kafka", r.settle_published_s),
+    ):
+        if s:
+            print(
+                f"  settlement -> {what}, {len(s)} rounds: min {min(s):.3f} s  median"
+                f" {statistics.median(s):.3f} s  p99 {percentile(s, 99):.3f} s  max {max(s):.3f} s",
+                file=out,
+            )
+    if r.rounds_unsettled:
+        print(f"  {r.rounds_unsettled} rounds not applied and published within {DRAIN_TIMEOUT_S:.0f} s", file=out)
     m = r.metrics
     print(
         f"  end of run: outbox backlog {m.get('niuniu_outbox_pending_events', float('nan')):.0f} events,"
@@ -629,7 +646,7 @@ async def main_async(args: argparse.Namespace) -> int:
                     metrics = scrape(metrics_urls)
                     for spy in spies:
                         spy.wait(timeout=60)
-                    lags, missing = await settlement_lags(stack, since) if stack else ([], 0)
+                    lags = await settlement_lags(stack, since) if stack else SettlementLags([], [], 0)
                     pg = await pgbench_commits(os.environ["DATABASE_URL"])
                     empty = await empty_call_rate(tch, args.in_flight)
                     cpu = {k: cpu_after[k] - cpu_before.get(k, 0.0) for k in cpu_after}
@@ -640,13 +657,14 @@ async def main_async(args: argparse.Namespace) -> int:
                         latencies,
                         refusals,
                         pg,
-                        lags,
-                        missing,
+                        lags.applied,
+                        lags.missing,
                         cpu,
                         metrics,
                         empty,
                         handled,
                         machine_cpu_s=machine_s,
+                        settle_published_s=lags.published,
                     )
                     results.append(result)
                     print_run(run, result, args.in_flight, out)
@@ -673,6 +691,9 @@ async def main_async(args: argparse.Namespace) -> int:
         lag_max = [max(r.settle_lags_s) for r in results if r.settle_lags_s]
         if lag_max:
             print(f"  worst settlement lag s {mmm(lag_max, '{:.2f}')}", file=out)
+        published_max = [max(r.settle_published_s) for r in results if r.settle_published_s]
+        if published_max:
+            print(f"  worst to Kafka s       {mmm(published_max, '{:.2f}')}   (wallet's settlement event)", file=out)
         print(f"  PostgreSQL commits/s   {mmm([r.postgres.per_s for r in results])}   (pgbench)", file=out)
         print(f"  table empty calls/s    {mmm([r.empty_calls_per_s for r in results])}", file=out)
     return 0 if clean else 1

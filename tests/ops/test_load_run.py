@@ -22,7 +22,7 @@ RUN_TIMEOUT_S = 600
 def test_a_short_load_run_bets_and_its_journal_replays_clean(infra: dict[str, str], tmp_path: Path) -> None:
     command = [
         str(Path(sys.executable).parent / "niuniu-load"),
-        *("--tables", "2", "--players", "6", "--in-flight", "6", "--duration", "6"),
+        *("--tables", "2", "--players", "6", "--in-flight", "6", "--duration", "15"),  # a round or more a table
         *("--log-dir", str(tmp_path), "--audit"),
     ]
     done = subprocess.run(
@@ -40,6 +40,14 @@ def test_a_short_load_run_bets_and_its_journal_replays_clean(infra: dict[str, st
     assert per_bet is not None, text[-3000:]
     table_ms, postgres_ms, machine_ms = (float(v) for v in per_bet.groups())
     assert 0 < table_ms < machine_ms and 0 < postgres_ms < machine_ms, text[-3000:]
+    # Each settled round reached the wallet, then (after the wallet's COMMIT) Kafka as the wallet's event.
+    lags = {
+        what: float(m.group(1))
+        for what in ("wallet's last movement", "its settlement event on Kafka")
+        if (m := re.search(rf"settlement -> {what}, \d+ rounds: .* max ([0-9.]+) s", text))
+    }
+    assert len(lags) == 2, text[-3000:]
+    assert 0 < lags["wallet's last movement"] <= lags["its settlement event on Kafka"], text[-3000:]
     assert "INTERNAL" not in text and "UNKNOWN" not in text, text[-3000:]
     assert re.search(r"differences: 0\b", text) and "RESULT: OK" in text, text[-3000:]
     run = re.search(r"logs in .*/([0-9a-f]+)\)", text)
