@@ -259,7 +259,7 @@ async def hold_contexts(
         r[0]: LockedAccount(AccountState(r[0], AccountKind(r[1]), int(r[2]), int(r[3])), int(r[4]))
         for r in await locked.fetchall()
     }
-    existing = {h.hold_id: h for h in map(_hold, await held.fetchall())}
+    existing = _holds_by_id(await held.fetchall())
     settings: dict[str, dict[LimitKind, LimitSetting]] = {}
     for r in await limit_rows.fetchall():
         kind = LimitKind(r[1])
@@ -457,6 +457,10 @@ _HOLD_COLUMNS = (
 )
 
 
+def _holds_by_id(rows: Iterable[Sequence[Any]]) -> dict[str, Hold]:
+    return {h.hold_id: h for h in map(_hold, rows)}
+
+
 def _hold(r: Sequence[Any]) -> Hold:
     return Hold(
         HoldRequest(r[0], r[1], int(r[2]), r[3], r[4], int(r[5])),
@@ -481,7 +485,7 @@ async def holds(conn: psycopg.AsyncConnection, hold_ids: Iterable[str], *, lock:
     if not ids:
         return {}
     cur = await conn.execute(_LOCK_HOLDS if lock else _HOLDS, (ids,))
-    return {h.hold_id: h for h in map(_hold, await cur.fetchall())}
+    return _holds_by_id(await cur.fetchall())
 
 
 async def hold(conn: psycopg.AsyncConnection, hold_id: str, *, lock: bool = False) -> Hold | None:
@@ -603,7 +607,7 @@ async def settlement_holds(
         named = await conn.execute(_HOLDS, (ids,))
         others = await conn.execute(_OPEN_HOLDS_OF_ROUND, (round_id, ids))
     return (
-        {h.hold_id: h for h in map(_hold, await named.fetchall())},
+        _holds_by_id(await named.fetchall()),
         [(r[0], r[1]) for r in await others.fetchall()],
     )
 
@@ -627,7 +631,7 @@ async def lock_for_settlement(
         others = await conn.execute(_OPEN_HOLDS_OF_ROUND, (round_id, ids))
     return SettlementLocks(
         _locked(await locked.fetchall()),
-        {h.hold_id: h for h in map(_hold, await held.fetchall())},
+        _holds_by_id(await held.fetchall()),
         [(r[0], r[1]) for r in await others.fetchall()],
     )
 
