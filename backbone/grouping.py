@@ -13,6 +13,9 @@ exception that request alone raises (a refusal). Two requests that share one of 
 so a group's requests never depend on each other. When ``work`` raises for a whole group,
 each of its requests is worked on again alone, so one bad request cannot fail the others.
 
+``many(requests)`` makes several calls at once (a caller's own batch): they are queued together,
+so they go in as few groups as their keys allow, and each has its own outcome.
+
 Bounded: at most ``max_waiting`` calls wait; one more is refused with ``busy()``.
 """
 
@@ -65,6 +68,35 @@ class Grouped(Generic[Req, Res]):
         self._waiting.append((request, future))
         self._start()
         return await future
+
+    async def many(self, requests: Sequence[Req]) -> list[Res | BaseException]:
+        """Several calls at once, queued together so that they can share a group: one outcome each, in
+        order (its result, or the exception it alone raises; ``busy()`` for those past ``max_waiting``)."""
+        loop = asyncio.get_running_loop()
+        queued: list[asyncio.Future[Res] | BaseException] = []
+        for request in requests:
+            if len(self._waiting) >= self._max_waiting:
+                queued.append(self._busy())
+                continue
+            future: asyncio.Future[Res] = loop.create_future()
+            self._waiting.append((request, future))
+            queued.append(future)
+        self._start()
+        outcomes: list[Res | BaseException] = []
+        try:
+            for item in queued:
+                if isinstance(item, BaseException):
+                    outcomes.append(item)
+                    continue
+                try:
+                    outcomes.append(await item)
+                except Exception as error:  # its refusal is its outcome
+                    outcomes.append(error)
+        finally:  # the caller is gone (cancelled): the calls not yet worked on are dropped
+            for item in queued:
+                if isinstance(item, asyncio.Future):
+                    item.cancel()
+        return outcomes
 
     def _start(self) -> None:
         while self._waiting and self._in_flight < self._max_in_flight:

@@ -26,7 +26,14 @@ from backbone.errors import (
     PermissionDenied,
     Unavailable,
 )
+from backbone.grouping import Grouped
 
+HOLDS_PER_CALL = 64
+"""Bound on the holds of one PlaceHolds call (the wallet's own bound)."""
+HOLD_CALLS_IN_FLIGHT = 2
+"""PlaceHolds calls under way at once; the holds asked meanwhile go together in the next one."""
+MAX_HOLDS_WAITING = 1024
+"""Bound on holds waiting for a call; one more is refused UNAVAILABLE TABLE_BUSY."""
 CALL_TIMEOUT_S = 3.0
 """The deadline of every call to the wallet and the rng. A round step makes at most one try of a
 call (``round_base.RNG_PATIENCE``), so a step ends well inside the table's 5 s lease
@@ -100,10 +107,32 @@ def translate(error: grpc.aio.AioRpcError, service: str) -> DomainError:
     return kind(str(reason), f"{service}: {message}")
 
 
+_STATUS_BY_NUMBER = {code.value[0]: code for code in grpc.StatusCode}
+
+
+def refused(refusal: wallet_pb2.Refusal, service: str) -> DomainError:
+    """One item's error of a call made of several, as ``translate`` turns a whole call's."""
+    kind = _CODES.get(_STATUS_BY_NUMBER.get(refusal.code, grpc.StatusCode.UNKNOWN), Unavailable)
+    if kind is Unavailable:
+        return Unavailable(f"{service.upper()}_UNAVAILABLE", f"the {service} service did not answer: {refusal.reason}")
+    return kind(refusal.reason, f"{service}: {refusal.message}")
+
+
 class GrpcWallet:
+    """The wallet over gRPC. Holds asked at the same moment (bets placed together) go in one PlaceHolds
+    call, each with its own outcome: one trip to the wallet and one transaction there for many bets."""
+
     def __init__(self, channel: grpc.aio.Channel, tokens: Tokens) -> None:
         self._stub = wallet_pb2_grpc.WalletStub(channel)
         self._credentials = tokens.service_credentials("table")  # renewed before it expires
+        self._holds: Grouped[wallet_pb2.PlaceHoldRequest, None] = Grouped(
+            self._place_holds,
+            keys=lambda request: (),  # the wallet keeps one account's holds apart itself
+            busy=lambda: Unavailable("TABLE_BUSY", "too many holds waiting for the wallet; retry shortly"),
+            max_group=HOLDS_PER_CALL,
+            max_in_flight=HOLD_CALLS_IN_FLIGHT,
+            max_waiting=MAX_HOLDS_WAITING,
+        )
 
     @property
     def _metadata(self) -> tuple[tuple[str, str]]:
@@ -120,10 +149,22 @@ class GrpcWallet:
             round_id=round_id,
             expires_at_unix_ms=expires_at_unix_ms,
         )
+        await self._holds(request)
+
+    async def _place_holds(self, requests: list[wallet_pb2.PlaceHoldRequest]) -> list[DomainError | None]:
+        """One PlaceHolds call for a group. A failed call is every hold's outcome (not raised: the group
+        must not be asked again hold by hold, each waiting out the deadline)."""
         try:
-            await self._stub.PlaceHold(request, metadata=self._metadata, timeout=CALL_TIMEOUT_S)
+            reply = await self._stub.PlaceHolds(
+                wallet_pb2.PlaceHoldsRequest(holds=requests), metadata=self._metadata, timeout=CALL_TIMEOUT_S
+            )
         except grpc.aio.AioRpcError as error:
-            raise translate(error, "wallet") from None
+            failed = translate(error, "wallet")
+            return [failed] * len(requests)
+        if len(reply.outcomes) != len(requests):
+            unanswered = Unavailable("WALLET_UNAVAILABLE", "the wallet answered another number of holds")
+            return [unanswered] * len(requests)
+        return [refused(o.refused, "wallet") if o.HasField("refused") else None for o in reply.outcomes]
 
     async def void_hold(self, hold_id: str) -> None:
         try:

@@ -20,7 +20,7 @@ from backbone.auth import Principal, Role, require
 from backbone.errors import REASON_METADATA_KEY, DomainError, InvalidArgument, PermissionDenied
 from services.wallet import domain, repo
 from services.wallet.app import WalletApp
-from services.wallet.domain import AccountState, Hold, HoldRequest, LimitKind, ResizeRequest, ResponsiblePlay
+from services.wallet.domain import AccountState, Decision, Hold, HoldRequest, LimitKind, ResizeRequest, ResponsiblePlay
 from services.wallet.throttle import RETRY_AFTER_METADATA_KEY, Throttle, TooManyAttempts, client_address
 
 Context = grpc.aio.ServicerContext[Any, Any]
@@ -75,6 +75,17 @@ def _require_one_of(caller: Principal, roles: tuple[Role, ...], services: tuple[
 
 def balance_pb(a: AccountState) -> pb.AccountBalance:
     return pb.AccountBalance(account=a.account, available_minor=a.available_minor, held_minor=a.held_minor)
+
+
+def refusal_pb(error: DomainError) -> pb.Refusal:
+    code: int = error.code.value[0]
+    return pb.Refusal(code=code, reason=error.reason, message=error.message)
+
+
+def _hold_outcome(outcome: Decision | DomainError) -> pb.PlaceHoldOutcome:
+    if isinstance(outcome, DomainError):
+        return pb.PlaceHoldOutcome(refused=refusal_pb(outcome))
+    return pb.PlaceHoldOutcome(placed=pb.HoldResult(hold=hold_pb(outcome.hold), replayed=outcome.replayed))
 
 
 def hold_pb(h: Hold) -> pb.Hold:
@@ -227,6 +238,16 @@ class WalletServicer(wallet_pb2_grpc.WalletServicer):
             )
         )
         return pb.HoldResult(hold=hold_pb(decision.hold), replayed=decision.replayed)
+
+    async def PlaceHolds(self, request: pb.PlaceHoldsRequest, context: Context) -> pb.PlaceHoldsResponse:
+        self._hold_caller(context)
+        outcomes = await self._app.place_holds(
+            [
+                HoldRequest(h.hold_id, h.account, h.amount_minor, h.reason, h.round_id, h.expires_at_unix_ms)
+                for h in request.holds
+            ]
+        )
+        return pb.PlaceHoldsResponse(outcomes=[_hold_outcome(o) for o in outcomes])
 
     async def PostHold(self, request: pb.PostHoldRequest, context: Context) -> pb.HoldResult:
         self._hold_caller(context)

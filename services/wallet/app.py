@@ -12,7 +12,7 @@ import hashlib
 import logging
 import re
 import uuid
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Generic, TypeVar
@@ -71,6 +71,8 @@ HOLD_GROUPS_IN_FLIGHT = 2
 """Groups of holds worked on at once (each on its own connection). A group waiting on an account's
 row lock (a settlement of that player's round at another table) holds up the holds behind it until
 another group is free: more groups in flight, fewer holds per transaction."""
+MAX_HOLDS_PER_CALL = 64
+"""Bound on the holds of one PlaceHolds call."""
 MAX_HOLDS_WAITING = 1024
 """Bound on PlaceHold calls waiting for a group; one more is refused UNAVAILABLE WALLET_BUSY."""
 
@@ -361,6 +363,33 @@ class WalletApp:
             metrics.HOLDS_PLACED.inc()
             metrics.HOLDS_OPEN.inc()
         return decision
+
+    async def place_holds(self, requests: Sequence[HoldRequest]) -> list[Decision | DomainError]:
+        """Several holds asked in one call: each decided as ``place_hold`` decides it, with an outcome of
+        its own (a ``DomainError`` for a refused one), and queued together so that holds on distinct
+        accounts go in one group."""
+        if not 1 <= len(requests) <= MAX_HOLDS_PER_CALL:
+            raise InvalidArgument("HOLDS_COUNT", f"ask for 1 to {MAX_HOLDS_PER_CALL} holds in one call")
+        outcomes: list[Decision | DomainError | None] = [None] * len(requests)
+        valid: list[int] = []
+        for i, request in enumerate(requests):
+            try:
+                domain.check_hold_request(request)
+                valid.append(i)
+            except DomainError as refused:
+                outcomes[i] = refused
+        decided = await self._hold_groups.many([requests[i] for i in valid])
+        for i, decision in zip(valid, decided, strict=True):
+            if isinstance(decision, DomainError):
+                outcomes[i] = decision
+            elif isinstance(decision, BaseException):
+                raise decision  # not a refusal: the call fails as a whole
+            else:
+                if not decision.replayed:
+                    metrics.HOLDS_PLACED.inc()
+                    metrics.HOLDS_OPEN.inc()
+                outcomes[i] = decision
+        return [o for o in outcomes if o is not None]
 
     async def _place_holds(self, requests: list[HoldRequest]) -> list[Decision | BaseException]:
         """Decide and save a group of holds (distinct accounts, distinct hold ids) in one transaction.

@@ -151,6 +151,47 @@ async def test_a_caller_gone_before_its_group_leaves_the_others_unharmed() -> No
     assert work.groups == [[1], [3]]
 
 
+async def test_many_calls_at_once_share_groups_as_their_keys_allow_each_with_its_outcome() -> None:
+    work = Recorder(refuse_odd=True)
+    calls = grouped(work, max_in_flight=1, max_group=4)
+    outcomes = await calls.many([2, 3, 102, 4, 6, 8])
+    assert outcomes[0] == 4 and outcomes[2] == 204 and outcomes[3:] == [8, 12, 16]
+    assert isinstance(outcomes[1], Refused)
+    assert work.groups == [[2, 3, 4, 6], [102, 8]]  # 102 shares 2's key: the next group
+
+
+async def test_many_past_the_bound_are_refused_busy_and_the_rest_are_worked_on() -> None:
+    work = Recorder()
+    work.release.clear()
+    calls = grouped(work, max_in_flight=1, max_group=2, max_waiting=3)
+    first = asyncio.ensure_future(calls(1))
+    await asyncio.sleep(0)
+    batch = asyncio.ensure_future(calls.many([2, 3, 4, 5, 6]))
+    await asyncio.sleep(0)
+    work.release.set()
+    outcomes = await batch
+    assert outcomes[:3] == [4, 6, 8]
+    assert all(isinstance(o, Busy) for o in outcomes[3:])
+    assert await first == 2
+    assert work.groups == [[1], [2, 3], [4]]
+
+
+async def test_many_cancelled_drops_its_calls_not_yet_worked_on() -> None:
+    work = Recorder()
+    work.release.clear()
+    calls = grouped(work, max_in_flight=1)
+    first = asyncio.ensure_future(calls(1))
+    await asyncio.sleep(0)
+    batch = asyncio.ensure_future(calls.many([2, 3]))
+    stays = asyncio.ensure_future(calls(4))
+    await asyncio.sleep(0)
+    batch.cancel()
+    await asyncio.sleep(0)
+    work.release.set()
+    assert await first == 2 and await stays == 8
+    assert work.groups == [[1], [4]]
+
+
 def test_bounds_are_checked() -> None:
     with pytest.raises(ValueError):
         grouped(Recorder(), max_group=0)

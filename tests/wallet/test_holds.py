@@ -98,6 +98,70 @@ async def test_concurrent_holds_of_many_players_are_placed_in_groups_each_decide
     assert groups < len(calls)  # and some groups held several calls
 
 
+async def test_place_holds_decides_each_hold_alone_in_one_call(wallet: Wallet) -> None:
+    """PlaceHolds: one outcome per hold, in order, each what PlaceHold alone would answer; the refused
+    ones write nothing, the others are placed (holds on distinct accounts in one group)."""
+    rich, other, poor = [await wallet.player(deposit_minor=d) for d in (1_000, 1_000, 50)]
+
+    def ask(hold_id: str, account: str, amount: int) -> pb.PlaceHoldRequest:
+        return pb.PlaceHoldRequest(hold_id=hold_id, account=account, amount_minor=amount, reason="bet", round_id="r")
+
+    earlier = (await wallet.stub.PlaceHold(ask("pb.earlier", rich.account, 100), metadata=TABLE)).hold
+
+    groups_before = counter("niuniu_wallet_hold_group_size_count")
+    reply = await wallet.stub.PlaceHolds(
+        pb.PlaceHoldsRequest(
+            holds=[
+                ask("pb.1", rich.account, 300),
+                ask("pb.2", poor.account, 100),  # more than the player has
+                ask("pb.earlier", rich.account, 100),  # asked before: replayed
+                ask("bad id", other.account, 100),
+                ask("pb.3", other.account, 200),
+                ask("pb.1", other.account, 300),  # pb.1 again, for another account
+                ask("pb.4", rich.account, 500),  # the same account again: a later group, after pb.1
+            ]
+        ),
+        metadata=TABLE,
+    )
+    kinds = [o.WhichOneof("outcome") for o in reply.outcomes]
+    assert kinds == ["placed", "refused", "placed", "refused", "placed", "refused", "placed"]
+    placed = [o.placed for o in reply.outcomes if o.HasField("placed")]
+    assert [(p.hold.hold_id, p.hold.amount_minor, p.replayed) for p in placed] == [
+        ("pb.1", 300, False),
+        ("pb.earlier", 100, True),
+        ("pb.3", 200, False),
+        ("pb.4", 500, False),
+    ]
+    assert placed[1].hold == earlier
+    refusals = [(o.refused.code, o.refused.reason) for o in reply.outcomes if o.HasField("refused")]
+    assert refusals == [
+        (FAILED.value[0], "INSUFFICIENT_FUNDS"),
+        (INVALID.value[0], "HOLD_ID_INVALID"),
+        (grpc.StatusCode.ALREADY_EXISTS.value[0], "HOLD_ID_REUSED"),
+    ]
+    assert all(o.refused.message for o in reply.outcomes if o.HasField("refused"))
+    assert await wallet.balance(rich.account) == (100, 900)
+    assert await wallet.balance(other.account) == (800, 200)
+    assert await wallet.balance(poor.account) == (50, 0)
+    assert await wallet.count_events(events.HOLD_PLACED) == 4  # earlier, pb.1, pb.3, pb.4
+    # One account's holds (and one hold id) never share a group: rich's three holds took three groups, and
+    # everything else went along with them.
+    assert counter("niuniu_wallet_hold_group_size_count") - groups_before == 3
+
+
+@pytest.mark.parametrize("count", [0, 65])
+async def test_place_holds_takes_1_to_64_holds(wallet: Wallet, count: int) -> None:
+    player = await wallet.player(deposit_minor=1_000)
+    holds = [
+        pb.PlaceHoldRequest(hold_id=f"n.{i}", account=player.account, amount_minor=1, reason="bet")
+        for i in range(count)
+    ]
+    await expect_error(
+        wallet.stub.PlaceHolds(pb.PlaceHoldsRequest(holds=holds), metadata=TABLE), INVALID, "HOLDS_COUNT"
+    )
+    assert await wallet.balance(player.account) == (1_000, 0)
+
+
 async def test_a_hold_id_is_an_idempotency_key(wallet: Wallet) -> None:
     player = await wallet.player(deposit_minor=1_000)
     request = pb.PlaceHoldRequest(

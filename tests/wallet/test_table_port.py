@@ -1,0 +1,92 @@
+"""The table's wallet port (``services.table.ports.GrpcWallet``): holds asked at the same moment go to
+the wallet in one PlaceHolds call, and each bet still gets its own answer."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator
+
+import grpc
+import pytest
+from niuniu.wallet.v1 import wallet_pb2 as pb
+from prometheus_client import REGISTRY
+from wallet_helpers import TOKENS, Wallet, wallet_service
+
+from backbone.errors import FailedPrecondition, InvalidArgument, Unavailable
+from services.table.ports import GrpcWallet
+
+
+def started(method: str) -> float:
+    labels = {"grpc_service": "niuniu.wallet.v1.Wallet", "grpc_method": method, "grpc_type": "unary"}
+    return REGISTRY.get_sample_value("grpc_server_started_total", labels) or 0.0
+
+
+@pytest.fixture
+async def wallet(infra: dict[str, str], unique: str) -> AsyncIterator[Wallet]:
+    async with wallet_service(infra, unique) as w:
+        yield w
+
+
+@pytest.mark.integration
+async def test_holds_asked_together_go_in_few_calls_and_each_bet_gets_its_own_answer(wallet: Wallet) -> None:
+    rich = [await wallet.player(deposit_minor=1_000) for _ in range(30)]
+    poor = await wallet.player(deposit_minor=10)
+    calls_before, singles_before = started("PlaceHolds"), started("PlaceHold")
+    async with grpc.aio.insecure_channel(f"127.0.0.1:{wallet.running.port}") as channel:
+        port = GrpcWallet(channel, TOKENS)
+        asks = [port.place_hold(f"bet.{p.account}", p.account, 400, "bet", "r1", 0) for p in rich]
+        asks.append(port.place_hold("bet.poor", poor.account, 400, "bet", "r1", 0))
+        asks.append(port.place_hold("bad id", rich[0].account, 400, "bet", "r1", 0))
+        outcomes = await asyncio.gather(*asks, return_exceptions=True)
+    assert outcomes[:30] == [None] * 30
+    short, malformed = outcomes[30:]
+    assert isinstance(short, FailedPrecondition) and short.reason == "INSUFFICIENT_FUNDS"
+    assert isinstance(malformed, InvalidArgument) and malformed.reason == "HOLD_ID_INVALID"
+    for p in rich:
+        assert await wallet.balance(p.account) == (600, 400)
+    assert await wallet.balance(poor.account) == (10, 0)
+    calls = started("PlaceHolds") - calls_before
+    assert 1 <= calls < 32 / 2  # two calls under way at once; the 32 holds in a few calls, not one each
+    assert started("PlaceHold") == singles_before
+
+
+class DownWallet:
+    """A wallet that answers every PlaceHolds with UNAVAILABLE, and counts them."""
+
+    def __init__(self) -> None:
+        self.calls = 0
+        self.holds = 0
+
+    async def place_holds(
+        self, request: pb.PlaceHoldsRequest, context: grpc.aio.ServicerContext[pb.PlaceHoldsRequest, None]
+    ) -> pb.PlaceHoldsResponse:
+        self.calls += 1
+        self.holds += len(request.holds)
+        await context.abort(grpc.StatusCode.UNAVAILABLE, "down for the test")
+        raise AssertionError("unreachable")
+
+    def handler(self) -> grpc.GenericRpcHandler:
+        method = grpc.unary_unary_rpc_method_handler(
+            self.place_holds,
+            request_deserializer=pb.PlaceHoldsRequest.FromString,
+            response_serializer=pb.PlaceHoldsResponse.SerializeToString,
+        )
+        return grpc.method_handlers_generic_handler("niuniu.wallet.v1.Wallet", {"PlaceHolds": method})
+
+
+async def test_a_failed_call_answers_each_of_its_holds_once_without_asking_hold_by_hold() -> None:
+    down = DownWallet()
+    server = grpc.aio.server()
+    server.add_generic_rpc_handlers((down.handler(),))
+    port_number = server.add_insecure_port("127.0.0.1:0")
+    await server.start()
+    try:
+        async with grpc.aio.insecure_channel(f"127.0.0.1:{port_number}") as channel:
+            port = GrpcWallet(channel, TOKENS)
+            asks = [port.place_hold(f"h.{i}", f"player:p{i}", 100, "bet", "r1", 0) for i in range(20)]
+            outcomes = await asyncio.gather(*asks, return_exceptions=True)
+    finally:
+        await server.stop(0)
+    assert all(isinstance(o, Unavailable) and o.reason == "WALLET_UNAVAILABLE" for o in outcomes), outcomes
+    assert down.holds == 20  # each hold asked once: a failed group is not asked again hold by hold
+    assert down.calls < 20
