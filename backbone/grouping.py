@@ -2,8 +2,9 @@
 
 ``Grouped(work, ...)`` is called like the operation itself (``await grouped(request)``).
 A call made while fewer than ``max_in_flight`` groups are being worked on starts a group
-at once (alone, when nothing else is waiting: no added latency); calls made meanwhile wait
-and go together in the next group, up to ``max_group`` of them. So under load a group's
+on the loop's next turn, with every other call made in the same turn (alone, when nothing
+else is waiting: no added latency); calls made while the groups are busy wait and go
+together in the next group, up to ``max_group`` of them. So under load a group's
 fixed costs (a transaction, its commit, the statements it shares) are paid once for many
 calls, and without load nothing changes.
 
@@ -56,6 +57,7 @@ class Grouped(Generic[Req, Res]):
         self._waiting: deque[tuple[Req, asyncio.Future[Res]]] = deque()
         self._in_flight = 0
         self._tasks: set[asyncio.Task[None]] = set()
+        self._starting: asyncio.Task[None] | None = None
 
     @property
     def waiting(self) -> int:
@@ -99,14 +101,23 @@ class Grouped(Generic[Req, Res]):
         return outcomes
 
     def _start(self) -> None:
-        while self._waiting and self._in_flight < self._max_in_flight:
-            group = self._take()
-            if not group:
-                return
+        """Start a group if calls wait, a group may start and none is about to: a group takes its calls
+        when its task first runs, so every call made in the same turn of the loop goes in it (a burst of
+        callers woken together: one group, not one alone and the rest after it)."""
+        if self._waiting and self._starting is None and self._in_flight < self._max_in_flight:
             self._in_flight += 1
-            task = asyncio.create_task(self._run(group))
+            task = self._starting = asyncio.create_task(self._run())
             self._tasks.add(task)
-            task.add_done_callback(self._tasks.discard)
+            task.add_done_callback(self._finished)
+
+    def _finished(self, task: asyncio.Task[None]) -> None:
+        self._tasks.discard(task)
+        if self._starting is task:  # cancelled before it took its group (shutting down): so are the calls
+            self._starting = None
+            self._in_flight -= 1
+            for _, future in self._waiting:
+                future.cancel()
+            self._waiting.clear()
 
     def _take(self) -> list[tuple[Req, asyncio.Future[Res]]]:
         """The next group: waiting calls in arrival order, none sharing a key with an earlier one in it."""
@@ -125,7 +136,13 @@ class Grouped(Generic[Req, Res]):
         self._waiting = later
         return group
 
-    async def _run(self, group: list[tuple[Req, asyncio.Future[Res]]]) -> None:
+    async def _run(self) -> None:
+        self._starting = None
+        group = self._take()
+        if not group:  # every call waiting was cancelled
+            self._in_flight -= 1
+            return
+        self._start()  # the calls this group left (past max_group, or sharing a key) may start the next
         try:
             if self._on_group is not None:
                 self._on_group(len(group))

@@ -365,9 +365,10 @@ async def follow_tables(
         await asyncio.sleep(TABLE_POLL_S)
 
 
-HANDLED = {"PlaceBet": "table", "PlaceHold": "wallet"}
+HANDLED = {"PlaceBet": "table", "PlaceHolds": "wallet"}
 """Calls whose server-side time each run reports (the service that answers them): where a bet's
-latency goes, the table's handling of PlaceBet and, inside it, the wallet's of PlaceHold."""
+latency goes, the table's handling of PlaceBet and, inside it, the wallet's of the PlaceHolds call
+that carried the bet's hold with those of the bets placed at the same moment."""
 
 
 def scrape(urls: list[str]) -> dict[str, float]:

@@ -63,6 +63,15 @@ async def test_calls_made_while_a_group_is_worked_on_go_together_in_the_next() -
     assert work.groups == [[1], list(range(2, 12))]
 
 
+async def test_calls_made_in_the_same_turn_of_the_loop_go_in_one_group() -> None:
+    """Callers woken together (the bets of one read group going on to their holds) make one group, not
+    one group alone and the rest in the next."""
+    work = Recorder()
+    calls = grouped(work, max_in_flight=2)
+    assert await asyncio.gather(*(calls(r) for r in range(1, 6))) == [2, 4, 6, 8, 10]
+    assert work.groups == [[1, 2, 3, 4, 5]]
+
+
 async def test_a_lone_call_is_worked_on_at_once_and_groups_are_bounded() -> None:
     work = Recorder()
     calls = grouped(work, max_in_flight=1, max_group=4)

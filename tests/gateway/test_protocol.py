@@ -113,8 +113,8 @@ def test_only_player_calls_are_exposed() -> None:
         "/niuniu.table.v1.Table/WatchTable" in paths and exposed()["/niuniu.table.v1.Table/WatchTable"].server_streaming
     )
     assert "/niuniu.wallet.v1.Wallet/Login" in paths
-    staff = {"CreateTable", "UpdateConfig", "CloseTable", "Deposit", "Withdraw", "PlaceHold", "PostHold", "VoidHold"}
-    staff |= {"ResizeHold", "ListBalances", "GetRoundSettlement"}
+    staff = {"CreateTable", "UpdateConfig", "CloseTable", "Deposit", "Withdraw", "PlaceHold", "PlaceHolds", "PostHold"}
+    staff |= {"VoidHold", "ResizeHold", "ListBalances", "GetRoundSettlement"}
     assert not {p.rsplit("/", 1)[1] for p in paths} & staff
 
 

@@ -162,6 +162,9 @@ async def test_a_cashier_token_opens_no_other_wallet_call_and_players_cannot_fun
         "PlaceHold": pb.PlaceHoldRequest(
             hold_id=f"h-{uuid.uuid4().hex}", account=player.account, amount_minor=10, reason="bet"
         ),
+        "PlaceHolds": pb.PlaceHoldsRequest(
+            holds=[pb.PlaceHoldRequest(hold_id=f"h-{uuid.uuid4().hex}", account=player.account, amount_minor=10)]
+        ),
         "PostHold": pb.PostHoldRequest(hold_id=hold.hold_id),
         "VoidHold": pb.VoidHoldRequest(hold_id=hold.hold_id),
         "ResizeHold": pb.ResizeHoldRequest(resize_id=f"rs-{uuid.uuid4().hex}", hold_id=hold.hold_id, amount_minor=50),
