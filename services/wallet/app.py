@@ -357,8 +357,12 @@ class WalletApp:
     async def place_hold(self, request: HoldRequest) -> Decision:
         """Place a hold. Concurrent calls are grouped (``_hold_groups``): one transaction, one commit,
         and the same statements for a group of holds as for one."""
-        domain.check_hold_request(request)
-        decision = await self._hold_groups(request)
+        try:
+            domain.check_hold_request(request)
+            decision = await self._hold_groups(request)
+        except DomainError as refused:
+            metrics.HOLDS_REFUSED.labels(refused.reason).inc()
+            raise
         if not decision.replayed:
             metrics.HOLDS_PLACED.inc()
             metrics.HOLDS_OPEN.inc()
@@ -377,10 +381,12 @@ class WalletApp:
                 domain.check_hold_request(request)
                 valid.append(i)
             except DomainError as refused:
+                metrics.HOLDS_REFUSED.labels(refused.reason).inc()
                 outcomes[i] = refused
         decided = await self._hold_groups.many([requests[i] for i in valid])
         for i, decision in zip(valid, decided, strict=True):
             if isinstance(decision, DomainError):
+                metrics.HOLDS_REFUSED.labels(decision.reason).inc()
                 outcomes[i] = decision
             elif isinstance(decision, BaseException):
                 raise decision  # not a refusal: the call fails as a whole

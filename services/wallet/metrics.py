@@ -14,6 +14,12 @@ HOLD_AGE_SECONDS = Histogram(
     buckets=(0.1, 0.5, 1, 5, 15, 30, 60, 120, 300, 900, 3600, 4 * 3600, 24 * 3600),
 )
 HOLDS_PLACED = Counter("niuniu_wallet_holds_placed_total", "Holds placed.")
+HOLDS_REFUSED = Counter(
+    "niuniu_wallet_holds_refused_total",
+    "Holds refused, by reason (INSUFFICIENT_FUNDS ...), asked alone or in a PlaceHolds call, where a"
+    " refusal is an outcome of the call and not its gRPC status.",
+    ["reason"],
+)
 HOLD_GROUP_SIZE = Histogram(
     "niuniu_wallet_hold_group_size",
     "PlaceHold calls decided and saved together in one transaction (group commit).",

@@ -109,6 +109,8 @@ async def test_place_holds_decides_each_hold_alone_in_one_call(wallet: Wallet) -
     earlier = (await wallet.stub.PlaceHold(ask("pb.earlier", rich.account, 100), metadata=TABLE)).hold
 
     groups_before = counter("niuniu_wallet_hold_group_size_count")
+    reasons = ("INSUFFICIENT_FUNDS", "HOLD_ID_INVALID", "HOLD_ID_REUSED")
+    refused_before = [refused_count(r) for r in reasons]
     reply = await wallet.stub.PlaceHolds(
         pb.PlaceHoldsRequest(
             holds=[
@@ -140,6 +142,8 @@ async def test_place_holds_decides_each_hold_alone_in_one_call(wallet: Wallet) -
         (grpc.StatusCode.ALREADY_EXISTS.value[0], "HOLD_ID_REUSED"),
     ]
     assert all(o.refused.message for o in reply.outcomes if o.HasField("refused"))
+    # The call itself answered OK: the refusals are counted for the dashboards by reason.
+    assert [refused_count(r) - before for r, before in zip(reasons, refused_before, strict=True)] == [1, 1, 1]
     assert await wallet.balance(rich.account) == (100, 900)
     assert await wallet.balance(other.account) == (800, 200)
     assert await wallet.balance(poor.account) == (50, 0)
@@ -259,6 +263,10 @@ async def test_concurrent_post_and_void_resolve_a_hold_exactly_once(wallet: Wall
 
 def counter(name: str) -> float:
     return REGISTRY.get_sample_value(name) or 0.0
+
+
+def refused_count(reason: str) -> float:
+    return REGISTRY.get_sample_value("niuniu_wallet_holds_refused_total", {"reason": reason}) or 0.0
 
 
 async def test_the_sweeper_expires_holds_past_their_time(wallet: Wallet) -> None:
