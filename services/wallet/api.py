@@ -77,6 +77,10 @@ def balance_pb(a: AccountState) -> pb.AccountBalance:
     return pb.AccountBalance(account=a.account, available_minor=a.available_minor, held_minor=a.held_minor)
 
 
+def hold_request(h: pb.PlaceHoldRequest) -> HoldRequest:
+    return HoldRequest(h.hold_id, h.account, h.amount_minor, h.reason, h.round_id, h.expires_at_unix_ms)
+
+
 def refusal_pb(error: DomainError) -> pb.Refusal:
     code: int = error.code.value[0]
     return pb.Refusal(code=code, reason=error.reason, message=error.message)
@@ -227,26 +231,12 @@ class WalletServicer(wallet_pb2_grpc.WalletServicer):
 
     async def PlaceHold(self, request: pb.PlaceHoldRequest, context: Context) -> pb.HoldResult:
         self._hold_caller(context)
-        decision = await self._app.place_hold(
-            HoldRequest(
-                request.hold_id,
-                request.account,
-                request.amount_minor,
-                request.reason,
-                request.round_id,
-                request.expires_at_unix_ms,
-            )
-        )
+        decision = await self._app.place_hold(hold_request(request))
         return pb.HoldResult(hold=hold_pb(decision.hold), replayed=decision.replayed)
 
     async def PlaceHolds(self, request: pb.PlaceHoldsRequest, context: Context) -> pb.PlaceHoldsResponse:
         self._hold_caller(context)
-        outcomes = await self._app.place_holds(
-            [
-                HoldRequest(h.hold_id, h.account, h.amount_minor, h.reason, h.round_id, h.expires_at_unix_ms)
-                for h in request.holds
-            ]
-        )
+        outcomes = await self._app.place_holds([hold_request(h) for h in request.holds])
         return pb.PlaceHoldsResponse(outcomes=[_hold_outcome(o) for o in outcomes])
 
     async def PostHold(self, request: pb.PostHoldRequest, context: Context) -> pb.HoldResult:

@@ -127,6 +127,15 @@ def settlement_digest(command: SettlementCommand) -> str:
     return hashlib.sha256(repr(command).encode()).hexdigest()
 
 
+def _malformed(request: HoldRequest) -> DomainError | None:
+    """What is wrong with a hold request on its own, before any state (None: nothing)."""
+    try:
+        domain.check_hold_request(request)
+    except DomainError as refused:
+        return refused
+    return None
+
+
 class WalletApp:
     def __init__(
         self,
@@ -355,47 +364,32 @@ class WalletApp:
     # ----------------------------------------------------------------------- holds
 
     async def place_hold(self, request: HoldRequest) -> Decision:
-        """Place a hold. Concurrent calls are grouped (``_hold_groups``): one transaction, one commit,
-        and the same statements for a group of holds as for one."""
-        try:
-            domain.check_hold_request(request)
-            decision = await self._hold_groups(request)
-        except DomainError as refused:
-            metrics.HOLDS_REFUSED.labels(refused.reason).inc()
-            raise
-        if not decision.replayed:
-            metrics.HOLDS_PLACED.inc()
-            metrics.HOLDS_OPEN.inc()
-        return decision
+        """Place a hold: ``place_holds`` of one, its refusal raised."""
+        (outcome,) = await self.place_holds([request])
+        if isinstance(outcome, DomainError):
+            raise outcome
+        return outcome
 
     async def place_holds(self, requests: Sequence[HoldRequest]) -> list[Decision | DomainError]:
-        """Several holds asked in one call: each decided as ``place_hold`` decides it, with an outcome of
-        its own (a ``DomainError`` for a refused one), and queued together so that holds on distinct
-        accounts go in one group."""
+        """Holds asked in one call, each decided alone with an outcome of its own (a ``DomainError`` for a
+        refused one). Concurrent holds are grouped (``_hold_groups``): one transaction, one commit, and
+        the same statements for a group of holds as for one; a call's holds are queued together, so
+        those on distinct accounts go in one group."""
         if not 1 <= len(requests) <= MAX_HOLDS_PER_CALL:
             raise InvalidArgument("HOLDS_COUNT", f"ask for 1 to {MAX_HOLDS_PER_CALL} holds in one call")
-        outcomes: list[Decision | DomainError | None] = [None] * len(requests)
-        valid: list[int] = []
-        for i, request in enumerate(requests):
-            try:
-                domain.check_hold_request(request)
-                valid.append(i)
-            except DomainError as refused:
-                metrics.HOLDS_REFUSED.labels(refused.reason).inc()
-                outcomes[i] = refused
-        decided = await self._hold_groups.many([requests[i] for i in valid])
-        for i, decision in zip(valid, decided, strict=True):
-            if isinstance(decision, DomainError):
-                metrics.HOLDS_REFUSED.labels(decision.reason).inc()
-                outcomes[i] = decision
-            elif isinstance(decision, BaseException):
-                raise decision  # not a refusal: the call fails as a whole
-            else:
-                if not decision.replayed:
-                    metrics.HOLDS_PLACED.inc()
-                    metrics.HOLDS_OPEN.inc()
-                outcomes[i] = decision
-        return [o for o in outcomes if o is not None]
+        malformed = {i: error for i, request in enumerate(requests) if (error := _malformed(request)) is not None}
+        decided = iter(await self._hold_groups.many([r for i, r in enumerate(requests) if i not in malformed]))
+        outcomes: list[Decision | DomainError] = []
+        for outcome in (malformed[i] if i in malformed else next(decided) for i in range(len(requests))):
+            if isinstance(outcome, DomainError):
+                metrics.HOLDS_REFUSED.labels(outcome.reason).inc()
+            elif isinstance(outcome, BaseException):
+                raise outcome  # not a refusal: the call fails as a whole
+            elif not outcome.replayed:
+                metrics.HOLDS_PLACED.inc()
+                metrics.HOLDS_OPEN.inc()
+            outcomes.append(outcome)
+        return outcomes
 
     async def _place_holds(self, requests: list[HoldRequest]) -> list[Decision | BaseException]:
         """Decide and save a group of holds (distinct accounts, distinct hold ids) in one transaction.

@@ -49,12 +49,19 @@ def grouped(
     )
 
 
+async def one_group_held(work: Recorder, first: int, **bounds: int) -> tuple[Grouped[int, int], asyncio.Future[int]]:
+    """``grouped(work)`` one group at a time, its first call (``first``) being worked on and held until
+    ``work.release`` is set: the calls made next wait for the group after it."""
+    work.release.clear()
+    calls = grouped(work, max_in_flight=1, **bounds)
+    started = asyncio.ensure_future(calls(first))
+    await asyncio.sleep(0)
+    return calls, started
+
+
 async def test_calls_made_while_a_group_is_worked_on_go_together_in_the_next() -> None:
     work = Recorder()
-    work.release.clear()
-    calls = grouped(work, max_in_flight=1, max_group=64)
-    first = asyncio.ensure_future(calls(1))
-    await asyncio.sleep(0)
+    calls, first = await one_group_held(work, 1)
     rest = [asyncio.ensure_future(calls(r)) for r in range(2, 12)]
     await asyncio.sleep(0)
     work.release.set()
@@ -90,10 +97,7 @@ async def test_a_lone_call_is_worked_on_at_once_and_groups_are_bounded() -> None
 
 async def test_requests_sharing_a_key_never_share_a_group() -> None:
     work = Recorder()
-    work.release.clear()
-    calls = grouped(work, max_in_flight=1)
-    first = asyncio.ensure_future(calls(5))
-    await asyncio.sleep(0)
+    calls, first = await one_group_held(work, 5)
     rest = [asyncio.ensure_future(calls(r)) for r in (1, 101, 2, 201, 102)]
     await asyncio.sleep(0)
     work.release.set()
@@ -103,10 +107,7 @@ async def test_requests_sharing_a_key_never_share_a_group() -> None:
 
 async def test_a_refusal_reaches_its_caller_only() -> None:
     work = Recorder(refuse_odd=True)
-    work.release.clear()
-    calls = grouped(work, max_in_flight=1)
-    first = asyncio.ensure_future(calls(2))
-    await asyncio.sleep(0)
+    calls, first = await one_group_held(work, 2)
     rest = [asyncio.ensure_future(calls(r)) for r in (3, 4, 5, 6)]
     await asyncio.sleep(0)
     work.release.set()
@@ -117,10 +118,7 @@ async def test_a_refusal_reaches_its_caller_only() -> None:
 
 async def test_a_group_that_fails_is_worked_on_again_one_by_one() -> None:
     work = Recorder(fail_with=13)
-    work.release.clear()
-    calls = grouped(work, max_in_flight=1)
-    first = asyncio.ensure_future(calls(1))
-    await asyncio.sleep(0)
+    calls, first = await one_group_held(work, 1)
     rest = [asyncio.ensure_future(calls(r)) for r in (12, 13, 14)]
     await asyncio.sleep(0)
     work.release.set()
@@ -132,10 +130,7 @@ async def test_a_group_that_fails_is_worked_on_again_one_by_one() -> None:
 
 async def test_waiting_calls_are_bounded() -> None:
     work = Recorder()
-    work.release.clear()
-    calls = grouped(work, max_in_flight=1, max_group=2, max_waiting=3)
-    first = asyncio.ensure_future(calls(1))
-    await asyncio.sleep(0)
+    calls, first = await one_group_held(work, 1, max_group=2, max_waiting=3)
     waiting = [asyncio.ensure_future(calls(r)) for r in (2, 3, 4)]
     await asyncio.sleep(0)
     assert calls.waiting == 3
@@ -147,10 +142,7 @@ async def test_waiting_calls_are_bounded() -> None:
 
 async def test_a_caller_gone_before_its_group_leaves_the_others_unharmed() -> None:
     work = Recorder()
-    work.release.clear()
-    calls = grouped(work, max_in_flight=1)
-    first = asyncio.ensure_future(calls(1))
-    await asyncio.sleep(0)
+    calls, first = await one_group_held(work, 1)
     gone = asyncio.ensure_future(calls(2))
     stays = asyncio.ensure_future(calls(3))
     await asyncio.sleep(0)
@@ -171,10 +163,7 @@ async def test_many_calls_at_once_share_groups_as_their_keys_allow_each_with_its
 
 async def test_many_past_the_bound_are_refused_busy_and_the_rest_are_worked_on() -> None:
     work = Recorder()
-    work.release.clear()
-    calls = grouped(work, max_in_flight=1, max_group=2, max_waiting=3)
-    first = asyncio.ensure_future(calls(1))
-    await asyncio.sleep(0)
+    calls, first = await one_group_held(work, 1, max_group=2, max_waiting=3)
     batch = asyncio.ensure_future(calls.many([2, 3, 4, 5, 6]))
     await asyncio.sleep(0)
     work.release.set()
@@ -187,10 +176,7 @@ async def test_many_past_the_bound_are_refused_busy_and_the_rest_are_worked_on()
 
 async def test_many_cancelled_drops_its_calls_not_yet_worked_on() -> None:
     work = Recorder()
-    work.release.clear()
-    calls = grouped(work, max_in_flight=1)
-    first = asyncio.ensure_future(calls(1))
-    await asyncio.sleep(0)
+    calls, first = await one_group_held(work, 1)
     batch = asyncio.ensure_future(calls.many([2, 3]))
     stays = asyncio.ensure_future(calls(4))
     await asyncio.sleep(0)
