@@ -1,7 +1,7 @@
 """``niuniu-load``: bets against the running system, with the database's own rate beside the figures.
 
     niuniu-load [--tables 12] [--variants golden_bull] [--players 400] [--in-flight 64]
-                [--rate 0] [--duration 40] [--runs 1] [--profile DIR]
+                [--bets-per-call 1] [--rate 0] [--duration 40] [--runs 1] [--profile DIR]
                 [--table HOST:PORT --wallet HOST:PORT --metrics URL,...]
 
 Without ``--table`` it starts the four services itself (``niuniu-rng``, ``-wallet``,
@@ -10,7 +10,9 @@ schema and topic prefix of its own run, on loopback ports), like the end-to-end 
 It creates ``--tables`` tables of the ``--variants`` (cycled), registers and funds
 ``--players`` players, then for ``--duration`` seconds keeps ``--in-flight`` PlaceBet
 calls outstanding (``--rate`` > 0: at most that many calls a second) on tables that
-are taking bets. Each run prints accepted bets/s, PlaceBet latency percentiles, the
+are taking bets; ``--bets-per-call`` N > 1 sends PlaceBets calls of N bets of one player
+at one table instead (chips on several areas at once). Each run prints accepted bets/s,
+the calls' latency percentiles, the
 refusals by status and reason, the outbox backlog and consumer lag read from the
 services' /metrics, the seconds from each round's settlement to the wallet's last
 movement for it, the CPU of the services, of PostgreSQL and of Kafka (cores, and
@@ -58,6 +60,7 @@ from backbone.healthcheck import check
 from backbone.kafka import default_principal_env, make_admin
 from backbone.limits import Limit, pgbench_commits
 from backbone.localports import free_port
+from services.table.bets import MAX_BETS_PER_CALL
 
 SERVICES = ("rng", "wallet", "ledger", "table")
 HEALTH_TIMEOUT_S = 90.0
@@ -295,6 +298,9 @@ def percentile(values: list[float], p: float) -> float:
     return ordered[min(len(ordered) - 1, int(p / 100 * len(ordered)))]
 
 
+_STATUS = {code.value[0]: code.name for code in grpc.StatusCode}
+
+
 def _reason(error: grpc.aio.AioRpcError) -> str:
     details = error.details() or ""
     return f"{error.code().name}:{details.split(':', 1)[0][:40]}"
@@ -365,10 +371,14 @@ async def follow_tables(
         await asyncio.sleep(TABLE_POLL_S)
 
 
-HANDLED = {"PlaceBet": "table", "PlaceHolds": "wallet"}
+HANDLED = {"PlaceBet": "table", "PlaceBets": "table", "PlaceHolds": "wallet"}
 """Calls whose server-side time each run reports (the service that answers them): where a bet's
-latency goes, the table's handling of PlaceBet and, inside it, the wallet's of the PlaceHolds call
-that carried the bet's hold with those of the bets placed at the same moment."""
+latency goes, the table's handling of PlaceBet (or PlaceBets) and, inside it, the wallet's of the
+PlaceHolds call that carried the bet's hold with those of the bets placed at the same moment."""
+
+
+def call_name(bets_per_call: int) -> str:
+    return "PlaceBet" if bets_per_call == 1 else "PlaceBets"
 
 
 def scrape(urls: list[str]) -> dict[str, float]:
@@ -452,7 +462,11 @@ async def bet_phase(
     in_flight: int,
     rate: float,
     duration: float,
+    bets_per_call: int = 1,
 ) -> tuple[float, int, list[float], Counter[str]]:
+    """Keeps ``in_flight`` calls outstanding for ``duration`` s: PlaceBet, or PlaceBets of ``bets_per_call``
+    bets of one player at one table. Answers the seconds, the bets accepted, each call's latency (ms) and
+    the refusals by reason (a refused call's, or a refused bet's inside PlaceBets)."""
     rng = random.Random()
     latencies: list[float] = []
     refusals: Counter[str] = Counter()
@@ -478,23 +492,37 @@ async def bet_phase(
                 await asyncio.sleep(0.02)
                 continue
             state, player = rng.choice(open_now), rng.choice(players)
-            request = table_pb2.PlaceBetRequest(
-                command_id=uuid.uuid4().hex,
-                table_id=state.table_id,
-                area=rng.choice(state.areas),
-                amount_minor=STAKE_MINOR,
-                round_id=state.round_id,
-            )
+            requests = [
+                table_pb2.PlaceBetRequest(
+                    command_id=uuid.uuid4().hex,
+                    table_id=state.table_id,
+                    area=rng.choice(state.areas),
+                    amount_minor=STAKE_MINOR,
+                    round_id=state.round_id,
+                )
+                for _ in range(bets_per_call)
+            ]
             sent = time.perf_counter()
             try:
-                await table.PlaceBet(request, metadata=player.auth, timeout=30)
+                if bets_per_call == 1:
+                    await table.PlaceBet(requests[0], metadata=player.auth, timeout=30)
+                    refused = []
+                else:
+                    answer = await table.PlaceBets(
+                        table_pb2.PlaceBetsRequest(bets=requests), metadata=player.auth, timeout=30
+                    )
+                    refused = [o.refused for o in answer.outcomes if o.WhichOneof("outcome") == "refused"]
             except grpc.aio.AioRpcError as error:
                 refusals[_reason(error)] += 1
                 if error.code() == grpc.StatusCode.FAILED_PRECONDITION:
                     state.betting = False  # wait for the follower's next look at this table
                 continue
             latencies.append((time.perf_counter() - sent) * 1000)
-            accepted += 1
+            accepted += bets_per_call - len(refused)
+            for refusal in refused:
+                refusals[f"{_STATUS.get(refusal.code, refusal.code)}:{refusal.reason}"] += 1
+                if refusal.code == grpc.StatusCode.FAILED_PRECONDITION.value[0]:
+                    state.betting = False
 
     await asyncio.gather(*(worker(n) for n in range(in_flight)))
     return time.monotonic() - started, accepted, latencies, refusals
@@ -548,23 +576,24 @@ def _profile(stack: LocalStack, out_dir: Path, run: int, seconds: float) -> list
     ]
 
 
-def print_run(n: int, r: RunResult, in_flight: int, out: Any) -> None:
+def print_run(n: int, r: RunResult, in_flight: int, out: Any, bets_per_call: int = 1) -> None:
     lat = r.latencies_ms
     refused = sum(r.refusals.values())
+    calls = "" if bets_per_call == 1 else f", PlaceBets of {bets_per_call} bets"
     print(
         f"run {n}: {r.accepted} bets accepted in {r.seconds:.1f} s = {r.bets_per_s:.0f}/s"
-        f" ({in_flight} in flight); refused {refused}",
+        f" ({in_flight} in flight{calls}); refused {refused}",
         file=out,
     )
     print(
-        f"  PlaceBet latency ms  p50 {percentile(lat, 50):.1f}  p90 {percentile(lat, 90):.1f}"
+        f"  {call_name(bets_per_call)} latency ms  p50 {percentile(lat, 50):.1f}  p90 {percentile(lat, 90):.1f}"
         f"  p99 {percentile(lat, 99):.1f}  max {max(lat, default=float('nan')):.1f}",
         file=out,
     )
     if r.handling_ms:
         print(
             "  mean server-side ms  "
-            + ", ".join(f"{HANDLED[m]} {m} {ms:.1f}" for m, ms in r.handling_ms.items())
+            + ", ".join(f"{HANDLED[m]} {m} {ms:.1f}" for m, ms in r.handling_ms.items() if not math.isnan(ms))
             + f"  (the caller's mean {statistics.fmean(lat) if lat else float('nan'):.1f})",
             file=out,
         )
@@ -640,7 +669,7 @@ async def main_async(args: argparse.Namespace) -> int:
                     metrics_before = scrape(metrics_urls)
                     spies = _profile(stack, Path(args.profile), run, args.duration) if stack and args.profile else []
                     seconds, accepted, latencies, refusals = await bet_phase(
-                        table, players, states, args.in_flight, args.rate, args.duration
+                        table, players, states, args.in_flight, args.rate, args.duration, args.bets_per_call
                     )
                     cpu_after = process_cpu_seconds(stack) if stack else {}
                     machine_s = machine_busy_seconds() - machine_before
@@ -668,7 +697,7 @@ async def main_async(args: argparse.Namespace) -> int:
                         settle_published_s=lags.published,
                     )
                     results.append(result)
-                    print_run(run, result, args.in_flight, out)
+                    print_run(run, result, args.in_flight, out, args.bets_per_call)
                     out.flush()
                 if args.audit and stack is not None:
                     clean = await asyncio.to_thread(audit_replay, stack, tokens, out)
@@ -687,8 +716,10 @@ async def main_async(args: argparse.Namespace) -> int:
 
         print(f"summary of {len(results)} runs (min / median / max):", file=out)
         print(f"  accepted bets/s        {mmm([r.bets_per_s for r in results])}", file=out)
-        print(f"  PlaceBet p50 ms        {mmm([percentile(r.latencies_ms, 50) for r in results], '{:.1f}')}", file=out)
-        print(f"  PlaceBet p99 ms        {mmm([percentile(r.latencies_ms, 99) for r in results], '{:.1f}')}", file=out)
+        call = f"{call_name(args.bets_per_call)} p50 ms".ljust(23)
+        print(f"  {call}{mmm([percentile(r.latencies_ms, 50) for r in results], '{:.1f}')}", file=out)
+        call = f"{call_name(args.bets_per_call)} p99 ms".ljust(23)
+        print(f"  {call}{mmm([percentile(r.latencies_ms, 99) for r in results], '{:.1f}')}", file=out)
         lag_max = [max(r.settle_lags_s) for r in results if r.settle_lags_s]
         if lag_max:
             print(f"  worst settlement lag s {mmm(lag_max, '{:.2f}')}", file=out)
@@ -743,7 +774,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--variants", default="golden_bull", help="comma-separated, cycled over the tables")
     parser.add_argument("--players", type=int, default=400)
     parser.add_argument("--in-flight", type=int, default=64)
-    parser.add_argument("--rate", type=float, default=0.0, help="PlaceBet calls per second (0: flat out)")
+    parser.add_argument("--rate", type=float, default=0.0, help="calls per second (0: flat out)")
+    parser.add_argument(
+        "--bets-per-call", type=int, default=1, help="1: PlaceBet; 2-16: PlaceBets calls of that many bets"
+    )
     parser.add_argument("--duration", type=float, default=40.0, help="seconds per run")
     parser.add_argument("--runs", type=int, default=1)
     parser.add_argument("--table", default="", help="table address (default: start the services here)")
@@ -761,6 +795,7 @@ def main(argv: list[str] | None = None) -> int:
         (0 < args.duration <= MAX_DURATION_S, f"--duration 0..{MAX_DURATION_S}"),
         (1 <= args.runs <= 20, "--runs 1..20"),
         (args.rate >= 0, "--rate >= 0"),
+        (1 <= args.bets_per_call <= MAX_BETS_PER_CALL, f"--bets-per-call 1..{MAX_BETS_PER_CALL}"),
         (not (args.audit and args.table), "--audit needs the services this command starts (no --table)"),
     )
     for ok, message in bounds:

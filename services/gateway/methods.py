@@ -24,6 +24,7 @@ TABLE_METHODS = (
     "JoinTable",
     "LeaveTable",
     "PlaceBet",
+    "PlaceBets",
     "CancelBet",
     "ChangeBet",
     "PlaceBid",

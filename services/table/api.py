@@ -10,11 +10,12 @@ from niuniu.table.v1 import events_pb2 as ev
 from niuniu.table.v1 import table_pb2, table_pb2_grpc
 
 from backbone.auth import Principal, Role, Tokens
-from backbone.errors import InvalidArgument, clip
+from backbone.errors import DomainError, InvalidArgument, clip
 from backbone.eventstore import EventStore, StoredEvent
 from bull.money import JACKPOT_POOL
 from services.table.app import TableApp
 from services.table.banker_api import BankerRpcs
+from services.table.bets import BetOrder
 from services.table.common import BetReceipt, player_account, unix_ms, variant_of
 from services.table.watch import Notifier, watch_table
 
@@ -73,6 +74,13 @@ class TableServicer(BankerRpcs, table_pb2_grpc.TableServicer):
             request.client_seed,
         )
         return _receipt(receipt)
+
+    async def PlaceBets(self, request: table_pb2.PlaceBetsRequest, context: Context) -> table_pb2.PlaceBetsResponse:
+        orders = [
+            BetOrder(b.command_id, b.table_id, b.area, b.amount_minor, b.round_id, b.client_seed) for b in request.bets
+        ]
+        outcomes = await self._app.place_bets(self._who(context), orders)
+        return table_pb2.PlaceBetsResponse(outcomes=[_bet_outcome(o) for o in outcomes])
 
     async def CancelBet(self, request: table_pb2.CancelBetRequest, context: Context) -> table_pb2.BetReceipt:
         return _receipt(await self._app.cancel_bet(self._who(context), request.table_id, request.bet_id))
@@ -282,3 +290,11 @@ def _receipt(receipt: BetReceipt) -> table_pb2.BetReceipt:
         status=receipt.status,
         replayed=receipt.replayed,
     )
+
+
+def _bet_outcome(outcome: BetReceipt | DomainError) -> table_pb2.PlaceBetOutcome:
+    if isinstance(outcome, DomainError):
+        code: int = outcome.code.value[0]
+        refusal = table_pb2.Refusal(code=code, reason=outcome.reason, message=outcome.message)
+        return table_pb2.PlaceBetOutcome(refused=refusal)
+    return table_pb2.PlaceBetOutcome(placed=_receipt(outcome))

@@ -11,7 +11,7 @@ restarted process, or another replica) resumes any round where it was.
 from __future__ import annotations
 
 import logging
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from datetime import datetime, timedelta
 from typing import Any
 
@@ -24,7 +24,7 @@ from backbone.eventstore import ConcurrencyError, EventStore, StoredEvent
 from backbone.lease import check_fence
 from bull.variants import VARIANTS, RoundShape, Variant
 from services.table.banker import BankerSeats
-from services.table.bets import Bets
+from services.table.bets import BetOrder, Bets
 from services.table.common import (
     ROUNDS,
     TABLE_ID,
@@ -204,6 +204,9 @@ class TableApp:
         client_seed: str = "",
     ) -> BetReceipt:
         return await self.bets.place(who, command_id, table_id, area, amount_minor, round_id, client_seed)
+
+    async def place_bets(self, who: Principal, orders: Sequence[BetOrder]) -> list[BetReceipt | DomainError]:
+        return await self.bets.place_many(who, orders)
 
     async def cancel_bet(self, who: Principal, table_id: str, bet_id: str) -> BetReceipt:
         return await self.bets.cancel(who, table_id, bet_id)

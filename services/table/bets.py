@@ -18,6 +18,7 @@ worked on again bet by bet.
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import itertools
 from collections.abc import Callable, Mapping, Sequence
@@ -46,6 +47,7 @@ from services.table.common import (
     BET_STAKES,
     BETS,
     BETS_REFUSED,
+    CALLED_BETS_REFUSED,
     COMMAND_ID,
     HOLD_GRACE,
     MAX_STAKE_MINOR,
@@ -70,6 +72,8 @@ BET_GROUPS_IN_FLIGHT = 2
 """Groups of bets being recorded at once, each on a connection of its own."""
 MAX_BETS_WAITING = 1024
 """Bound on bets waiting for a group; one more is refused UNAVAILABLE TABLE_BUSY (its hold released)."""
+MAX_BETS_PER_CALL = 16
+"""Bound on the bets of one PlaceBets call."""
 
 
 class RecordingBusy(Unavailable):
@@ -77,14 +81,28 @@ class RecordingBusy(Unavailable):
 
 
 @dataclass(frozen=True)
+class BetOrder:
+    """One bet as a caller sends it (a PlaceBet request)."""
+
+    command_id: str
+    table_id: str
+    area: str
+    amount_minor: int
+    round_id: str = ""
+    client_seed: str = ""
+
+
+@dataclass(frozen=True)
 class Recording:
-    """A bet to record, with the instant its window is checked against, the player's seed and the most
-    the player may have staked in the round with it (the table maximum)."""
+    """A bet to record, with the instant its window is checked against, the player's seed, the most
+    the player may have staked in the round with it (the table maximum) and its place in the order the
+    bets arrived (``arrival``: a group records a table's bets in that order)."""
 
     bet: dict[str, Any]
     now: datetime
     client_seed: str
     max_staked_minor: int
+    arrival: int = 0
 
 
 class WindowClosed(FailedPrecondition):
@@ -148,6 +166,7 @@ class Bets:
         self._store = ctx.store
         self._machine_for = machine_for
         self._configs: dict[tuple[str, str, int], Any] = {}
+        self._arrivals = itertools.count()
         self._recordings: Grouped[Recording, Recorded] = Grouped(
             self._record_group,
             keys=lambda r: (r.bet["bet_id"],),
@@ -177,6 +196,7 @@ class Bets:
         client_seed: str = "",
     ) -> BetReceipt:
         require(who, Role.PLAYER)
+        arrival = next(self._arrivals)
         check_command_id(command_id)
         if not 0 < amount_minor <= MAX_STAKE_MINOR:
             raise InvalidArgument("AMOUNT_INVALID", "amount_minor must be positive (and at most 10^13)")
@@ -233,7 +253,7 @@ class Bets:
                 await self._ctx.wallet.void_hold(bet["hold_id"])
             raise
         try:
-            receipt = await self._record(bet, machine, limits.max_bet_minor, client_seed)
+            receipt = await self._record(bet, machine, limits.max_bet_minor, client_seed, arrival)
         except (WindowClosed, OneBetPerRound, RoomTaken, StakeRefused, RecordingBusy):
             # The window closed while the wallet held, or the player's other bet of the round won
             # a race, or their other bets took the room under the table maximum, or the table cap
@@ -246,6 +266,30 @@ class Bets:
         BET_STAKES.labels(variant.variant_id).inc(amount_minor)
         self._ctx.wake(table_id)
         return receipt
+
+    async def place_many(self, who: Principal, orders: Sequence[BetOrder]) -> list[BetReceipt | DomainError]:
+        """Several bets of one player sent in one call (PlaceBets), each placed as ``place`` places it, all
+        at once: they share the reads, the wallet call and the recording transaction of the bets placed
+        at the same moment, and a group records them in the order sent. One outcome per bet, in order:
+        its receipt or its refusal. Anything else that goes wrong with one of them (not a refusal) fails
+        the call, once every bet is decided: the bets placed are then answered as replayed when asked
+        again."""
+        require(who, Role.PLAYER)
+        if not 0 < len(orders) <= MAX_BETS_PER_CALL:
+            raise InvalidArgument("BETS_COUNT", f"a call places 1 to {MAX_BETS_PER_CALL} bets, not {len(orders)}")
+        if len({o.command_id for o in orders}) < len(orders):
+            raise InvalidArgument("COMMAND_ID_REPEATED", "each bet of a call needs a command_id of its own")
+        placing = [
+            self.place(who, o.command_id, o.table_id, o.area, o.amount_minor, o.round_id, o.client_seed) for o in orders
+        ]
+        decided: list[BetReceipt | DomainError] = []
+        for outcome in await asyncio.gather(*placing, return_exceptions=True):
+            if not isinstance(outcome, BetReceipt | DomainError):
+                raise outcome
+            if isinstance(outcome, DomainError):
+                CALLED_BETS_REFUSED.labels(outcome.reason).inc()
+            decided.append(outcome)
+        return decided
 
     def config_of(self, variant: Variant, current: Row) -> Any:
         """The round's parsed configuration, parsed once per (table, variant, config version).
@@ -288,7 +332,7 @@ class Bets:
         check_room(limits.max_bet_minor, staked, amount)
 
     async def _record(
-        self, bet: dict[str, Any], machine: RoundMachine, max_staked_minor: int, client_seed: str = ""
+        self, bet: dict[str, Any], machine: RoundMachine, max_staked_minor: int, client_seed: str, arrival: int
     ) -> BetReceipt:
         """The bet and its event: one statement that re-checks the window under a share lock on the round
         row and the player's room under the table maximum, inserts the bet and appends BetPlaced only if it
@@ -302,7 +346,7 @@ class Bets:
         """
         now = self._ctx.now()
         if type(machine).reserve is RoundMachine.reserve:
-            recorded = await self._recordings(Recording(bet, now, client_seed, max_staked_minor))
+            recorded = await self._recordings(Recording(bet, now, client_seed, max_staked_minor, arrival))
         else:
             recorded = await self._record_reserving(bet, machine, client_seed, now, max_staked_minor)
         if recorded.inserted:
@@ -344,11 +388,12 @@ class Bets:
     async def _record_group(self, recordings: Sequence[Recording]) -> list[Recorded]:
         """Bets of any tables in one transaction: first, table by table in table order (the same for every
         group), the rows of the rounds bet on and the table's ordering lock (the order each bet's statement
-        takes them in, and a round's own writers: row, then lock), then one statement per bet, the COMMIT
-        queued with them: one sync."""
+        takes them in, and a round's own writers: row, then lock), then one statement per bet, a table's
+        in the order they arrived (the table maximum counts the earlier ones first), the COMMIT queued with
+        them: one sync."""
 
-        def place_in_order(i: int) -> tuple[str, str]:
-            return recordings[i].bet["table_id"], recordings[i].bet["bet_id"]
+        def place_in_order(i: int) -> tuple[str, int]:
+            return recordings[i].bet["table_id"], recordings[i].arrival
 
         order = sorted(range(len(recordings)), key=place_in_order)
         async with self._store.pool.connection() as conn:

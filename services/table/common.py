@@ -48,6 +48,12 @@ SETTLEMENT_SECONDS = Histogram(
 BETS = Counter("niuniu_table_bets_total", "Bets accepted, by variant and area.", ["variant", "area"])
 BET_STAKES = Counter("niuniu_table_bet_stake_minor_total", "Minor units staked, by variant.", ["variant"])
 BETS_REFUSED = Counter("niuniu_table_bets_refused_total", "Bets refused, by reason.", ["reason"])
+CALLED_BETS_REFUSED = Counter(
+    "niuniu_table_called_bets_refused_total",
+    "Bets of PlaceBets calls refused, by reason (every reason): each is an outcome of an OK call, not a"
+    " gRPC status code.",
+    ["reason"],
+)
 BET_GROUP_SIZE = Histogram(
     "niuniu_table_bet_group_size",
     "Bets recorded together in one transaction (group commit).",

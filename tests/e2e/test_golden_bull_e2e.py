@@ -53,16 +53,30 @@ FAST = ev.TableLimits(
 
 
 async def bet_randomly(c: Clients, players: Sequence[Player], table_id: str, round_id: str, rng: random.Random) -> int:
+    """Up to three bets a player; the first player sends theirs in one PlaceBets call, the others one by one."""
     placed = 0
-    for p in players:
-        for n in range(rng.randint(0, 3)):
-            request = table_pb2.PlaceBetRequest(
+    for i, p in enumerate(players):
+        requests = [
+            table_pb2.PlaceBetRequest(
                 command_id=f"{round_id}.{p.name}.{n}",
                 table_id=table_id,
                 area=rng.choice(["area_1", "area_2", "area_3"]),
                 amount_minor=100 * rng.randint(1, 10),
                 round_id=round_id,
             )
+            for n in range(rng.randint(0, 3))
+        ]
+        if i == 0 and requests:
+            answer = await c.table.PlaceBets(table_pb2.PlaceBetsRequest(bets=requests), metadata=p.auth)
+            assert len(answer.outcomes) == len(requests)
+            for request, outcome in zip(requests, answer.outcomes, strict=True):
+                if outcome.WhichOneof("outcome") == "placed":
+                    assert outcome.placed.area == request.area and outcome.placed.stake_minor == request.amount_minor
+                    placed += 1
+                else:  # only a closing window may refuse
+                    assert outcome.refused.reason == "BETTING_CLOSED", outcome
+            continue
+        for request in requests:
             try:
                 await c.table.PlaceBet(request, metadata=p.auth)
                 placed += 1
@@ -208,17 +222,19 @@ async def test_bad_bets_are_refused_with_a_reason_and_change_nothing(stack: Stac
         opened = await watcher.wait_for(lambda u: kind(u) == "round_opened")
         before = await all_balances(c)
 
-        def bet(
-            p: Player, n: str, area: str, amount: int
-        ) -> grpc.aio.UnaryUnaryCall[table_pb2.PlaceBetRequest, table_pb2.BetReceipt]:
-            request = table_pb2.PlaceBetRequest(
+        def order(n: str, area: str, amount: int) -> table_pb2.PlaceBetRequest:
+            return table_pb2.PlaceBetRequest(
                 command_id=f"{opened.round_id}.{n}",
                 table_id=table_id,
                 area=area,
                 amount_minor=amount,
                 round_id=opened.round_id,
             )
-            return c.table.PlaceBet(request, metadata=p.auth)
+
+        def bet(
+            p: Player, n: str, area: str, amount: int
+        ) -> grpc.aio.UnaryUnaryCall[table_pb2.PlaceBetRequest, table_pb2.BetReceipt]:
+            return c.table.PlaceBet(order(n, area, amount), metadata=p.auth)
 
         await expect_refused(bet(rich, "a", "area_9", 100), grpc.StatusCode.INVALID_ARGUMENT, "AREA_UNKNOWN")
         await expect_refused(
@@ -230,6 +246,28 @@ async def test_bad_bets_are_refused_with_a_reason_and_change_nothing(stack: Stac
         await expect_refused(bet(excluded, "f", "area_1", 100), grpc.StatusCode.FAILED_PRECONDITION, "SELF_EXCLUDED")
         anonymous = c.table.PlaceBet(table_pb2.PlaceBetRequest(command_id="x", table_id=table_id, area="area_1"))
         await expect_refused(anonymous, grpc.StatusCode.UNAUTHENTICATED, "TOKEN_MISSING")
+
+        # The same mistakes in one PlaceBets call: each bet's own refusal, code and reason, in order.
+        invalid, precondition = grpc.StatusCode.INVALID_ARGUMENT.value[0], grpc.StatusCode.FAILED_PRECONDITION.value[0]
+        mistakes = [order("h", "area_9", 100), order("i", "area_1", 2_100), order("j", "area_1", 150)]
+        answer = await c.table.PlaceBets(table_pb2.PlaceBetsRequest(bets=mistakes), metadata=rich.auth)
+        assert [(o.refused.code, o.refused.reason) for o in answer.outcomes] == [
+            (invalid, "AREA_UNKNOWN"),
+            (precondition, "ABOVE_TABLE_MAXIMUM"),
+            (invalid, "NOT_A_CHIP_AMOUNT"),
+        ]
+        short = table_pb2.PlaceBetsRequest(bets=[order("k", "area_1", 1_000)])
+        answer = await c.table.PlaceBets(short, metadata=poor.auth)
+        assert [(o.refused.code, o.refused.reason) for o in answer.outcomes] == [(precondition, "INSUFFICIENT_FUNDS")]
+        too_many = table_pb2.PlaceBetsRequest(bets=[order(f"l{n}", "area_1", 100) for n in range(17)])
+        await expect_refused(
+            c.table.PlaceBets(too_many, metadata=rich.auth), grpc.StatusCode.INVALID_ARGUMENT, "BETS_COUNT"
+        )
+        twice = table_pb2.PlaceBetsRequest(bets=[order("m", "area_1", 100), order("m", "area_2", 100)])
+        await expect_refused(
+            c.table.PlaceBets(twice, metadata=rich.auth), grpc.StatusCode.INVALID_ARGUMENT, "COMMAND_ID_REPEATED"
+        )
+        await expect_refused(c.table.PlaceBets(twice), grpc.StatusCode.UNAUTHENTICATED, "TOKEN_MISSING")
 
         closed = ("phase_changed", "dealing", opened.round_id)
         await watcher.wait_for(lambda u: (kind(u), u.phase_changed.phase, u.round_id) == closed)

@@ -23,6 +23,7 @@ def test_a_short_load_run_bets_and_its_journal_replays_clean(infra: dict[str, st
     command = [
         str(Path(sys.executable).parent / "niuniu-load"),
         *("--tables", "2", "--players", "6", "--in-flight", "6", "--duration", "15"),  # a round or more a table
+        *("--bets-per-call", "2"),  # PlaceBets calls (the bets of one call share the trips)
         *("--log-dir", str(tmp_path), "--audit"),
     ]
     done = subprocess.run(
@@ -32,8 +33,9 @@ def test_a_short_load_run_bets_and_its_journal_replays_clean(infra: dict[str, st
     assert done.returncode == 0, text[-3000:]
     accepted = re.search(r"run 1: (\d+) bets accepted", text)
     assert accepted is not None and int(accepted.group(1)) > 0, text[-3000:]
-    # Where the latency went: the table's handling of PlaceBet and the wallet's of PlaceHolds inside it.
-    handled = re.search(r"mean server-side ms  table PlaceBet ([0-9.]+), wallet PlaceHolds ([0-9.]+)", text)
+    assert re.search(r"run 1: \d+ bets accepted .*PlaceBets of 2 bets", text), text[-3000:]
+    # Where the latency went: the table's handling of PlaceBets and the wallet's of PlaceHolds inside it.
+    handled = re.search(r"mean server-side ms  table PlaceBets ([0-9.]+), wallet PlaceHolds ([0-9.]+)", text)
     assert handled is not None and 0 < float(handled.group(2)) < float(handled.group(1)), text[-3000:]
     # Where the CPU went, per accepted bet: the database's (with its backends that ended) and the machine's.
     per_bet = re.search(r"CPU ms per accepted bet: .*table ([0-9.]+).*postgres ([0-9.]+).*; machine ([0-9.]+)", text)
