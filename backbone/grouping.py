@@ -10,7 +10,7 @@ calls, and without load nothing changes.
 
 ``work(requests)`` returns one outcome per request, in order: its result, or the
 exception that request alone raises (a refusal). Two requests that share one of their
-``keys`` (an account, an id) never go in one group: the later one waits for a later group,
+``keys`` (an id, say) never go in one group: the later one waits for a later group,
 so a group's requests never depend on each other. When ``work`` raises for a whole group,
 each of its requests is worked on again alone, so one bad request cannot fail the others.
 
@@ -23,6 +23,7 @@ Bounded: at most ``max_waiting`` calls wait; one more is refused with ``busy()``
 from __future__ import annotations
 
 import asyncio
+import logging
 from collections import deque
 from collections.abc import Awaitable, Callable, Hashable, Iterable, Sequence
 from typing import Generic, TypeVar
@@ -31,6 +32,8 @@ Req = TypeVar("Req")
 Res = TypeVar("Res")
 
 Work = Callable[[list[Req]], Awaitable[Sequence[Res | BaseException]]]
+
+log = logging.getLogger(__name__)
 
 
 class Grouped(Generic[Req, Res]):
@@ -168,7 +171,16 @@ class Grouped(Generic[Req, Res]):
         except Exception as error:
             if len(requests) == 1:
                 return [error]
-            # Which request made the group fail is unknown: each alone, so only that one fails.
+            # Which request made the group fail is unknown: each alone, so only that one fails. Logged: a
+            # group that fails every time costs a transaction per request and looks like no error at all.
+            log.warning(
+                "a group failed; each of its requests is worked on alone",
+                extra={
+                    "work": getattr(self._work, "__qualname__", ""),
+                    "size": len(requests),
+                    "error": repr(error)[:300],
+                },
+            )
             return [(await self._outcomes([request]))[0] for request in requests]
         if len(outcomes) != len(requests):
             raise AssertionError(f"work answered {len(outcomes)} outcomes for {len(requests)} requests")

@@ -13,7 +13,9 @@ shape counts nothing in the bet's transaction, one recording transaction of one
 statement per bet with one COMMIT (group commit). Each bet's outcome is its own
 (recorded, window closed, raced), as alone; the tables' ordering locks are taken in
 table order, so two groups never wait on each other in a cycle; a group that fails is
-worked on again bet by bet.
+worked on again bet by bet. A player's bets sent in one call (PlaceBets, ``place_many``)
+are placed side by side and so, as a rule, share all of these; within a table a group
+records its bets in the order they arrived.
 """
 
 from __future__ import annotations

@@ -13,7 +13,7 @@ import logging
 import re
 import uuid
 from collections.abc import Awaitable, Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import datetime
 from typing import Generic, TypeVar
 
@@ -156,7 +156,7 @@ class WalletApp:
         self._dummy_hash: str | None = None
         self._hold_groups: Grouped[HoldRequest, Decision] = Grouped(
             self._place_holds,
-            keys=lambda r: (("account", r.account), ("hold", r.hold_id)),
+            keys=lambda r: (r.hold_id,),
             busy=lambda: Unavailable("WALLET_BUSY", "too many holds waiting to be placed; retry shortly"),
             max_group=MAX_HOLD_GROUP,
             max_in_flight=HOLD_GROUPS_IN_FLIGHT,
@@ -374,7 +374,7 @@ class WalletApp:
         """Holds asked in one call, each decided alone with an outcome of its own (a ``DomainError`` for a
         refused one). Concurrent holds are grouped (``_hold_groups``): one transaction, one commit, and
         the same statements for a group of holds as for one; a call's holds are queued together, so
-        those on distinct accounts go in one group."""
+        they go in one group (two with the same hold id never share one)."""
         if not 1 <= len(requests) <= MAX_HOLDS_PER_CALL:
             raise InvalidArgument("HOLDS_COUNT", f"ask for 1 to {MAX_HOLDS_PER_CALL} holds in one call")
         malformed = {i: error for i, request in enumerate(requests) if (error := _malformed(request)) is not None}
@@ -392,12 +392,14 @@ class WalletApp:
         return outcomes
 
     async def _place_holds(self, requests: list[HoldRequest]) -> list[Decision | BaseException]:
-        """Decide and save a group of holds (distinct accounts, distinct hold ids) in one transaction.
+        """Decide and save a group of holds (distinct hold ids) in one transaction.
 
         Two round trips (pipeline mode): the accounts locked with the hold ids' earlier uses and
         the accounts' settings; then the holds, their movements, their events and the COMMIT. The
         losses of a window are read (one more each) only for accounts with a loss limit in force.
-        A hold refused is an outcome of its own: it writes nothing and the others go on.
+        A hold refused is an outcome of its own: it writes nothing and the others go on. An account's
+        holds are decided in the group's order, each on the balance the ones before it left (its
+        available and held minor, and so its loss limit), and its events take consecutive versions.
         """
 
         async def work(conn: psycopg.AsyncConnection) -> list[Decision | BaseException]:
@@ -418,7 +420,7 @@ class WalletApp:
             versions: dict[str, int] = {}
             for decision in placed:
                 account = decision.hold.account
-                version = loaded.accounts[account].version
+                version = versions.get(account, loaded.accounts[account].version)
                 placed_event = events.hold_placed(decision.hold, decision.movements[0])
                 await self._store.append_queued(conn, events.account_stream(account), version, [placed_event])
                 versions[account] = version + 1
@@ -446,8 +448,9 @@ class WalletApp:
                 used = await repo.window_sums(conn, request.account, now)
                 play = ResponsiblePlay(play.limits, play.exclusion, used)
         decision = domain.decide_place_hold(request, existing, target.state, play, now)
-        if not decision.replayed:
-            domain.apply_movements({request.account: target.state}, decision.movements)
+        if not decision.replayed:  # the account's next hold in the group is decided on what this one leaves
+            after = domain.apply_movements({request.account: target.state}, decision.movements)
+            loaded.accounts[request.account] = replace(target, state=after[request.account])
         return decision
 
     async def resize_hold(self, request: ResizeRequest) -> Decision:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import logging
 from collections.abc import Sequence
 
 import pytest
@@ -116,16 +117,20 @@ async def test_a_refusal_reaches_its_caller_only() -> None:
     assert isinstance(outcomes[1], Refused) and isinstance(outcomes[3], Refused)
 
 
-async def test_a_group_that_fails_is_worked_on_again_one_by_one() -> None:
+async def test_a_group_that_fails_is_worked_on_again_one_by_one(caplog: pytest.LogCaptureFixture) -> None:
     work = Recorder(fail_with=13)
     calls, first = await one_group_held(work, 1)
     rest = [asyncio.ensure_future(calls(r)) for r in (12, 13, 14)]
     await asyncio.sleep(0)
     work.release.set()
-    outcomes = await asyncio.gather(first, *rest, return_exceptions=True)
+    with caplog.at_level(logging.WARNING, logger="backbone.grouping"):
+        outcomes = await asyncio.gather(first, *rest, return_exceptions=True)
     assert outcomes[0] == 2 and outcomes[1] == 24 and outcomes[3] == 28
     assert isinstance(outcomes[2], RuntimeError)
     assert work.groups == [[1], [12, 13, 14], [12], [13], [14]]
+    # The group's failure is logged once (not the lone 13's own, which is its caller's outcome).
+    failed = [r for r in caplog.records if r.getMessage().startswith("a group failed")]
+    assert [(r.size, "RuntimeError" in r.error) for r in failed] == [(3, True)]  # type: ignore[attr-defined]
 
 
 async def test_waiting_calls_are_bounded() -> None:

@@ -100,7 +100,7 @@ async def test_concurrent_holds_of_many_players_are_placed_in_groups_each_decide
 
 async def test_place_holds_decides_each_hold_alone_in_one_call(wallet: Wallet) -> None:
     """PlaceHolds: one outcome per hold, in order, each what PlaceHold alone would answer; the refused
-    ones write nothing, the others are placed (holds on distinct accounts in one group)."""
+    ones write nothing, the others are placed, all in one group."""
     rich, other, poor = [await wallet.player(deposit_minor=d) for d in (1_000, 1_000, 50)]
 
     def ask(hold_id: str, account: str, amount: int) -> pb.PlaceHoldRequest:
@@ -121,7 +121,7 @@ async def test_place_holds_decides_each_hold_alone_in_one_call(wallet: Wallet) -
                 ask("bad id", other.account, 100),
                 ask("pb.3", other.account, 200),
                 ask("pb.taken", other.account, 300),  # an earlier hold's id, another amount
-                ask("pb.4", rich.account, 500),  # the same account again: a later group than pb.1
+                ask("pb.4", rich.account, 500),  # the same account again, on what pb.1 left
             ]
         ),
         metadata=TABLE,
@@ -149,10 +149,43 @@ async def test_place_holds_decides_each_hold_alone_in_one_call(wallet: Wallet) -
     assert await wallet.balance(other.account) == (700, 300)
     assert await wallet.balance(poor.account) == (50, 0)
     assert await wallet.count_events(events.HOLD_PLACED) == 5  # earlier, taken, pb.1, pb.3, pb.4
-    # One account's holds never share a group: rich's three holds took three groups, and everything else
-    # went along with them. (Two holds with one id in one call would race, as two PlaceHold calls do: groups
-    # run side by side.)
-    assert counter("niuniu_wallet_hold_group_size_count") - groups_before == 3
+    # The whole call went in one group, rich's three holds too. (Two holds with one id in one call would race,
+    # as two PlaceHold calls do: they never share a group, and groups run side by side.)
+    assert counter("niuniu_wallet_hold_group_size_count") - groups_before == 1
+
+
+async def test_one_accounts_holds_in_one_group_are_decided_in_order_on_what_the_earlier_left(
+    wallet: Wallet,
+) -> None:
+    """Holds of 600, 500 and 300 on 1 000 available, in one call and one group: the first is placed, the
+    second is refused (400 left), the third is placed on those 400; the account's events take consecutive
+    versions, the account's own version is the last."""
+    player = await wallet.player(deposit_minor=1_000)
+    groups_before = counter("niuniu_wallet_hold_group_size_count")
+    asked = [("in-order.1", 600), ("in-order.2", 500), ("in-order.3", 300)]
+    reply = await wallet.stub.PlaceHolds(
+        pb.PlaceHoldsRequest(
+            holds=[
+                pb.PlaceHoldRequest(hold_id=h, account=player.account, amount_minor=a, reason="bet", round_id="r")
+                for h, a in asked
+            ]
+        ),
+        metadata=TABLE,
+    )
+    assert [o.WhichOneof("outcome") for o in reply.outcomes] == ["placed", "refused", "placed"]
+    assert reply.outcomes[1].refused.reason == "INSUFFICIENT_FUNDS"
+    assert counter("niuniu_wallet_hold_group_size_count") - groups_before == 1
+    # Written by one transaction: the group did not fail and fall back to one transaction a hold.
+    writers = await wallet.sql("SELECT DISTINCT xmin::text FROM wallet_holds WHERE hold_id LIKE 'in-order.%%'")
+    assert len(writers) == 1, writers
+    assert await wallet.balance(player.account) == (100, 900)
+    rows = await wallet.sql(
+        "SELECT e.version, a.version FROM events e JOIN wallet_accounts a ON e.stream_id = 'account-' || a.account"
+        " WHERE a.account = %s ORDER BY e.version",
+        player.account,
+    )
+    versions = [v for v, _ in rows]
+    assert versions == list(range(1, len(versions) + 1)) and rows[-1][1] == versions[-1], rows
 
 
 @pytest.mark.parametrize("count", [0, 65])
