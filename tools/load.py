@@ -298,12 +298,11 @@ def percentile(values: list[float], p: float) -> float:
     return ordered[min(len(ordered) - 1, int(p / 100 * len(ordered)))]
 
 
-_STATUS = {code.value[0]: code.name for code in grpc.StatusCode}
+_STATUS = {code.value[0]: code for code in grpc.StatusCode}
 
 
-def _reason(error: grpc.aio.AioRpcError) -> str:
-    details = error.details() or ""
-    return f"{error.code().name}:{details.split(':', 1)[0][:40]}"
+def _reason(error: grpc.aio.AioRpcError) -> tuple[grpc.StatusCode, str]:
+    return error.code(), (error.details() or "").split(":", 1)[0][:40]
 
 
 async def _retried(call: Any, request: Any, **kwargs: Any) -> Any:
@@ -475,6 +474,12 @@ async def bet_phase(
     deadline = started + duration
     interval = in_flight / rate if rate > 0 else 0.0
 
+    def count_refusal(state: TableState, code: grpc.StatusCode, reason: str) -> None:
+        """A refused call's, or a refused bet's inside PlaceBets."""
+        refusals[f"{code.name}:{reason}"] += 1
+        if code == grpc.StatusCode.FAILED_PRECONDITION:
+            state.betting = False  # wait for the follower's next look at this table
+
     async def worker(n: int) -> None:
         nonlocal accepted
         next_at = started + (interval * n / in_flight if interval else 0.0)
@@ -513,16 +518,12 @@ async def bet_phase(
                     )
                     refused = [o.refused for o in answer.outcomes if o.WhichOneof("outcome") == "refused"]
             except grpc.aio.AioRpcError as error:
-                refusals[_reason(error)] += 1
-                if error.code() == grpc.StatusCode.FAILED_PRECONDITION:
-                    state.betting = False  # wait for the follower's next look at this table
+                count_refusal(state, *_reason(error))
                 continue
             latencies.append((time.perf_counter() - sent) * 1000)
             accepted += bets_per_call - len(refused)
             for refusal in refused:
-                refusals[f"{_STATUS.get(refusal.code, refusal.code)}:{refusal.reason}"] += 1
-                if refusal.code == grpc.StatusCode.FAILED_PRECONDITION.value[0]:
-                    state.betting = False
+                count_refusal(state, _STATUS.get(refusal.code, grpc.StatusCode.UNKNOWN), refusal.reason)
 
     await asyncio.gather(*(worker(n) for n in range(in_flight)))
     return time.monotonic() - started, accepted, latencies, refusals
@@ -716,10 +717,9 @@ async def main_async(args: argparse.Namespace) -> int:
 
         print(f"summary of {len(results)} runs (min / median / max):", file=out)
         print(f"  accepted bets/s        {mmm([r.bets_per_s for r in results])}", file=out)
-        call = f"{call_name(args.bets_per_call)} p50 ms".ljust(23)
-        print(f"  {call}{mmm([percentile(r.latencies_ms, 50) for r in results], '{:.1f}')}", file=out)
-        call = f"{call_name(args.bets_per_call)} p99 ms".ljust(23)
-        print(f"  {call}{mmm([percentile(r.latencies_ms, 99) for r in results], '{:.1f}')}", file=out)
+        for p in (50, 99):
+            call = f"{call_name(args.bets_per_call)} p{p} ms".ljust(23)
+            print(f"  {call}{mmm([percentile(r.latencies_ms, p) for r in results], '{:.1f}')}", file=out)
         lag_max = [max(r.settle_lags_s) for r in results if r.settle_lags_s]
         if lag_max:
             print(f"  worst settlement lag s {mmm(lag_max, '{:.2f}')}", file=out)
