@@ -14,8 +14,11 @@ checks, with nothing but the published derivation and the variant's own ``settle
   amount): a transfer the rules give that the table did not pay, or one the table
   paid that the rules do not give, is a finding of its own.
 
-Jackpot pool payouts depend on the pool's balance when the round settled, which the
-round's own record does not carry; they are left to the journal checks.
+A round that pays from the progressive jackpot pool is settled on what the pool could pay
+then, which its RoundSettled records (``jackpot_pool_minor``): the pool's share of each
+winner and the house's top-up to the floor are checked like any other transfer. Records
+written before that field, of rounds that paid the pool, leave their jackpot payouts and
+seeds to the journal checks.
 """
 
 from __future__ import annotations
@@ -31,7 +34,7 @@ from backbone import tls
 from backbone.auth import bearer
 from bull import fairness as fair
 from bull import variants
-from bull.money import JACKPOT_POOL, Settlement, TransferKind
+from bull.money import Settlement, TransferKind
 from bull.variants import red_envelope_bull as reb
 from bull.variants.baibian_bull import OPEN
 from bull.variants.base import EnvelopeSplit, Funding, SeatHand, TableBet
@@ -88,12 +91,17 @@ def recompute(view: table_pb2.RoundView, evidence: RoundEvidence) -> list[Findin
         hands = {seat: hand for seat, hand in hands.items() if seat in shown}
     findings += _compare_hands(round_id, hands, view)
     if evidence.settlement is not None and not findings:
-        funding = Funding(dealer=view.dealer)  # 百變牛牛: the banking player (the house elsewhere)
+        record = evidence.settlement
+        pool = record.jackpot_pool_minor if record.HasField("jackpot_pool_minor") else None
+        bets = _bets(evidence)
+        # 百變牛牛: the dealer is the banking player (the house elsewhere).
+        funding = Funding(dealer=view.dealer, jackpot_pool_minor=pool or 0)
         try:
-            settlement = variant.settle(hands, _bets(evidence), config, funding)
+            settlement = variant.settle(hands, bets, config, funding)
         except ValueError as error:
             return [Finding("recompute.settlement", round_id, f"the rules refuse the round: {error}")]
-        findings += compare_transfers(round_id, settlement, evidence)
+        pool_unknown = pool is None and variant.claims_jackpot_pool(hands, bets, config)
+        findings += compare_transfers(round_id, settlement, evidence, pool_unknown=pool_unknown)
     return findings
 
 
@@ -168,19 +176,29 @@ def _bets(evidence: RoundEvidence) -> list[TableBet]:
     return [TableBet(b.bet_id, b.player, b.area, b.stake_minor, b.hold_id) for b in evidence.settlement.bets]
 
 
-def _pool_dependent(payer: str, kind: str) -> bool:
-    return payer == JACKPOT_POOL and kind == TransferKind.JACKPOT_PAYOUT
+# What a pool payout moves besides the fixed-price prizes: the pool's shares, the house's top-ups
+# to the floor (same kind) and the house's seed of the pool.
+POOL_DEPENDENT_KINDS = frozenset({TransferKind.JACKPOT_PAYOUT, TransferKind.JACKPOT_SEED})
 
 
-def transfer_keys(transfers: Iterable[tuple[str, str, str, str, int]]) -> Counter[TransferKey]:
-    return Counter(t for t in transfers if not _pool_dependent(t[0], t[2]))
+def transfer_keys(transfers: Iterable[TransferKey], *, pool_unknown: bool = False) -> Counter[TransferKey]:
+    return Counter(t for t in transfers if not (pool_unknown and t[2] in POOL_DEPENDENT_KINDS))
 
 
-def compare_transfers(round_id: str, settlement: Settlement, evidence: RoundEvidence) -> list[Finding]:
-    """The variant's transfers against the table's, one to one on (payer, payee, kind, bet, amount)."""
+def compare_transfers(
+    round_id: str, settlement: Settlement, evidence: RoundEvidence, *, pool_unknown: bool = False
+) -> list[Finding]:
+    """The variant's transfers against the table's, one to one on (payer, payee, kind, bet, amount);
+    ``pool_unknown``: a round that paid the jackpot pool whose record does not say what the pool held."""
     assert evidence.settlement is not None
-    want = transfer_keys((t.payer, t.payee, str(t.kind), t.bet_id or "", t.amount_minor) for t in settlement.transfers)
-    got = transfer_keys((t.payer, t.payee, t.kind, t.bet_id, t.amount_minor) for t in evidence.settlement.transfers)
+    want = transfer_keys(
+        ((t.payer, t.payee, str(t.kind), t.bet_id or "", t.amount_minor) for t in settlement.transfers),
+        pool_unknown=pool_unknown,
+    )
+    got = transfer_keys(
+        ((t.payer, t.payee, t.kind, t.bet_id, t.amount_minor) for t in evidence.settlement.transfers),
+        pool_unknown=pool_unknown,
+    )
     findings = []
     for side, extra in (("the rules give", want - got), ("the table paid", got - want)):
         for (payer, payee, kind, bet_id, amount), count in sorted(extra.items()):

@@ -177,6 +177,7 @@ def settlement_event(
     hold_ids: Sequence[str],
     bet_holds: Mapping[str, str],
     area_odds: Mapping[str, str] | None = None,
+    jackpot_pool_minor: int | None = None,
 ) -> ev.RoundSettled:
     """The wallet's contract: every transfer and the hold it is paid from, and every hold of the round."""
     transfers = [
@@ -210,6 +211,7 @@ def settlement_event(
         bets=outcomes,
         transfers=transfers,
         hold_ids=list(hold_ids),
+        jackpot_pool_minor=jackpot_pool_minor,
     )
 
 

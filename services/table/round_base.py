@@ -247,6 +247,7 @@ class RoundMachine:
             [b["hold_id"] for b in bets] + holds,
             {b["bet_id"]: b["hold_id"] for b in bets},
             odds,
+            None if pool is None else pool.payable_minor,
         )
         settled.area_outcomes.update(variant.area_outcomes(hands, config))
         settled.area_odds.update(odds)

@@ -191,3 +191,59 @@ def test_a_card_round_voided_before_its_deal_checks_only_the_commitment() -> Non
     assert recompute(view, evidence) == []
     view.server_seed = bytes(32).hex()
     assert [f.check for f in recompute(view, evidence)] == ["recompute.commitment"]
+
+
+def pool_round(pool_minor: int) -> tuple[table_pb2.RoundView, ev.RoundSettled]:
+    """A Bai Buu round whose seed deals four of a kind to player_03, settled on a pool of ``pool_minor``."""
+    round_id = "t1-r5968"
+    variant = VARIANTS["bai_buu"]
+    config = variant.parse_config({})
+    hands = variant.deal(fair.shuffle(SEED, round_id, "", 52), config)
+    assert hands["player_03"].category == "four_of_a_kind"
+    bets = [
+        TableBet("b1", "player:a", "jackpot_player_03", config.jackpot_stake_minor),
+        TableBet("b2", "player:b", "jackpot_banker", config.jackpot_stake_minor),
+        TableBet("b3", "player:b", "player_03", 1_000),
+    ]
+    settlement = variant.settle(hands, bets, config, Funding(jackpot_pool_minor=pool_minor))
+    settled = settled_event("bai_buu", settlement, [transfer_event(t) for t in settlement.transfers])
+    settled.round_id = round_id
+    settled.jackpot_pool_minor = pool_minor
+    view = table_pb2.RoundView(
+        table_id="t1",
+        round_id=round_id,
+        commitment=fair.commit(SEED),
+        server_seed=SEED.hex(),
+        variant="bai_buu",
+        config=variant.config_settings(config),
+        hands=[ev.HandRevealed(seat=seat, cards=[c.code for c in hand.cards]) for seat, hand in hands.items()],
+    )
+    return view, settled
+
+
+def recomputed(view: table_pb2.RoundView, settled: ev.RoundSettled) -> list[str]:
+    record = RoundRecord(settled.round_id, "settled", settled.SerializeToString(), (), ())
+    return [f.detail for f in recompute(view, RoundEvidence.of(record))]
+
+
+def test_a_round_that_pays_the_pool_is_re_settled_on_the_pool_its_record_carries() -> None:
+    view, settled = pool_round(30)
+    payouts = {t.payer: t.amount_minor for t in settled.transfers if t.kind == "jackpot_payout"}
+    assert set(payouts) == {"jackpot_pool", "house"}  # the pool's share, and the house's top-up to the floor
+    assert recomputed(view, settled) == []
+
+    # The table paid as if the pool held 10: its share and the house's top-up both differ from the rules'.
+    _, underpaid = pool_round(10)
+    underpaid.jackpot_pool_minor = 30
+    details = recomputed(view, underpaid)
+    assert len(details) == 4 and all("jackpot_payout" in d for d in details)
+    assert any("the table paid jackpot_payout house" in d for d in details)
+
+
+def test_a_record_without_the_pool_leaves_only_the_pool_dependent_transfers_unchecked() -> None:
+    view, settled = pool_round(30)
+    settled.ClearField("jackpot_pool_minor")  # written before the record carried it
+    assert recomputed(view, settled) == []
+    main = next(t for t in settled.transfers if t.bet_id == "b3")
+    main.amount_minor += 1
+    assert len(recomputed(view, settled)) == 2  # the main bet is still checked

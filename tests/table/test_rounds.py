@@ -62,6 +62,7 @@ async def test_a_golden_bull_round_settles_what_the_variant_settles_and_conserve
     settled = await rig.settled(current["round_id"])
     expected = await expected_settlement(rig, ended, "golden_bull", Funding())
     assert transfer_keys(settled.transfers) == transfer_keys(expected.transfers)
+    assert not settled.HasField("jackpot_pool_minor")  # only a round that pays from the pool reads it
     assert held("bet", "p4", "b4") in settled.hold_ids and len(settled.bets) == 4
     reveals = (await rig.round_events(current["round_id"]))["table.hand_revealed"]
     assert len(reveals) == 4  # three areas, then the dealer
@@ -93,12 +94,37 @@ async def test_a_bai_buu_round_pays_a_four_of_a_kind_from_the_pool_and_records_t
     settled = await rig.settled(current["round_id"])
     payout = [t for t in settled.transfers if t.payer == JACKPOT_POOL and t.kind == "jackpot_payout"]
     assert payout and payout[0].payee == "player:p0"
+    assert settled.jackpot_pool_minor == 50_000
     assert rig.conserved() and rig.open_holds() == []
     assert rig.wallet.available[JACKPOT_POOL] >= 0
     reveals = (await rig.round_events(current["round_id"]))["table.hand_revealed"]
     assert [e.unpack(ev.HandRevealed()).group for e in reveals] == ["head"] * 4 + ["last"] * 4
     # The forced deck is not the one the seed derives: the auditor sees the deal differ.
     assert {f.check for f in await rig.audit("bb", current["round_id"])} == {"recompute.deal"}
+
+
+async def test_a_pool_payout_topped_up_by_the_house_records_the_pool_and_recomputes_exactly(
+    pool: AsyncConnectionPool,
+) -> None:
+    """The house's top-up to the floor depends on what the pool held: the record carries it for the auditor.
+
+    Seen in a chaos run: the recompute settled a four of a kind on an empty pool and found the
+    table's top-up (floor less the pool's share) 20 too small."""
+    rig = Rig(pool, await setup_schema(pool), BALANCES | {JACKPOT_POOL: 30})
+    table_id = "quads534"  # the fake rng's seed for quads534-r1 deals four of a kind to player_03
+    await rig.create(table_id, "bai_buu", {"jackpot.stake_minor": "100"})
+    current = await rig.to_phase(table_id, Phase.BETTING)
+    await rig.app.place_bet(player("p0"), "j1", table_id, "jackpot_player_03", 100)
+    await rig.app.place_bet(player("p1"), "j2", table_id, "jackpot_banker", 100)
+    await rig.app.place_bet(player("p2"), "m1", table_id, "player_03", 1_000)
+    ended = await rig.finish(table_id)
+    assert ended["phase"] == Phase.SETTLED
+    settled = await rig.settled(current["round_id"])
+    assert settled.HasField("jackpot_pool_minor") and settled.jackpot_pool_minor == 30  # nothing else in flight
+    paid = {t.payer: t.amount_minor for t in settled.transfers if t.kind == "jackpot_payout"}
+    assert set(paid) == {JACKPOT_POOL, "house"} and paid[JACKPOT_POOL] + paid["house"] == 5_000  # the floor
+    assert rig.conserved() and rig.wallet.available[JACKPOT_POOL] >= 0
+    assert await rig.audit(table_id, current["round_id"]) == []
 
 
 async def four_kings_for_player_01(kings: list[str], rest: list[str]) -> list[str]:
