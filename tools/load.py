@@ -281,6 +281,8 @@ class RunResult:
     empty_calls_per_s: float = float("nan")
     handling_ms: dict[str, float] = field(default_factory=dict)
     """Mean server-side time per call of the ``HANDLED`` methods during the run."""
+    group_sizes: dict[str, float] = field(default_factory=dict)
+    """Mean size of the ``GROUP_SIZES`` groups during the run (bets a table transaction, holds a wallet one)."""
     machine_cpu_s: float = float("nan")
     """CPU seconds the machine's cores were busy during the run (every process)."""
     settle_published_s: list[float] = field(default_factory=list)
@@ -375,6 +377,12 @@ HANDLED = {"PlaceBet": "table", "PlaceBets": "table", "PlaceHolds": "wallet"}
 latency goes, the table's handling of PlaceBet (or PlaceBets) and, inside it, the wallet's of the
 PlaceHolds call that carried the bet's hold with those of the bets placed at the same moment."""
 
+GROUP_SIZES = {
+    "niuniu_table_bet_group_size": "table bets a recording transaction",
+    "niuniu_wallet_hold_group_size": "wallet holds a transaction",
+}
+"""Group-commit histograms whose mean each run reports: how many bets share the fixed costs."""
+
 
 def call_name(bets_per_call: int) -> str:
     return "PlaceBet" if bets_per_call == 1 else "PlaceBets"
@@ -388,6 +396,7 @@ def scrape(urls: list[str]) -> dict[str, float]:
         "niuniu_consumer_lag_messages",
         "niuniu_wallet_settlement_lag_seconds_sum",
         "niuniu_wallet_settlement_lag_seconds_count",
+        *(f"{series}_{part}" for series in GROUP_SIZES for part in ("sum", "count")),
     )
     totals: dict[str, float] = {}
     for url in urls:
@@ -406,6 +415,13 @@ def scrape(urls: list[str]) -> dict[str, float]:
                         key = f"{method}_{'seconds' if name.endswith('_sum') else 'count'}"
                         totals[key] = totals.get(key, 0.0) + float(line.rsplit(" ", 1)[1])
     return totals
+
+
+def mean_group(before: dict[str, float], after: dict[str, float], series: str) -> float:
+    """The mean size of the groups ``series`` observed between two scrapes (nan: none)."""
+    count = after.get(f"{series}_count", 0.0) - before.get(f"{series}_count", 0.0)
+    total = after.get(f"{series}_sum", 0.0) - before.get(f"{series}_sum", 0.0)
+    return total / count if count > 0 else float("nan")
 
 
 def handling_ms(before: dict[str, float], after: dict[str, float], method: str) -> float:
@@ -598,6 +614,12 @@ def print_run(n: int, r: RunResult, in_flight: int, out: Any, bets_per_call: int
             + f"  (the caller's mean {statistics.fmean(lat) if lat else float('nan'):.1f})",
             file=out,
         )
+    if any(not math.isnan(size) for size in r.group_sizes.values()):
+        print(
+            "  mean group  "
+            + ", ".join(f"{GROUP_SIZES[g]} {size:.1f}" for g, size in r.group_sizes.items() if not math.isnan(size)),
+            file=out,
+        )
     if r.refusals:
         print("  refusals  " + ", ".join(f"{k} {v}" for k, v in r.refusals.most_common(8)), file=out)
     for what, s in (
@@ -682,6 +704,7 @@ async def main_async(args: argparse.Namespace) -> int:
                     empty = await empty_call_rate(tch, args.in_flight)
                     cpu = {k: cpu_after[k] - cpu_before.get(k, 0.0) for k in cpu_after}
                     handled = {m: handling_ms(metrics_before, metrics, m) for m in HANDLED}
+                    groups = {g: mean_group(metrics_before, metrics, g) for g in GROUP_SIZES}
                     result = RunResult(
                         seconds,
                         accepted,
@@ -696,6 +719,7 @@ async def main_async(args: argparse.Namespace) -> int:
                         handled,
                         machine_cpu_s=machine_s,
                         settle_published_s=lags.published,
+                        group_sizes=groups,
                     )
                     results.append(result)
                     print_run(run, result, args.in_flight, out, args.bets_per_call)
