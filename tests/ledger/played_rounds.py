@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+from typing import Any
+
 from niuniu.table.v1 import events_pb2 as ev
 from niuniu.table.v1 import table_pb2
 
 from bull import fairness as fair
-from bull.variants import VARIANTS, Funding, TableBet
+from bull.variants import VARIANTS, Funding, SeatHand, TableBet
 from services.ledger.queries import RoundRecord
 from services.ledger.verify import RoundEvidence
 
@@ -40,14 +43,19 @@ def played_round() -> tuple[table_pb2.RoundView, RoundEvidence]:
             for t in settlement.transfers
         ],
     )
-    view = table_pb2.RoundView(
-        table_id="t1",
-        round_id=ROUND,
-        commitment=fair.commit(SEED),
-        server_seed=SEED.hex(),
-        variant="golden_bull",
-        config=variant.config_settings(config),
-        hands=[ev.HandRevealed(seat=seat, cards=[c.code for c in hand.cards]) for seat, hand in hands.items()],
-    )
+    view = revealed_view(ROUND, "golden_bull", config, hands)
     record = RoundRecord(ROUND, "settled", settled.SerializeToString(), (), ())
     return view, RoundEvidence.of(record)
+
+
+def revealed_view(round_id: str, variant_id: str, config: Any, hands: Mapping[str, SeatHand]) -> table_pb2.RoundView:
+    """The table's public view of a round of table t1 dealt from ``SEED``, every hand revealed whole."""
+    return table_pb2.RoundView(
+        table_id="t1",
+        round_id=round_id,
+        commitment=fair.commit(SEED),
+        server_seed=SEED.hex(),
+        variant=variant_id,
+        config=VARIANTS[variant_id].config_settings(config),
+        hands=[ev.HandRevealed(seat=seat, cards=[c.code for c in hand.cards]) for seat, hand in hands.items()],
+    )

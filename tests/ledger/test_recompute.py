@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from niuniu.table.v1 import events_pb2 as ev
 from niuniu.table.v1 import table_pb2
-from played_rounds import ROUND, SEED, played_round
+from played_rounds import ROUND, SEED, played_round, revealed_view
 
 from bull import fairness as fair
 from bull.money import Settlement
@@ -209,16 +209,7 @@ def pool_round(pool_minor: int) -> tuple[table_pb2.RoundView, ev.RoundSettled]:
     settled = settled_event("bai_buu", settlement, [transfer_event(t) for t in settlement.transfers])
     settled.round_id = round_id
     settled.jackpot_pool_minor = pool_minor
-    view = table_pb2.RoundView(
-        table_id="t1",
-        round_id=round_id,
-        commitment=fair.commit(SEED),
-        server_seed=SEED.hex(),
-        variant="bai_buu",
-        config=variant.config_settings(config),
-        hands=[ev.HandRevealed(seat=seat, cards=[c.code for c in hand.cards]) for seat, hand in hands.items()],
-    )
-    return view, settled
+    return revealed_view(round_id, "bai_buu", config, hands), settled
 
 
 def recomputed(view: table_pb2.RoundView, settled: ev.RoundSettled) -> list[str]:
