@@ -28,6 +28,8 @@ from backbone.lease import RedisLease, StaleOwner
 log = logging.getLogger(__name__)
 
 MAX_BATCH_EVENTS = 1_000
+MAX_LINGER_S = 5.0
+"""Bound on the wait after a batch that was not full (every wait is bounded)."""
 PENDING_SAMPLE_S = 1.0
 """How often the relay counts its backlog for the metrics (a scan of the unpublished rows)."""
 RENEW_PRODUCER_AFTER = 2
@@ -55,17 +57,21 @@ class OutboxRelay:
         lease: RedisLease | None = None,
         batch_size: int = 500,
         idle_sleep_s: float = 0.05,
+        linger_s: float = 0.0,
         send_timeout_s: float = 15.0,
         new_producer: Callable[[], KafkaProducer] | None = None,
     ) -> None:
         if not 0 < batch_size <= MAX_BATCH_EVENTS:
             raise ValueError(f"batch_size must be 1..{MAX_BATCH_EVENTS}")
+        if not 0 <= linger_s <= MAX_LINGER_S:
+            raise ValueError(f"linger_s must be 0..{MAX_LINGER_S}")
         self.service = service
         self._pool = pool
         self._producer = producer
         self._lease = lease
         self._batch_size = batch_size
         self._idle_sleep_s = idle_sleep_s
+        self._linger_s = linger_s
         self._send_timeout_s = send_timeout_s
         self._new_producer = new_producer
         self._failed_sends = 0
@@ -152,7 +158,11 @@ class OutboxRelay:
         return int(row[0]), float(row[1])
 
     async def run(self, stop: asyncio.Event) -> None:
-        """Publish until ``stop`` is set; only while holding the lease, when one is given."""
+        """Publish until ``stop`` is set; only while holding the lease, when one is given.
+
+        After an empty poll it waits ``idle_sleep_s``; after a batch that was not full (it caught
+        up), ``linger_s``, so that a steady trickle goes out in batches rather than one by one; after
+        a full batch it polls again at once."""
         sampled = 0.0
         while not stop.is_set():
             try:
@@ -167,6 +177,8 @@ class OutboxRelay:
                     sampled = time.monotonic()
                 if published == 0:
                     await _sleep_or_stop(stop, self._idle_sleep_s)
+                elif published < self._batch_size:
+                    await _sleep_or_stop(stop, self._linger_s)
             except StaleOwner as error:
                 log.warning("outbox relay superseded; standing by", extra={"error": str(error)})
                 if self._lease is not None:

@@ -47,6 +47,12 @@ RELAY_IDLE_SLEEP_S = 0.1
 """How long the relay waits after finding the outbox empty. Polling every 50 ms (three round trips
 each) was 17-56 % of a service's busy time at one bet in flight, 62-68 % of the rng's; this halves it
 for at most 50 ms more between a commit and its publication (a wake-up on commit would remove both)."""
+RELAY_LINGER_S = 0.05
+"""How long the relay waits after a batch that was not full, for more events to gather. Every batch
+costs a transaction that waits for the disk (the fencing check writes its row), a flush to the broker,
+and a fetch and a transaction in every consumer of the topic. Polling again at once published a
+trickle of events one or two at a time: at 64 bets in flight, 30 s runs alternated on 3 December,
+74 / 146 bets/s without against 144 / 186 with (machine CPU a bet 24.6 / 12.3 ms against 12.6 / 9.8)."""
 CONSUMER_LEASE_TTL_MS = 6_000
 """A consumer's lease (see backbone/consumer.py): a restarted process resumes within this."""
 GATHER_BYTES = 256 * 1024
@@ -155,6 +161,7 @@ async def start(
         new_producer=relay_producer,
         lease=lease,
         idle_sleep_s=RELAY_IDLE_SLEEP_S,
+        linger_s=RELAY_LINGER_S,
     )
     tasks: list[BackgroundTask] = [relay.run]
     for consumer_spec in spec.consumers:

@@ -123,6 +123,39 @@ async def test_relay_publishes_every_event_once_and_consumer_applies_it(
         assert await credits(conn) == expected_totals(40)
 
 
+@pytest.mark.parametrize("linger_s", [0.0, 3.0], ids=["eager", "lingering"])
+async def test_a_relay_that_caught_up_lingers_and_publishes_a_trickle_in_one_batch(
+    pool: AsyncConnectionPool, store: EventStore, topic: str, kafka_servers: str, linger_s: float
+) -> None:
+    """Each batch costs a transaction, a fencing check, a flush to the broker and a fetch for every
+    consumer: after a batch that was not full the relay waits ``linger_s`` for more to gather."""
+    relay = OutboxRelay("test", pool, make_producer(kafka_servers, "relay"), idle_sleep_s=0.02, linger_s=linger_s)
+    published: list[int] = []
+
+    async def count(batch: list[PendingRecord]) -> None:
+        published.append(len(batch))
+
+    relay.after_publish = count
+    stop = asyncio.Event()
+    running = asyncio.create_task(relay.run(stop))
+    try:
+        for i in range(4):  # one event every 0.3 s: fifteen idle polls apart, well within the linger
+            async with pool.connection() as conn, conn.transaction():
+                await store.append(conn, f"trickle-{i}", 0, [credited(f"trickle-{i}", 1)])
+            await asyncio.sleep(0.3)
+        deadline = time.monotonic() + DEADLINE_S
+        while sum(published) < 4 and time.monotonic() < deadline:
+            await asyncio.sleep(0.05)
+    finally:
+        stop.set()
+        await running
+    if linger_s:
+        assert published == [1, 3]  # the first event alone (the outbox was idle), the rest gathered
+    else:
+        assert len(published) >= 3  # one batch an event (two, if a poll came late)
+    assert records_on_topic(kafka_servers, topic) == 4
+
+
 @HANDLER_SHAPES
 async def test_relay_killed_after_publish_before_marking_sent_consumer_still_applies_once(
     pool: AsyncConnectionPool, store: EventStore, topic: str, kafka_servers: str, unique: str, batch: bool
