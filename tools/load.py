@@ -417,18 +417,21 @@ def scrape(urls: list[str]) -> dict[str, float]:
     return totals
 
 
+def mean_between(before: dict[str, float], after: dict[str, float], total: str, count: str) -> float:
+    """The mean of what a sum and a count scraped (``total`` / ``count`` keys) observed between two
+    scrapes (nan: none)."""
+    n = after.get(count, 0.0) - before.get(count, 0.0)
+    return (after.get(total, 0.0) - before.get(total, 0.0)) / n if n > 0 else float("nan")
+
+
 def mean_group(before: dict[str, float], after: dict[str, float], series: str) -> float:
     """The mean size of the groups ``series`` observed between two scrapes (nan: none)."""
-    count = after.get(f"{series}_count", 0.0) - before.get(f"{series}_count", 0.0)
-    total = after.get(f"{series}_sum", 0.0) - before.get(f"{series}_sum", 0.0)
-    return total / count if count > 0 else float("nan")
+    return mean_between(before, after, f"{series}_sum", f"{series}_count")
 
 
 def handling_ms(before: dict[str, float], after: dict[str, float], method: str) -> float:
     """The mean server-side time of ``method``'s calls between two scrapes, in ms (nan: none)."""
-    count = after.get(f"{method}_count", 0.0) - before.get(f"{method}_count", 0.0)
-    seconds = after.get(f"{method}_seconds", 0.0) - before.get(f"{method}_seconds", 0.0)
-    return 1_000 * seconds / count if count > 0 else float("nan")
+    return 1_000 * mean_between(before, after, f"{method}_seconds", f"{method}_count")
 
 
 @dataclass(frozen=True)

@@ -37,12 +37,12 @@ def test_a_short_load_run_bets_and_its_journal_replays_clean(infra: dict[str, st
     # Where the latency went: the table's handling of PlaceBets and the wallet's of PlaceHolds inside it.
     handled = re.search(r"mean server-side ms  table PlaceBets ([0-9.]+), wallet PlaceHolds ([0-9.]+)", text)
     assert handled is not None and 0 < float(handled.group(2)) < float(handled.group(1)), text[-3000:]
-    # Where the CPU went, per accepted bet: the database's (with its backends that ended) and the machine's.
     # How many bets share a table transaction and holds a wallet one (the group-commit histograms).
     groups = re.search(
         r"mean group  table bets a recording transaction ([0-9.]+), wallet holds a transaction ([0-9.]+)", text
     )
     assert groups is not None and all(1 <= float(g) <= 64 for g in groups.groups()), text[-3000:]
+    # Where the CPU went, per accepted bet: the database's (with its backends that ended) and the machine's.
     per_bet = re.search(r"CPU ms per accepted bet: .*table ([0-9.]+).*postgres ([0-9.]+).*; machine ([0-9.]+)", text)
     assert per_bet is not None, text[-3000:]
     table_ms, postgres_ms, machine_ms = (float(v) for v in per_bet.groups())
