@@ -15,7 +15,8 @@ at one table instead (chips on several areas at once). Each run prints accepted 
 the calls' latency percentiles, the
 refusals by status and reason, the outbox backlog and consumer lag read from the
 services' /metrics, the seconds from each round's settlement to the wallet's last
-movement for it, the CPU of the services, of PostgreSQL and of Kafka (cores, and
+movement for it (and to the wallet's settlement event on Kafka, in ``SETTLEMENT_STAGES``: where
+that time went), the CPU of the services, of PostgreSQL and of Kafka (cores, and
 milliseconds per accepted bet beside the whole machine's: where a bet's cost goes), and,
 measured right after the run, PostgreSQL's one-row INSERT commit rate on 16 connections
 and the table process's rate of empty calls (gRPC health ``Check`` through the same server
@@ -287,6 +288,8 @@ class RunResult:
     """CPU seconds the machine's cores were busy during the run (every process)."""
     settle_published_s: list[float] = field(default_factory=list)
     """Per round: seconds from RoundSettled to the wallet's settlement event on Kafka (``SettlementLags``)."""
+    settle_stages_s: dict[str, list[float]] = field(default_factory=dict)
+    """Those seconds in their ``SETTLEMENT_STAGES``: per stage, each round's."""
 
     @property
     def bets_per_s(self) -> float:
@@ -434,15 +437,30 @@ def handling_ms(before: dict[str, float], after: dict[str, float], method: str) 
     return 1_000 * mean_between(before, after, f"{method}_seconds", f"{method}_count")
 
 
+SETTLEMENT_STAGES = (
+    "the table's relay took it",
+    "the wallet began applying it",
+    "the wallet's relay took its event",
+)
+"""Where a settlement's way to Kafka as the wallet's event went, stage by stage (``SettlementLags.stages``):
+from the table's RoundSettled to its relay's transaction that took the event (the commit and the relay's
+wait), from there to the wallet's transaction that applied it (Kafka's send and fetch, and the wait behind
+the settlements before it: the consumer's ``applied_at``), and from there to the wallet's relay taking its
+settlement event (the application, its commit, the relay's wait). Each stage ends where the next begins, so
+a round's three add up to its ``published`` lag."""
+
+
 @dataclass(frozen=True)
 class SettlementLags:
     """Per round settled during a run, seconds from the table's RoundSettled to the wallet's movements for
     it (``applied``: their time, taken as the wallet starts applying it) and to its settlement event on
-    Kafka (``published``: the relay's, after the wallet's COMMIT: what the ledger can see)."""
+    Kafka (``published``: the relay's, after the wallet's COMMIT: what the ledger can see), and that last
+    one in its ``SETTLEMENT_STAGES`` (``stages``: per stage, its seconds for each round)."""
 
     applied: list[float]
     published: list[float]
     missing: int  # rounds the wallet had not applied and published within DRAIN_TIMEOUT_S
+    stages: dict[str, list[float]] = field(default_factory=dict)
 
 
 async def settlement_lags(stack: LocalStack, since: float) -> SettlementLags:
@@ -453,10 +471,17 @@ async def settlement_lags(stack: LocalStack, since: float) -> SettlementLags:
         " (SELECT max(w.occurred_at) FROM {w}.wallet_entries w"
         "  WHERE w.round_id = s.correlation_id AND w.source = 'settlement'),"
         " (SELECT r.updated_at FROM {w}.wallet_rounds r WHERE r.round_id = s.correlation_id)) - s.occurred_at),"
-        " extract(epoch FROM (SELECT min(o.published_at) FROM {w}.events e JOIN {w}.outbox o USING (position)"
-        "  WHERE e.correlation_id = s.correlation_id AND e.event_type = 'wallet.round_settlement_applied')"
-        "  - s.occurred_at)"
-        " FROM {t}.events s WHERE s.event_type = 'table.round_settled' AND s.occurred_at >= to_timestamp(%s)"
+        " extract(epoch FROM t.wallet_took - s.occurred_at),"
+        " extract(epoch FROM t.table_took - s.occurred_at),"
+        " extract(epoch FROM t.applying - t.table_took),"
+        " extract(epoch FROM t.wallet_took - t.applying)"
+        " FROM {t}.events s CROSS JOIN LATERAL (SELECT"
+        "  (SELECT o.published_at FROM {t}.outbox o WHERE o.position = s.position) AS table_took,"
+        "  (SELECT min(p.applied_at) FROM {w}.processed_events p WHERE p.event_id = s.event_id) AS applying,"
+        "  (SELECT min(o.published_at) FROM {w}.events e JOIN {w}.outbox o USING (position)"
+        "   WHERE e.correlation_id = s.correlation_id AND e.event_type = 'wallet.round_settlement_applied')"
+        "   AS wallet_took) t"
+        " WHERE s.event_type = 'table.round_settled' AND s.occurred_at >= to_timestamp(%s)"
     ).format(w=sql.Identifier(wallet_schema), t=sql.Identifier(table_schema))
     deadline = time.monotonic() + DRAIN_TIMEOUT_S
     async with await psycopg.AsyncConnection.connect(os.environ["DATABASE_URL"], autocommit=True) as conn:
@@ -469,6 +494,10 @@ async def settlement_lags(stack: LocalStack, since: float) -> SettlementLags:
                     [float(r[1]) for r in rows if r[1] is not None],
                     [float(r[2]) for r in rows if r[2] is not None],
                     missing,
+                    {
+                        stage: [float(r[3 + i]) for r in rows if all(v is not None for v in r[3:])]
+                        for i, stage in enumerate(SETTLEMENT_STAGES)
+                    },
                 )
             await asyncio.sleep(0.5)
 
@@ -635,6 +664,14 @@ def print_run(n: int, r: RunResult, in_flight: int, out: Any, bets_per_call: int
                 f" {statistics.median(s):.3f} s  p99 {percentile(s, 99):.3f} s  max {max(s):.3f} s",
                 file=out,
             )
+    if any(r.settle_stages_s.values()):
+        print(
+            "  of which, median / max s: "
+            + ", ".join(
+                f"{stage} {statistics.median(s):.3f} / {max(s):.3f}" for stage, s in r.settle_stages_s.items() if s
+            ),
+            file=out,
+        )
     if r.rounds_unsettled:
         print(f"  {r.rounds_unsettled} rounds not applied and published within {DRAIN_TIMEOUT_S:.0f} s", file=out)
     m = r.metrics
@@ -722,6 +759,7 @@ async def main_async(args: argparse.Namespace) -> int:
                         handled,
                         machine_cpu_s=machine_s,
                         settle_published_s=lags.published,
+                        settle_stages_s=lags.stages,
                         group_sizes=groups,
                     )
                     results.append(result)

@@ -55,6 +55,17 @@ def test_a_short_load_run_bets_and_its_journal_replays_clean(infra: dict[str, st
     }
     assert len(lags) == 2, text[-3000:]
     assert 0 < lags["wallet's last movement"] <= lags["its settlement event on Kafka"], text[-3000:]
+    # Where that way to Kafka went. After the table's relay took the event, the wallet began applying it
+    # (it cannot before Kafka has it), and the wallet's relay took the wallet's event after that.
+    stages = re.search(
+        r"of which, median / max s: the table's relay took it (-?[0-9.]+) / (-?[0-9.]+),"
+        r" the wallet began applying it ([0-9.]+) / ([0-9.]+),"
+        r" the wallet's relay took its event ([0-9.]+) / ([0-9.]+)",
+        text,
+    )
+    assert stages is not None, text[-3000:]
+    for median, worst in (stages.group(3, 4), stages.group(5, 6)):
+        assert 0 < float(median) <= float(worst) <= lags["its settlement event on Kafka"], text[-3000:]
     assert "INTERNAL" not in text and "UNKNOWN" not in text, text[-3000:]
     assert re.search(r"differences: 0\b", text) and "RESULT: OK" in text, text[-3000:]
     run = re.search(r"logs in .*/([0-9a-f]+)\)", text)
