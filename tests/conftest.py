@@ -21,6 +21,7 @@ from psycopg import sql
 
 from backbone.auth import DEVELOPMENT, ENV_MODE, KEY_ENV_VARS
 from backbone.kafka import make_admin
+from tests.harness import SUITE_SCHEMAS, drop_schemas
 
 ROOT = Path(__file__).resolve().parent.parent
 # The harness runs services on the development keys (backbone/auth.py), never on key files.
@@ -114,13 +115,18 @@ _SESSIONS_LOCK = "/tmp/niuniu-pytest-sessions.lock"
 
 
 @pytest.fixture(scope="session", autouse=True)
-def _drop_the_session_topics() -> Iterator[None]:
-    """Delete the Kafka topics this test session created, once it is over.
+def _drop_the_session_leftovers() -> Iterator[None]:
+    """Delete the Kafka topics this test session created, and the suite's schemas, once it is over.
 
     Every test and end-to-end stack writes to topics of its own prefix, so a suite run
     leaves ~350 topics (~1 400 partitions) behind; on a broker that lives across runs
     they pile up until its heap runs out. The system's own (unprefixed ``niuniu.``)
     topics and Kafka's internal ones are never touched.
+
+    Each end-to-end stack makes four schemas (``e2e_<run>_<service>``) and leaves them to the
+    end: a failed test's rows are there to read while the suite runs. Once the last session is
+    out, no stack is running, so every schema of the suite's shapes (``SUITE_SCHEMAS``) is a
+    leftover, those of killed sessions included: a development database had gathered 131.
     """
     servers = os.environ.get("KAFKA_BOOTSTRAP_SERVERS")
     before = _topics(servers) if servers else None
@@ -139,7 +145,12 @@ def _drop_the_session_topics() -> Iterator[None]:
         except BlockingIOError:
             alone = False
         lock.close()
-    if servers is None or before is None or not alone:
+    if not alone:
+        return
+    if os.environ.get("DATABASE_URL"):
+        with contextlib.suppress(Exception):  # a best effort, as below
+            drop_schemas(os.environ["DATABASE_URL"], SUITE_SCHEMAS)
+    if servers is None or before is None:
         return
     created = [t for t in (_topics(servers) or set()) - before if not t.startswith(("niuniu.", "__"))]
     with contextlib.suppress(Exception):  # a best effort: the next session's start does not depend on it

@@ -37,3 +37,20 @@ async def running_service(
         await ctx.pool.close()
         async with await psycopg.AsyncConnection.connect(infra["DATABASE_URL"], autocommit=True) as conn:
             await conn.execute(sql.SQL("DROP SCHEMA IF EXISTS {} CASCADE").format(sql.Identifier(schema)))
+
+
+SUITE_SCHEMAS = r"^(e2e_.+|t_[0-9a-f]{12})$"
+"""The schemas the suite's systems make in the test database: ``e2e_<run>_<service>`` (tests/e2e/stack.py)
+and ``t_<id>`` (the ``schema`` fixture, which drops its own unless its session was killed)."""
+
+
+def drop_schemas(dsn: str, pattern: str) -> list[str]:
+    """Drop every schema whose name matches ``pattern`` (a PostgreSQL regular expression), each in its own
+    transaction; returns their names."""
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        cur = conn.execute("SELECT nspname FROM pg_namespace WHERE nspname ~ %s ORDER BY nspname", (pattern,))
+        names = [str(row[0]) for row in cur.fetchall()]
+        for name in names:
+            conn.execute(sql.SQL("DROP SCHEMA IF EXISTS {} CASCADE").format(sql.Identifier(name)))
+    return names
+
