@@ -53,4 +53,3 @@ def drop_schemas(dsn: str, pattern: str) -> list[str]:
         for name in names:
             conn.execute(sql.SQL("DROP SCHEMA IF EXISTS {} CASCADE").format(sql.Identifier(name)))
     return names
-
