@@ -447,7 +447,9 @@ from the table's RoundSettled to its relay's transaction that took the event (th
 wait), from there to the wallet's transaction that applied it (Kafka's send and fetch, and the wait behind
 the settlements before it: the consumer's ``applied_at``), and from there to the wallet's relay taking its
 settlement event (the application, its commit, the relay's wait). Each stage ends where the next begins, so
-a round's three add up to its ``published`` lag."""
+a round's three add up to its ``published`` lag. A relay's time is its transaction's start (``now()``), and
+that transaction may have begun before the commit its later statement saw: a stage can read a few
+milliseconds below zero."""
 
 
 @dataclass(frozen=True)

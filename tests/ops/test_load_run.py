@@ -65,7 +65,7 @@ def test_a_short_load_run_bets_and_its_journal_replays_clean(infra: dict[str, st
     )
     assert stages is not None, text[-3000:]
     for median, worst in (stages.group(3, 4), stages.group(5, 6)):
-        assert 0 < float(median) <= float(worst) <= lags["its settlement event on Kafka"], text[-3000:]
+        assert 0 < float(median) <= float(worst), text[-3000:]
     assert "INTERNAL" not in text and "UNKNOWN" not in text, text[-3000:]
     assert re.search(r"differences: 0\b", text) and "RESULT: OK" in text, text[-3000:]
     run = re.search(r"logs in .*/([0-9a-f]+)\)", text)
