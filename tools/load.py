@@ -492,14 +492,12 @@ async def settlement_lags(stack: LocalStack, since: float) -> SettlementLags:
             rows = await cur.fetchall()
             missing = sum(1 for r in rows if r[1] is None or r[2] is None)
             if not missing or time.monotonic() > deadline:
+                staged = [r[3:] for r in rows if None not in r[3:]]  # the rounds with every stage's time
                 return SettlementLags(
                     [float(r[1]) for r in rows if r[1] is not None],
                     [float(r[2]) for r in rows if r[2] is not None],
                     missing,
-                    {
-                        stage: [float(r[3 + i]) for r in rows if all(v is not None for v in r[3:])]
-                        for i, stage in enumerate(SETTLEMENT_STAGES)
-                    },
+                    {stage: [float(r[i]) for r in staged] for i, stage in enumerate(SETTLEMENT_STAGES)},
                 )
             await asyncio.sleep(0.5)
 
