@@ -34,7 +34,7 @@ from niuniu.v1 import events_pb2
 from psycopg_pool import AsyncConnectionPool
 
 from backbone import logs, metrics
-from backbone.db import run_ddl
+from backbone.db import framed, run_ddl
 from backbone.lease import RedisLease
 
 log = logging.getLogger(__name__)
@@ -151,7 +151,9 @@ class ExactlyOnceConsumer:
     ``batch_size`` records are applied in one transaction: a partition's, or those of all
     the partitions a poll brought when they fit (``_apply_together``); with
     ``pipeline`` the handlers' statements of a batch go to PostgreSQL in one round
-    trip (for handlers that read no result they depend on, e.g. a projection's upserts).
+    trip with the positions and the COMMIT (for handlers that read no result they depend
+    on, e.g. a projection's upserts). A transaction's BEGIN goes with its tracking rows
+    and its COMMIT with its positions (``backbone.db.framed``): two round trips of its own.
     A ``BatchHandler`` gets the batch's new events in one call instead.
     ``parallel_partitions`` > 1: the partitions a poll brought are applied side by side, up to
     that many at once, each in its own transactions (a partition's records still in order).
@@ -477,41 +479,37 @@ class ExactlyOnceConsumer:
                 await self.after_commit(record)
 
     async def _apply_batch(self, parts: list[_Part]) -> int:
-        """Apply the parts' records in one transaction, partition after partition; returns how many were new."""
+        """Apply the parts' records in one transaction, partition after partition; returns how many were new.
+
+        The BEGIN travels with the tracking rows' statement and the COMMIT with the positions' (``framed``):
+        the transaction's own round trips are those two, and its handler's (one for all of it when the
+        handler is ``pipeline``-safe, its writes then going with the positions and the COMMIT)."""
         items = [(part.tp, record, envelope) for part in parts for record, envelope in part.items]
-        async with self._pool.connection() as conn, conn.transaction():
+        async with self._pool.connection() as conn, framed(conn) as tx:
             # The records whose event id was not yet recorded: a partition's offsets are distinct, and
             # of one event published twice in the batch only the first row is inserted.
-            cur = await conn.execute(
-                _RECORD_PROCESSED,
-                (
-                    self.name,
-                    [e.event_id for _, _, e in items],
-                    [tp.topic for tp, _, _ in items],
-                    [tp.partition for tp, _, _ in items],
-                    [r.offset for _, r, _ in items],
-                ),
-            )
+            async with conn.pipeline():
+                await tx.begin()
+                cur = await conn.execute(
+                    _RECORD_PROCESSED,
+                    (
+                        self.name,
+                        [e.event_id for _, _, e in items],
+                        [tp.topic for tp, _, _ in items],
+                        [tp.partition for tp, _, _ in items],
+                        [r.offset for _, r, _ in items],
+                    ),
+                )
             new = {(topic, partition, offset) for topic, partition, offset in await cur.fetchall()}
             fresh = [(tp, r, e) for tp, r, e in items if (tp.topic, tp.partition, r.offset) in new]
             applied = Counter(tp.topic for tp, _, _ in fresh)
             for topic, count in (Counter(tp.topic for tp, _, _ in items) - applied).items():
                 metrics.CONSUMER_DUPLICATES.labels(self.name, topic).inc(count)  # published twice: applied before
-            pipeline = conn.pipeline() if self._pipeline else contextlib.nullcontext()
-            async with pipeline:
-                if self._apply_many is not None:
-                    if fresh:
-                        await self._apply_many(
-                            conn, [Tracked(e, tp.topic, tp.partition, r.offset) for tp, r, e in fresh]
-                        )
-                else:
-                    assert self._handler is not None
-                    for _, _, envelope in fresh:
-                        token = logs.correlation_id.set(envelope.correlation_id)
-                        try:
-                            await self._handler(conn, envelope)
-                        finally:
-                            logs.correlation_id.reset(token)
+            if not self._pipeline:
+                await self._handle(conn, fresh)
+            async with conn.pipeline():
+                if self._pipeline:
+                    await self._handle(conn, fresh)
                 await conn.execute(
                     _SAVE_POSITIONS,
                     (
@@ -521,9 +519,26 @@ class ExactlyOnceConsumer:
                         [part.next_offset for part in parts],
                     ),
                 )
+                await tx.commit()
         for topic, count in applied.items():
             metrics.CONSUMER_APPLIED.labels(self.name, topic).inc(count)
         return sum(applied.values())
+
+    async def _handle(
+        self, conn: psycopg.AsyncConnection, fresh: list[tuple[TopicPartition, Any, events_pb2.EventEnvelope]]
+    ) -> None:
+        """The handler's effects of the batch's new records, in their order."""
+        if self._apply_many is not None:
+            if fresh:
+                await self._apply_many(conn, [Tracked(e, tp.topic, tp.partition, r.offset) for tp, r, e in fresh])
+            return
+        assert self._handler is not None
+        for _, _, envelope in fresh:
+            token = logs.correlation_id.set(envelope.correlation_id)
+            try:
+                await self._handler(conn, envelope)
+            finally:
+                logs.correlation_id.reset(token)
 
     async def _stored_position(self, tp: TopicPartition) -> int:
         known = self._positions.get(tp)

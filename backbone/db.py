@@ -9,13 +9,14 @@ first statement on, pooled or not. A wait that runs out fails the statement
 
 from __future__ import annotations
 
+import contextlib
 import time
 import weakref
-from collections.abc import Sequence
+from collections.abc import AsyncIterator, Sequence
 from typing import Any
 
 import psycopg
-from psycopg import sql
+from psycopg import pq, sql
 from psycopg.conninfo import conninfo_to_dict
 from psycopg_pool import AsyncConnectionPool
 
@@ -100,6 +101,74 @@ async def open_pool(
     )
     await pool.open(wait=True, timeout=timeouts.startup_timeout_s)
     return pool
+
+
+class Framed:
+    """A transaction framed by explicit ``BEGIN`` and ``COMMIT`` statements (``framed``), which the
+    caller sends where it likes: in a pipeline with its first and last statements, each then costs
+    no round trip of its own."""
+
+    def __init__(self, conn: psycopg.AsyncConnection[Any]) -> None:
+        self._conn = conn
+
+    async def begin(self) -> None:
+        await self._conn.execute("BEGIN")
+
+    async def commit(self) -> None:
+        await self._conn.execute("COMMIT")
+
+
+@contextlib.asynccontextmanager
+async def framed(conn: psycopg.AsyncConnection[Any]) -> AsyncIterator[Framed]:
+    """A transaction whose ``BEGIN`` and ``COMMIT`` the block sends itself (``Framed``), so that each
+    can travel with other statements in a pipeline.
+
+    psycopg's ``conn.transaction()`` waits for the server at its BEGIN and again at its COMMIT, and
+    inside ``conn.pipeline()`` four times (a Sync after the BEGIN, and around the COMMIT); a
+    transaction psycopg starts by itself waits for its BEGIN too. Here the connection is in
+    autocommit for the block, so psycopg starts nothing, and the server keeps the statements between
+    the block's BEGIN and COMMIT in one transaction. ``conn`` (idle, outside a pipeline) must not be
+    committed, rolled back or given a ``transaction()`` inside; its savepoints work as usual. A block
+    that ends before its COMMIT (an exception, or a statement that failed and aborted the
+    transaction) is rolled back: nothing of it is kept. The connection leaves as it came
+    (autocommit off), or closed when that cannot be told (broken, or cancelled mid-exchange), so
+    a pool never lends one in autocommit.
+    """
+    if conn.info.transaction_status != pq.TransactionStatus.IDLE or conn.info.pipeline_status:
+        raise psycopg.ProgrammingError("framed() needs an idle connection outside a pipeline")
+    await conn.set_autocommit(True)
+    try:
+        yield Framed(conn)
+    finally:
+        await _restore(conn)
+
+
+@contextlib.asynccontextmanager
+async def sent_together(conn: psycopg.AsyncConnection[Any]) -> AsyncIterator[psycopg.AsyncConnection[Any]]:
+    """A transaction in pipeline mode whose BEGIN travels with its first statement and whose COMMIT
+    with its last (``framed``): one round trip for statements whose results are read after the
+    block, one more for each read inside it (a Flush). An error is raised at the block's end, as
+    psycopg's pipeline does, and nothing of the block is kept."""
+    async with framed(conn) as tx, conn.pipeline():
+        await tx.begin()
+        yield conn
+        await tx.commit()
+
+
+async def _restore(conn: psycopg.AsyncConnection[Any]) -> None:
+    """After ``framed``: no transaction left open, autocommit off, or the connection closed."""
+    restored = False
+    try:
+        if conn.info.transaction_status in (pq.TransactionStatus.INTRANS, pq.TransactionStatus.INERROR):
+            await conn.execute("ROLLBACK")
+        if conn.info.transaction_status == pq.TransactionStatus.IDLE:
+            await conn.set_autocommit(False)
+            restored = True
+    except psycopg.Error:
+        pass
+    finally:
+        if not restored:
+            await conn.close()
 
 
 async def run_ddl(conn: psycopg.AsyncConnection, statements: Sequence[str]) -> None:

@@ -31,6 +31,7 @@ from typing import Any
 from niuniu.table.v1 import events_pb2 as ev
 
 from backbone.auth import Principal, Role, require
+from backbone.db import sent_together
 from backbone.errors import (
     AlreadyExists,
     DomainError,
@@ -375,7 +376,7 @@ class Bets:
     ) -> Recorded:
         """One bet and the shape's count of its stake (``reserve``), in a transaction of its own."""
         append = self._append_placed(bet)
-        async with self._store.pool.connection() as conn, conn.pipeline(), conn.transaction():
+        async with self._store.pool.connection() as conn, sent_together(conn):
             await self._store.lock_for_recording(conn, [bet["round_id"]], bet_stream(bet["table_id"], bet["bet_id"]))
             cursor = await self._store.record_bet(conn, bet, now, client_seed, append, max_staked_minor)
             recorded = await self._store.bet_recorded(cursor)
@@ -399,7 +400,7 @@ class Bets:
 
         order = sorted(range(len(recordings)), key=place_in_order)
         async with self._store.pool.connection() as conn:
-            async with conn.pipeline(), conn.transaction():
+            async with sent_together(conn):
                 for _, at_table in itertools.groupby(order, key=lambda i: recordings[i].bet["table_id"]):
                     bets = [recordings[i].bet for i in at_table]
                     stream = bet_stream(bets[0]["table_id"], bets[0]["bet_id"])

@@ -19,6 +19,7 @@ from google.protobuf.message import Message
 from psycopg.rows import dict_row
 from psycopg_pool import AsyncConnectionPool
 
+from backbone.db import sent_together
 from backbone.errors import NotFound, clip
 from backbone.eventstore import ORDER_AFTER_LOCKS, EventStore, NewEvent, StoredEvent, ordering_domain
 from bull.money import BetResult
@@ -303,11 +304,11 @@ class TableStore:
         return cur.rowcount == 1
 
     async def bet_contexts(self, conn: Conn, queries: Sequence[BetQuery]) -> list[BetContext]:
-        """What PlaceBet checks before the wallet's hold, for several bets in one round trip (pipeline mode,
-        its COMMIT included) of four statements whatever their number: for each bet, the bets stored under
-        any of its ids, its table, the table's current round and the player's staked sum there."""
+        """What PlaceBet checks before the wallet's hold, for several bets in one round trip (``sent_together``)
+        of four statements whatever their number: for each bet, the bets stored under any of its ids, its
+        table, the table's current round and the player's staked sum there."""
         table_ids = sorted({q.table_id for q in queries})
-        async with conn.pipeline():
+        async with sent_together(conn):
             bets = conn.cursor(row_factory=dict_row)
             tables = conn.cursor(row_factory=dict_row)
             rounds = conn.cursor(row_factory=dict_row)
@@ -329,11 +330,11 @@ class TableStore:
                 "  WHERE b.round_id = t.current_round_id AND b.player = q.player AND b.status = 'placed') s",
                 ([q.table_id for q in queries], [q.player for q in queries]),
             )
-            await conn.commit()  # queued with the reads: the one sync
-            sums = {int(n) - 1: int(total) for n, total in await staked.fetchall()}
-            by_bet_id = {row["bet_id"]: row for row in await bets.fetchall()}
-            by_table = {row["table_id"]: row for row in await tables.fetchall()}
-            current = {row["table_id"]: row for row in await rounds.fetchall()}
+        # Read after the block: its one Sync brought every result.
+        sums = {int(n) - 1: int(total) for n, total in await staked.fetchall()}
+        by_bet_id = {row["bet_id"]: row for row in await bets.fetchall()}
+        by_table = {row["table_id"]: row for row in await tables.fetchall()}
+        current = {row["table_id"]: row for row in await rounds.fetchall()}
         return [
             BetContext(
                 [by_bet_id[i] for i in dict.fromkeys(q.bet_ids) if i in by_bet_id],

@@ -25,6 +25,7 @@ from psycopg_pool import AsyncConnectionPool
 
 from backbone.auth import Role as TokenRole
 from backbone.auth import Tokens
+from backbone.db import sent_together
 from backbone.errors import (
     Aborted,
     AlreadyExists,
@@ -177,13 +178,13 @@ class WalletApp:
         raise AssertionError("unreachable")
 
     async def _pipelined(self, work: Callable[[psycopg.AsyncConnection], Awaitable[T]]) -> T:
-        """``_transaction`` in pipeline mode: statements whose results ``work`` does not read travel
-        together, and the writes after its last read go with the COMMIT (errors surface there and are
-        retried like the others)."""
+        """``_transaction`` in pipeline mode (``sent_together``): the BEGIN travels with the first
+        statements, statements whose results ``work`` does not read travel together, and the writes
+        after its last read go with the COMMIT (errors surface there and are retried like the others)."""
         for attempt in range(1, MAX_ATTEMPTS + 1):
             try:
                 async with self._pool.connection() as conn:
-                    async with conn.pipeline(), conn.transaction():
+                    async with sent_together(conn):
                         result = await work(conn)
                     return result
             except _RETRYABLE as error:
