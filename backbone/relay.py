@@ -22,6 +22,7 @@ from kafka import KafkaProducer
 from psycopg_pool import AsyncConnectionPool
 
 from backbone import metrics
+from backbone.db import framed
 from backbone.eventstore import with_store_position
 from backbone.lease import RedisLease, StaleOwner
 
@@ -87,21 +88,27 @@ class OutboxRelay:
         again after every batch, so that was the database's most frequent flushed commit, and the
         bets' commits queued behind it. With work to do the poll is as before: the token checked
         under its lock, then the rows taken in order.
+
+        Round trips (``framed``): one for an idle poll (the probe, outside a transaction), four with
+        work (the probe; the BEGIN with the check; the rows; the marks with the COMMIT).
         """
-        async with self._pool.connection() as conn, conn.transaction():
-            probe = await conn.execute("SELECT EXISTS (SELECT FROM outbox WHERE published_at IS NULL)")
+        async with self._pool.connection() as conn, framed(conn) as tx:
+            probe = await conn.execute("SELECT EXISTS (SELECT FROM outbox WHERE published_at IS NULL)")  # autocommit
             if not (await probe.fetchone() or (False,))[0]:
                 return 0
-            if self._lease is not None and self._lease.fence is not None:
-                if self._lease.token is None:
-                    return 0
-                await self._lease.fence.check(conn, self._lease.token)  # StaleOwner: another relay leads now
-            cur = await conn.execute(
-                "SELECT o.position, o.topic, o.record_key, e.envelope FROM outbox o"
-                " JOIN events e USING (position)"
-                " WHERE o.published_at IS NULL ORDER BY o.position LIMIT %s FOR UPDATE OF o SKIP LOCKED",
-                (self._batch_size,),
-            )
+            if self._lease is not None and self._lease.fence is not None and self._lease.token is None:
+                return 0
+            async with conn.pipeline():
+                await tx.begin()  # travels with the fencing check
+                if self._lease is not None and self._lease.fence is not None:
+                    assert self._lease.token is not None
+                    await self._lease.fence.check(conn, self._lease.token)  # StaleOwner: another relay leads now
+                cur = await conn.execute(
+                    "SELECT o.position, o.topic, o.record_key, e.envelope FROM outbox o"
+                    " JOIN events e USING (position)"
+                    " WHERE o.published_at IS NULL ORDER BY o.position LIMIT %s FOR UPDATE OF o SKIP LOCKED",
+                    (self._batch_size,),
+                )
             batch = [
                 PendingRecord(int(r[0]), r[1], r[2], with_store_position(bytes(r[3]), int(r[0])))
                 for r in await cur.fetchall()
@@ -111,9 +118,11 @@ class OutboxRelay:
             await self._send(batch)
             if self.after_publish is not None:
                 await self.after_publish(batch)
-            await conn.execute(
-                "UPDATE outbox SET published_at = now() WHERE position = ANY(%s)", ([r.position for r in batch],)
-            )
+            async with conn.pipeline():
+                await conn.execute(
+                    "UPDATE outbox SET published_at = now() WHERE position = ANY(%s)", ([r.position for r in batch],)
+                )
+                await tx.commit()
         for record in batch:
             metrics.OUTBOX_PUBLISHED.labels(self.service, record.topic).inc()
         return len(batch)
