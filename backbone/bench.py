@@ -57,7 +57,7 @@ async def _apply_many(conn: psycopg.AsyncConnection, batch: Sequence[Tracked]) -
     """``_apply`` of each event in turn, in one statement."""
     counts = Counter(tracked.envelope.stream_id for tracked in batch)
     await conn.execute(
-        "INSERT INTO bench_counts (stream_id, n) SELECT * FROM unnest(%s::text[], %s::int[])"
+        "INSERT INTO bench_counts (stream_id, n) SELECT * FROM unnest(%b::text[], %b::int[])"
         " ON CONFLICT (stream_id) DO UPDATE SET n = bench_counts.n + EXCLUDED.n",
         (list(counts), list(counts.values())),
     )

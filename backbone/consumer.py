@@ -122,12 +122,12 @@ REDIS_WARN_INTERVAL_S = 30.0
 
 _RECORD_PROCESSED = (
     'INSERT INTO processed_events (consumer, event_id, topic, partition, "offset")'
-    " SELECT %s, e.id, e.t, e.p, e.o FROM unnest(%s::uuid[], %s::text[], %s::int[], %s::bigint[]) AS e (id, t, p, o)"
+    " SELECT %s, e.id, e.t, e.p, e.o FROM unnest(%b::uuid[], %b::text[], %b::int[], %b::bigint[]) AS e (id, t, p, o)"
     ' ON CONFLICT DO NOTHING RETURNING topic, partition, "offset"'
 )
 _SAVE_POSITIONS = (
     "INSERT INTO consumer_positions (consumer, topic, partition, next_offset)"
-    " SELECT %s, p.t, p.p, p.n FROM unnest(%s::text[], %s::int[], %s::bigint[]) AS p (t, p, n)"
+    " SELECT %s, p.t, p.p, p.n FROM unnest(%b::text[], %b::int[], %b::bigint[]) AS p (t, p, n)"
     " ON CONFLICT (consumer, topic, partition)"
     " DO UPDATE SET next_offset = greatest(consumer_positions.next_offset, EXCLUDED.next_offset)"
 )

@@ -177,13 +177,13 @@ SCHEMA = (
 )
 
 _APPEND_ARGS = (
-    "%({p}stream)s, %({p}domain)s, %({p}expected)s, %({p}ids)s::uuid[], %({p}types)s::text[],"
-    " %({p}correlations)s::text[], %({p}occurred)s::timestamptz[], %({p}envelopes)s::bytea[], %({p}topics)s::text[]"
+    "%({p}stream)s, %({p}domain)s, %({p}expected)s, %({p}ids)b::uuid[], %({p}types)b::text[],"
+    " %({p}correlations)b::text[], %({p}occurred)b::timestamptz[], %({p}envelopes)b::bytea[], %({p}topics)b::text[]"
 )
 
 _APPEND_MANY = (
-    "SELECT niuniu_append_events(%s, %s, %s, %s::uuid[], %s::text[], %s::text[], %s::timestamptz[],"
-    " %s::bytea[], %s::text[])"
+    "SELECT niuniu_append_events(%s, %s, %s, %b::uuid[], %b::text[], %b::text[], %b::timestamptz[],"
+    " %b::bytea[], %b::text[])"
 )
 _APPEND_ONE = "SELECT niuniu_append_event(%s, %s, %s, %s::uuid, %s, %s, %s, %s, %s)"
 _APPEND_ONE_ARGS = (

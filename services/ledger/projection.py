@@ -242,14 +242,14 @@ WITH pos AS (
                                  occurred_at, topic, partition, "offset", wallet_position)
     SELECT e.entry_id, %(event_id)s::uuid, e.movement_index, %(event_type)s, e.kind, e.round_id, e.hold_id, e.bet_id,
            %(occurred_at)s, pos.topic, pos.partition, pos."offset", %(wallet_position)s
-    FROM unnest(%(entry_ids)s::text[], %(indexes)s::int[], %(kinds)s::text[], %(rounds)s::text[], %(holds)s::text[],
-                %(bets)s::text[]) AS e (entry_id, movement_index, kind, round_id, hold_id, bet_id)
+    FROM unnest(%(entry_ids)b::text[], %(indexes)b::int[], %(kinds)b::text[], %(rounds)b::text[], %(holds)b::text[],
+                %(bets)b::text[]) AS e (entry_id, movement_index, kind, round_id, hold_id, bet_id)
     CROSS JOIN pos
     ON CONFLICT DO NOTHING
     RETURNING entry_id
 ), lines AS (
-    SELECT * FROM unnest(%(l_entry)s::text[], %(l_no)s::int[], %(l_account)s::text[], %(l_bucket)s::text[],
-                         %(l_type)s::smallint[], %(l_debit)s::bigint[], %(l_credit)s::bigint[])
+    SELECT * FROM unnest(%(l_entry)b::text[], %(l_no)b::int[], %(l_account)b::text[], %(l_bucket)b::text[],
+                         %(l_type)b::smallint[], %(l_debit)b::bigint[], %(l_credit)b::bigint[])
         AS l (entry_id, line_no, account, bucket, account_type, debit_minor, credit_minor)
     WHERE l.entry_id IN (SELECT entry_id FROM new_entries)
 ), new_lines AS (

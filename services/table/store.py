@@ -324,7 +324,7 @@ class TableStore:
             # LATERAL: each (round, player) sum is an index lookup on both columns. As a join the planner
             # matched the round alone through the index and filtered the player out of the round's bets.
             await staked.execute(
-                "SELECT q.n, s.minor FROM unnest(%s::text[], %s::text[]) WITH ORDINALITY AS q (table_id, player, n)"
+                "SELECT q.n, s.minor FROM unnest(%b::text[], %b::text[]) WITH ORDINALITY AS q (table_id, player, n)"
                 " JOIN tables t ON t.table_id = q.table_id"
                 " CROSS JOIN LATERAL (SELECT coalesce(sum(b.stake_minor), 0) AS minor FROM bets b"
                 "  WHERE b.round_id = t.current_round_id AND b.player = q.player AND b.status = 'placed') s",
@@ -437,7 +437,7 @@ class TableStore:
             return
         await conn.execute(
             "UPDATE bets b SET status = 'settled', outcome = r.outcome, net_minor = r.net_minor"
-            " FROM unnest(%s::text[], %s::text[], %s::bigint[]) AS r (bet_id, outcome, net_minor)"
+            " FROM unnest(%b::text[], %b::text[], %b::bigint[]) AS r (bet_id, outcome, net_minor)"
             " WHERE b.bet_id = r.bet_id",
             ([r.bet_id for r in results], [str(r.outcome) for r in results], [r.net_minor for r in results]),
         )

@@ -289,15 +289,15 @@ _SAVE_MOVEMENTS = """
 WITH moved AS (
     UPDATE wallet_accounts a SET available_minor = a.available_minor + d.available, held_minor = a.held_minor + d.held,
                                  version = coalesce(d.version, a.version)
-    FROM unnest(%(accounts)s::text[], %(available)s::bigint[], %(held)s::bigint[], %(versions)s::bigint[])
+    FROM unnest(%(accounts)b::text[], %(available)b::bigint[], %(held)b::bigint[], %(versions)b::bigint[])
         AS d (account, available, held, version)
     WHERE a.account = d.account
 )
 INSERT INTO wallet_entries (account, movement_id, kind, source, available_delta, held_delta, round_id, hold_id, bet_id,
                             occurred_at)
 SELECT e.account, e.movement_id, e.kind, %(source)s, e.available, e.held, e.round_id, e.hold_id, e.bet_id, %(now)s
-FROM unnest(%(e_account)s::text[], %(e_movement)s::text[], %(e_kind)s::text[], %(e_available)s::bigint[],
-            %(e_held)s::bigint[], %(e_round)s::text[], %(e_hold)s::text[], %(e_bet)s::text[])
+FROM unnest(%(e_account)b::text[], %(e_movement)b::text[], %(e_kind)b::text[], %(e_available)b::bigint[],
+            %(e_held)b::bigint[], %(e_round)b::text[], %(e_hold)b::text[], %(e_bet)b::text[])
     WITH ORDINALITY AS e (account, movement_id, kind, available, held, round_id, hold_id, bet_id, n)
 ORDER BY e.n
 """
@@ -476,7 +476,7 @@ def _hold(r: Sequence[Any]) -> Hold:
     )
 
 
-_HOLDS = f"SELECT {_HOLD_COLUMNS} FROM wallet_holds WHERE hold_id = ANY(%s)"
+_HOLDS = f"SELECT {_HOLD_COLUMNS} FROM wallet_holds WHERE hold_id = ANY(%b::text[])"
 _LOCK_HOLDS = _HOLDS + " ORDER BY hold_id FOR UPDATE"
 
 
@@ -499,8 +499,8 @@ async def insert_holds(conn: psycopg.AsyncConnection, placed: Sequence[Hold]) ->
     await conn.execute(
         "INSERT INTO wallet_holds (hold_id, account, amount_minor, reason, round_id, requested_expires_at_ms,"
         " expires_at, placed_at, status)"
-        " SELECT * FROM unnest(%s::text[], %s::text[], %s::bigint[], %s::text[], %s::text[], %s::bigint[],"
-        " %s::timestamptz[], %s::timestamptz[], %s::text[])",
+        " SELECT * FROM unnest(%b::text[], %b::text[], %b::bigint[], %b::text[], %b::text[], %b::bigint[],"
+        " %b::timestamptz[], %b::timestamptz[], %b::text[])",
         (
             [h.request.hold_id for h in placed],
             [h.request.account for h in placed],
@@ -525,7 +525,7 @@ async def save_resolutions(conn: psycopg.AsyncConnection, resolved: Sequence[Hol
         "WITH resolved AS ("
         " UPDATE wallet_holds h SET status = r.status, posted_minor = r.posted, released_minor = r.released,"
         " resolved_at = r.resolved_at, resolved_by = r.resolved_by, postings = r.postings::jsonb"
-        " FROM unnest(%s::text[], %s::text[], %s::bigint[], %s::bigint[], %s::timestamptz[], %s::text[], %s::text[])"
+        " FROM unnest(%b::text[], %b::text[], %b::bigint[], %b::bigint[], %b::timestamptz[], %b::text[], %b::text[])"
         " AS r (hold_id, status, posted, released, resolved_at, resolved_by, postings)"
         " WHERE h.hold_id = r.hold_id AND h.status = 'open' RETURNING 1)"
         " SELECT wallet_require(count(*) = %s, (%s - count(*)) || ' of the holds were not open') FROM resolved",
@@ -594,7 +594,7 @@ async def due_holds(conn: psycopg.AsyncConnection, now: datetime, limit: int) ->
 # (hold id, account) of the round's open holds that are not among the hold ids given.
 _OPEN_HOLDS_OF_ROUND = (
     "SELECT hold_id, account FROM wallet_holds WHERE status = 'open' AND round_id = %s"
-    " AND NOT (hold_id = ANY(%s)) ORDER BY hold_id"
+    " AND NOT (hold_id = ANY(%b::text[])) ORDER BY hold_id"
 )
 
 

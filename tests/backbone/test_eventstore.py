@@ -7,6 +7,7 @@ from collections.abc import AsyncIterator
 
 import pytest
 from credits_projection import credited
+from google.protobuf import struct_pb2
 from niuniu.v1 import events_pb2
 from psycopg_pool import AsyncConnectionPool
 
@@ -200,3 +201,37 @@ async def test_envelopes_carry_their_store_position_when_read_and_when_published
     assert row is not None
     published = events_pb2.EventEnvelope.FromString(with_store_position(bytes(row[0]), appended.position))
     assert published == read.envelope
+
+
+TEXT_ARRAY_SPECIALS = 'a "quoted", {braced} \\ back\\slash\x00 NULL\n é'
+
+
+@pytest.mark.parametrize("queued", [False, True], ids=["awaited", "queued_in_a_pipeline"])
+async def test_an_append_of_several_events_stores_each_envelope_byte_for_byte(
+    pool: AsyncConnectionPool, store: EventStore, queued: bool
+) -> None:
+    """The several-event append sends its columns as arrays (binary since they were slow as text): every
+    envelope, correlation id and topic comes back as sent, whatever bytes and characters it holds."""
+    specials = TEXT_ARRAY_SPECIALS.replace("\x00", "")  # PostgreSQL text holds no NUL; bytea does
+    events = [credited(TEXT_ARRAY_SPECIALS + str(i), i, correlation_id=f"{specials} {i}") for i in range(3)]
+    async with pool.connection() as conn:
+        if queued:
+            async with conn.pipeline(), conn.transaction():
+                await store.append_queued(conn, "bytes", 0, events)
+        else:
+            async with conn.transaction():
+                await store.append(conn, "bytes", 0, events)
+        stored = await store.read_stream(conn, "bytes")
+        cur = await conn.execute(
+            "SELECT e.envelope, e.correlation_id, o.topic FROM events e JOIN outbox o USING (position)"
+            " WHERE e.stream_id = 'bytes' ORDER BY e.version"
+        )
+        rows = await cur.fetchall()
+    assert [e.envelope.correlation_id for e in stored] == [f"{specials} {i}" for i in range(3)]
+    for i, (event, (raw, correlation, topic)) in enumerate(zip(stored, rows, strict=True)):
+        envelope = events_pb2.EventEnvelope.FromString(bytes(raw))
+        payload = struct_pb2.Struct()
+        envelope.payload.Unpack(payload)
+        assert payload.fields["account"].string_value == TEXT_ARRAY_SPECIALS + str(i)
+        assert (correlation, topic) == (f"{specials} {i}", "test.events")
+        assert envelope.event_id == event.envelope.event_id
