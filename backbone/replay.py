@@ -6,15 +6,18 @@ partition of the topics from the beginning up to the end offsets seen when it
 started, and applies the same handler with the same exactly-once rules. The
 two results can then be compared table by table.
 
-A replay works a poll (up to ``MAX_REPLAY_POLL_RECORDS``) at a time, in one transaction:
-the poll's tracking rows are staged with one COPY and recorded in one statement, which
-also leaves the poll indexes of the events seen for the first time in the temporary
-table ``replay_fresh (n)`` (a plain insert of them all first, under a savepoint; if an
-event was tracked already or comes twice, one that skips those); the events are then
-applied by the projection's ``stager`` when it has one (the poll's rows prepared off the
-event loop, written with COPY and a few statements that keep the fresh events only), else
-its ``batch_handler``, else the handler with the statements pipelined, always with the
-effects of the handler applied event by event, in order. Decoding and staging the next
+A replay works a poll (up to ``MAX_REPLAY_POLL_RECORDS``) at a time, in one transaction.
+It first writes the poll as if every event were new, under a savepoint: the tracking rows
+copied straight into ``processed_events`` with one COPY, and the events applied by the
+projection's ``stager`` when it has one (the poll's rows prepared off the event loop,
+written with COPY and plain inserts, ``StagedBatch.write_all_new``), else its
+``batch_handler``, else the handler with the statements pipelined. An event tracked
+already or read twice, or a row its effects would skip (one there already), fails that
+with a unique violation, and the poll is written again the careful way: its tracking rows
+staged with one COPY and recorded in one statement, which also leaves the poll indexes of
+the events seen for the first time in the temporary table ``replay_fresh (n)``, and the
+stager's ``write``, which keeps the fresh events only and skips rows there already. Either
+way the effects are the handler's, applied event by event, in order. Decoding and staging the next
 poll (a worker thread) overlaps with PostgreSQL writing the previous one. The two threads
 share the interpreter lock: while a replay runs the interpreter hands it over every
 millisecond instead of every 5 (``sys.setswitchinterval``), so the writer gets it back
@@ -67,6 +70,10 @@ class StagedBatch(Protocol):
 
     async def write(self, conn: psycopg.AsyncConnection, stale: frozenset[int]) -> None:
         """Apply the events of the poll whose index is in ``replay_fresh`` (``stale``: the other indexes)."""
+
+    async def write_all_new(self, conn: psycopg.AsyncConnection) -> None:
+        """Apply every event of the poll, with plain inserts: a row its effects would skip (one there
+        already) raises ``UniqueViolation``, and the replay then undoes this and calls ``write``."""
 
 
 # Prepares the poll's events (index = position in the sequence) for writing; no I/O.
@@ -137,6 +144,10 @@ WITH recorded AS (
 )
 INSERT INTO replay_fresh (n) SELECT n FROM replay_polled
 """
+
+# The usual poll, with a stager: every event new, its tracking rows copied straight in (a row there already
+# fails the copy, and the poll is then recorded as above).
+_COPY_PROCESSED = 'COPY processed_events (consumer, event_id, topic, partition, "offset") FROM STDIN'
 
 _PLAIN_INDEX = re.compile(r"\s*CREATE\s+INDEX\s", re.IGNORECASE)
 
@@ -269,7 +280,7 @@ async def _scratch_tables(
 @dataclass(slots=True)
 class _Poll:
     polled: list[Tracked]
-    tracking: bytes  # replay_polled's rows in COPY text format
+    tracking: bytes  # processed_events' rows of the poll (consumer, event_id, topic, partition, offset), COPY text
     staged: StagedBatch | None
     done: bool
 
@@ -281,6 +292,7 @@ def _poll_and_stage(
     batches = consumer.poll(POLL_TIMEOUT_MS)
     polled: list[Tracked] = []
     rows: list[str] = []
+    name = copy_text(projection.name)
     parse = events_pb2.EventEnvelope.FromString
     for tp, records in batches.items():
         last = end[tp]
@@ -291,7 +303,7 @@ def _poll_and_stage(
                 remaining.discard(tp)
                 break
             envelope = parse(record.value)
-            rows.append(f"{len(polled)}\t{copy_text(envelope.event_id)}\t{copy_text(topic)}\t{partition}\t{offset}\n")
+            rows.append(f"{name}\t{copy_text(envelope.event_id)}\t{copy_text(topic)}\t{partition}\t{offset}\n")
             polled.append(Tracked(envelope, topic, partition, offset))
             if offset + 1 >= last:
                 remaining.discard(tp)
@@ -350,10 +362,33 @@ def copy_text(value: str) -> str:
 
 
 async def _apply(conn: psycopg.AsyncConnection, projection: Projection, poll: _Poll) -> int:
-    """Record the poll as processed (one statement) and apply the new events; returns how many were new."""
+    """Record the poll as processed and apply the new events; returns how many were new.
+
+    First as if every event were new: the tracking rows copied straight in and the effects written with
+    plain inserts (``StagedBatch.write_all_new``), under a savepoint. An event tracked already or read
+    twice, or a row its effects would skip, fails that with a unique violation; the poll is then written
+    again the careful way (``_apply_carefully``)."""
+    try:
+        async with conn.transaction():
+            async with conn.cursor().copy(_COPY_PROCESSED) as copy:
+                await copy.write(poll.tracking)
+            await _write(conn, projection, poll, frozenset())
+        return len(poll.polled)
+    except psycopg.errors.UniqueViolation:
+        pass
+    return await _apply_carefully(conn, projection, poll)
+
+
+async def _apply_carefully(conn: psycopg.AsyncConnection, projection: Projection, poll: _Poll) -> int:
+    """``_apply`` of a poll with events tracked already or read twice, or rows there already."""
     cur = conn.cursor()
     async with cur.copy('COPY replay_polled (n, event_id, topic, partition, "offset") FROM STDIN') as copy:
-        await copy.write(poll.tracking)
+        await copy.write(
+            "".join(
+                f"{n}\t{copy_text(t.envelope.event_id)}\t{copy_text(t.topic)}\t{t.partition}\t{t.offset}\n"
+                for n, t in enumerate(poll.polled)
+            ).encode()
+        )
     try:
         async with conn.transaction():  # a savepoint: only this statement is undone if it fails
             await cur.execute(_RECORD_POLLED_NEW, (projection.name,))
@@ -366,9 +401,20 @@ async def _apply(conn: psycopg.AsyncConnection, projection: Projection, poll: _P
     if fresh_count < len(poll.polled):
         await cur.execute("SELECT n FROM replay_polled WHERE n NOT IN (SELECT n FROM replay_fresh)")
         stale = frozenset(int(r[0]) for r in await cur.fetchall())
+    await _write(conn, projection, poll, stale, careful=True)
+    return fresh_count
+
+
+async def _write(
+    conn: psycopg.AsyncConnection, projection: Projection, poll: _Poll, stale: frozenset[int], *, careful: bool = False
+) -> None:
+    """The effects of the poll's events but the ``stale`` ones (``careful``: some rows may be there already)."""
     if poll.staged is not None:
-        await poll.staged.write(conn, stale)
-        return fresh_count
+        if careful:
+            await poll.staged.write(conn, stale)
+        else:
+            await poll.staged.write_all_new(conn)
+        return
     fresh = [tracked for n, tracked in enumerate(poll.polled) if n not in stale]
     if projection.batch_handler is not None:
         await projection.batch_handler(conn, fresh)
@@ -376,7 +422,6 @@ async def _apply(conn: psycopg.AsyncConnection, projection: Projection, poll: _P
         async with conn.pipeline():
             for tracked in fresh:
                 await projection.handler(conn, tracked.envelope)
-    return len(fresh)
 
 
 async def table_digest(

@@ -390,6 +390,47 @@ WITH fresh AS MATERIALIZED (
 SELECT f.round_id, f.event_id::text FROM fresh f WHERE f.n NOT IN (SELECT n FROM kept)
 """
 
+# The replay's first try at a poll whose events are all new (``StagedJournal.write_all_new``): the same
+# rows inserted without ON CONFLICT or the joins that find what was inserted. A row there already (an
+# entry id journaled from another event, a round indexed twice, a bet twice in one round) fails it with
+# a unique violation; the replay then undoes it and writes the poll with the two statements above.
+# At 200 000 events (``niuniu-audit bench-replay``) the two above took 2.9 and 0.7 s of a 9 s replay.
+_WRITE_NEW_ENTRIES = f"""
+WITH new_entries AS (
+    INSERT INTO journal_entries (entry_id, event_id, movement_index, event_type, kind, round_id, hold_id, bet_id,
+                                 occurred_at, topic, partition, "offset", wallet_position)
+    SELECT entry_id, event_id, movement_index, event_type, kind, round_id, hold_id, bet_id, {_EPOCH_PLUS_US}, topic,
+           partition, "offset", wallet_position
+    FROM stage_entries ORDER BY n
+), lines AS (
+    SELECT e.entry_id, l.line_no, l.account, l.bucket, l.account_type, l.debit_minor, l.credit_minor
+    FROM stage_lines l JOIN stage_entries e USING (n)
+), new_lines AS (
+    INSERT INTO journal_lines (entry_id, line_no, account, bucket, debit_minor, credit_minor)
+    SELECT entry_id, line_no, account, bucket, debit_minor, credit_minor FROM lines
+)
+INSERT INTO balances (account, bucket, account_type, debit_minor, credit_minor, balance_minor, lines)
+SELECT account, bucket, min(account_type), sum(debit_minor), sum(credit_minor), sum(credit_minor - debit_minor),
+       count(*)
+FROM lines GROUP BY account, bucket ORDER BY account, bucket
+ON CONFLICT (account, bucket) DO UPDATE SET
+    debit_minor = balances.debit_minor + EXCLUDED.debit_minor,
+    credit_minor = balances.credit_minor + EXCLUDED.credit_minor,
+    balance_minor = balances.balance_minor + EXCLUDED.balance_minor,
+    lines = balances.lines + EXCLUDED.lines
+"""
+
+_WRITE_NEW_ROUNDS = f"""
+WITH new_rounds AS (
+    INSERT INTO rounds (round_id, table_id, variant, status, event_id, occurred_at, bets, transfers, event)
+    SELECT round_id, table_id, variant, status, event_id, {_EPOCH_PLUS_US}, bets, transfers, event
+    FROM stage_rounds ORDER BY n
+)
+INSERT INTO round_bets (round_id, bet_id, player, area, stake_minor, outcome, net_minor, hold_id)
+SELECT r.round_id, b.bet_id, b.player, b.area, b.stake_minor, b.outcome, b.net_minor, b.hold_id
+FROM stage_round_bets b JOIN stage_rounds r ON r.n = b.rn
+"""
+
 # Account name -> its COPY fields "account<TAB>account_type" (the type follows from the name alone).
 _account_parts: dict[str, str] = {}
 MAX_CACHED_ACCOUNTS = 100_000
@@ -413,7 +454,7 @@ def _micros(envelope: events_pb2.EventEnvelope) -> int:
 class StagedJournal:
     """A poll of the journal's topics as COPY rows (``stage_journal``), written by ``write``."""
 
-    __slots__ = ("_batch", "_bets", "_entries", "_lines", "_rejects", "_rounds")
+    __slots__ = ("_batch", "_bets", "_entries", "_entry_count", "_lines", "_rejects", "_rounds")
 
     def __init__(self, batch: Sequence[Tracked]) -> None:
         self._batch = batch
@@ -473,10 +514,24 @@ class StagedJournal:
                     lines.append(f"{n}\t{no}\t{bucket}\t{debit}\t{credit}\t{account_part}\n")
             if rejected:
                 self._rejects[pn] = rejected
+        self._entry_count = len(entries)
         self._entries = "".join(entries).encode()
         self._lines = "".join(lines).encode()
         self._rounds = "".join(rounds).encode()
         self._bets = "".join(bets).encode()
+
+    async def write_all_new(self, conn: psycopg.AsyncConnection) -> None:
+        async with conn.cursor() as cur:
+            if self._rounds:
+                await _copy(cur, "stage_rounds", self._rounds)
+                await _copy(cur, "stage_round_bets", self._bets)
+                await cur.execute(_WRITE_NEW_ROUNDS)
+            if self._entries:
+                await _copy(cur, "stage_entries", self._entries)
+                await _copy(cur, "stage_lines", self._lines)
+                await cur.execute(_WRITE_NEW_ENTRIES)
+                metrics.ENTRIES_JOURNALED.inc(self._entry_count)
+        await self._write_rejects(conn, {pn: list(found) for pn, found in self._rejects.items()})
 
     async def write(self, conn: psycopg.AsyncConnection, stale: frozenset[int]) -> None:
         async with conn.cursor() as cur:
@@ -501,6 +556,9 @@ class StagedJournal:
                     rejects.setdefault(pn, []).append(
                         Rejected(index, entry_id, Reason.DUPLICATE_ENTRY_ID, "already journaled from another event")
                     )
+        await self._write_rejects(conn, rejects)
+
+    async def _write_rejects(self, conn: psycopg.AsyncConnection, rejects: dict[int, list[Rejected]]) -> None:
         for pn in sorted(rejects):
             tracked = self._batch[pn]
             position = Position(tracked.topic, tracked.partition, tracked.offset, tracked.envelope.store_position)
