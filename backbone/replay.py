@@ -54,6 +54,8 @@ from backbone.db import create_schema, run_ddl
 from backbone.kafka import make_consumer
 
 MAX_REPLAY_POLL_RECORDS = 5_000
+# The first poll, staged while the scratch schema is made: short, as nothing is written until it is staged.
+FIRST_POLL_RECORDS = 500
 # Fetch sizes: a poll's records come in a few large fetches instead of many 1 MiB ones.
 REPLAY_PARTITION_FETCH_BYTES = 8 * 1024 * 1024
 REPLAY_FETCH_BYTES = 64 * 1024 * 1024
@@ -63,6 +65,8 @@ POLL_TIMEOUT_MS = 500
 # at each of a poll's round trips: 12 200-12 600 events/s in ``niuniu-audit bench-replay``, 15 100-15 500
 # at 1 ms (and no better at 0.5 or 0.2 ms).
 REPLAY_SWITCH_INTERVAL_S = 0.001
+# Connections building the deferred indexes and constraints at the end of a replay, a table each.
+REPLAY_BUILD_CONNECTIONS = 2
 
 
 class StagedBatch(Protocol):
@@ -150,6 +154,7 @@ INSERT INTO replay_fresh (n) SELECT n FROM replay_polled
 _COPY_PROCESSED = 'COPY processed_events (consumer, event_id, topic, partition, "offset") FROM STDIN'
 
 _PLAIN_INDEX = re.compile(r"\s*CREATE\s+INDEX\s", re.IGNORECASE)
+_INDEX_TABLE = re.compile(r"\sON\s+(?:ONLY\s+)?([A-Za-z_][A-Za-z0-9_]*)", re.IGNORECASE)
 
 
 async def replay(
@@ -164,6 +169,7 @@ async def replay(
     """Rebuild ``projection`` from offset 0 of ``topics`` into the fresh ``schema``."""
     started = time.perf_counter()
     consumer = replay_consumer(bootstrap_servers, f"replay-{projection.name}")
+    first: asyncio.Future[_Poll] | None = None
     _quick_switch.enter()
     try:
         partitions = [
@@ -172,7 +178,11 @@ async def replay(
         consumer.assign(partitions)
         consumer.seek_to_beginning(*partitions)
         end = consumer.end_offsets(partitions)
-        total = sum(end.values())
+        remaining = {tp for tp, offset in end.items() if offset > 0}
+        if remaining:  # the first poll is read and staged while the scratch schema is made; a short one
+            first = asyncio.ensure_future(  # so that writing starts soon
+                asyncio.to_thread(_poll_and_stage, consumer, projection, end, remaining, FIRST_POLL_RECORDS)
+            )
         async with await psycopg.AsyncConnection.connect(dsn) as conn:
             await create_schema(conn, schema, fresh=True)
             await conn.execute(sql.SQL("SET search_path TO {}, public").format(sql.Identifier(schema)))
@@ -182,14 +192,13 @@ async def replay(
             await run_ddl(conn, [*TRACKING_SCHEMA, *(s for s in projection.ddl if not _PLAIN_INDEX.match(s))])
             put_back = await _scratch_tables(conn, schema, projection.implied_unique)
             await run_ddl(conn, [*_REPLAY_STAGE, *projection.stage_ddl])
-            read, applied = await _drain(consumer, conn, projection, end, total, progress)
-            async with conn.transaction():  # built once over the whole replay: no statement timeout
-                await conn.execute("SET LOCAL statement_timeout = 0")
-                for index in later:
-                    await conn.execute(index)
-                for constraint in put_back:
-                    await conn.execute(constraint)
+            read, applied = (
+                (0, 0) if first is None else await _drain(first, consumer, conn, projection, end, remaining, progress)
+            )
+            await _build_deferred(dsn, conn, schema, later, put_back)
     finally:
+        if first is not None and not first.done():
+            await asyncio.gather(first, return_exceptions=True)  # the consumer is closed next
         _quick_switch.leave()
         consumer.close()
     return ReplayReport(schema, read, applied, time.perf_counter() - started)
@@ -232,15 +241,21 @@ def replay_consumer(bootstrap_servers: str, client_id: str) -> KafkaConsumer:
     )
 
 
-async def _scratch_tables(
-    conn: psycopg.AsyncConnection, schema: str, implied_unique: Sequence[str]
-) -> list[sql.Composed]:
+@dataclass(frozen=True, slots=True)
+class _Deferred:
+    """A statement built once at the end of a replay: a plain index or a constraint put back."""
+
+    table: str
+    statement: str | sql.Composed
+    foreign_key: bool = False
+
+
+async def _scratch_tables(conn: psycopg.AsyncConnection, schema: str, implied_unique: Sequence[str]) -> list[_Deferred]:
     """Make the scratch schema's tables UNLOGGED; take their foreign keys and ``implied_unique``
     constraints off until the end.
 
-    Returns the statements that put them back (the unique ones first, which a foreign key may
-    refer to): each is then checked once, over the whole replayed table, instead of on every row
-    inserted.
+    Returns the statements that put them back: each is then checked once, over the whole replayed
+    table, instead of on every row inserted.
     """
     async with conn.transaction():
         cur = await conn.execute(
@@ -270,11 +285,67 @@ async def _scratch_tables(
                 sql.SQL("ALTER TABLE {}.{} SET UNLOGGED").format(sql.Identifier(schema), sql.Identifier(str(table)))
             )
     return [
-        sql.SQL("ALTER TABLE {}.{} ADD CONSTRAINT {} {}").format(
-            sql.Identifier(schema), sql.Identifier(table), sql.Identifier(name), sql.SQL(definition)
+        _Deferred(
+            table,
+            sql.SQL("ALTER TABLE {}.{} ADD CONSTRAINT {} {}").format(
+                sql.Identifier(schema), sql.Identifier(table), sql.Identifier(name), sql.SQL(definition)
+            ),
+            foreign_key=definition.startswith("FOREIGN KEY"),
         )
         for table, name, definition in taken_off
     ]
+
+
+async def _build_deferred(
+    dsn: str, conn: psycopg.AsyncConnection, schema: str, indexes: Sequence[str], put_back: Sequence[_Deferred]
+) -> None:
+    """The plain indexes and the constraints taken off, built once over the replayed tables.
+
+    Table by table, up to ``REPLAY_BUILD_CONNECTIONS`` tables side by side (the largest first), each
+    on a connection of its own: the tables' plain indexes and unique constraints; then, on ``conn``,
+    the foreign keys, which may need a unique constraint built in the first step. Nothing waits for
+    another connection's lock: a plain index or a unique constraint locks only its own table.
+    """
+    by_table: dict[str, list[str | sql.Composed]] = {}
+    for statement in indexes:
+        found = _INDEX_TABLE.search(statement)
+        if found is None:
+            raise ValueError(f"no table named in the projection's index: {statement!r}")
+        by_table.setdefault(found.group(1), []).append(statement)
+    for deferred in put_back:
+        if not deferred.foreign_key:
+            by_table.setdefault(deferred.table, []).append(deferred.statement)
+    cur = await conn.execute(
+        "SELECT c.relname, pg_total_relation_size(c.oid) FROM pg_class c JOIN pg_namespace s ON s.oid = c.relnamespace"
+        " WHERE s.nspname = %s AND c.relkind = 'r'",
+        (schema,),
+    )
+    sizes = {str(name): int(size) for name, size in await cur.fetchall()}
+    await conn.commit()
+    waiting = sorted(by_table.items(), key=lambda item: -sizes.get(item[0], 0))
+
+    async def builder() -> None:
+        async with await psycopg.AsyncConnection.connect(dsn, autocommit=True) as other:
+            await other.execute(sql.SQL("SET search_path TO {}, public").format(sql.Identifier(schema)))
+            await other.execute("SET statement_timeout = 0")  # each built once over the whole replay
+            while waiting:
+                _, statements = waiting.pop(0)
+                for statement in statements:
+                    await other.execute(statement)
+
+    builders = [asyncio.ensure_future(builder()) for _ in range(min(REPLAY_BUILD_CONNECTIONS, len(waiting)))]
+    try:
+        await asyncio.gather(*builders)
+    except BaseException:  # the first failure is the replay's; the other builders stop
+        for task in builders:
+            task.cancel()
+        await asyncio.gather(*builders, return_exceptions=True)
+        raise
+    async with conn.transaction():
+        await conn.execute("SET LOCAL statement_timeout = 0")
+        for deferred in put_back:
+            if deferred.foreign_key:
+                await conn.execute(deferred.statement)
 
 
 @dataclass(slots=True)
@@ -286,10 +357,14 @@ class _Poll:
 
 
 def _poll_and_stage(
-    consumer: Any, projection: Projection, end: dict[TopicPartition, int], remaining: set[TopicPartition]
+    consumer: Any,
+    projection: Projection,
+    end: dict[TopicPartition, int],
+    remaining: set[TopicPartition],
+    max_records: int = MAX_REPLAY_POLL_RECORDS,
 ) -> _Poll:
     """One poll, decoded and staged (runs on a worker thread; ``remaining`` is updated)."""
-    batches = consumer.poll(POLL_TIMEOUT_MS)
+    batches = consumer.poll(POLL_TIMEOUT_MS, max_records=max_records)
     polled: list[Tracked] = []
     rows: list[str] = []
     name = copy_text(projection.name)
@@ -297,13 +372,14 @@ def _poll_and_stage(
     for tp, records in batches.items():
         last = end[tp]
         topic, partition = tp.topic, tp.partition
+        where = f"{copy_text(topic)}\t{partition}"
         for record in records:
             offset = record.offset
             if offset >= last:
                 remaining.discard(tp)
                 break
             envelope = parse(record.value)
-            rows.append(f"{name}\t{copy_text(envelope.event_id)}\t{copy_text(topic)}\t{partition}\t{offset}\n")
+            rows.append(f"{name}\t{copy_text(envelope.event_id)}\t{where}\t{offset}\n")
             polled.append(Tracked(envelope, topic, partition, offset))
             if offset + 1 >= last:
                 remaining.discard(tp)
@@ -315,23 +391,21 @@ def _poll_and_stage(
 
 
 async def _drain(
+    first: asyncio.Future[_Poll],
     consumer: object,
     conn: psycopg.AsyncConnection,
     projection: Projection,
     end: dict[TopicPartition, int],
-    total: int,
-    progress: Callable[[int, int], None] | None,
+    remaining: set[TopicPartition],
+    progress: Callable[[int, int], None] | None = None,
 ) -> tuple[int, int]:
+    """Write ``first`` and every poll after it up to ``end``; (events read, events new)."""
     read = applied = 0
-    remaining = {tp for tp, offset in end.items() if offset > 0}
-    if not remaining:
-        return 0, 0
-    # The next poll is read and staged while this one is written.
-    upcoming: asyncio.Future[_Poll] | None = asyncio.ensure_future(
-        asyncio.to_thread(_poll_and_stage, consumer, projection, end, remaining)
-    )
+    total = sum(end.values())
+    upcoming: asyncio.Future[_Poll] | None = first
     while upcoming is not None:
         poll = await upcoming
+        # The next poll is read and staged while this one is written.
         upcoming = (
             None
             if poll.done
