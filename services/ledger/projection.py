@@ -427,29 +427,19 @@ SELECT r.round_id, b.bet_id, b.player, b.area, b.stake_minor, b.outcome, b.net_m
 FROM stage_round_bets b JOIN stage_rounds r ON r.n = b.rn
 """
 
-# Account name -> its COPY fields "account<TAB>account_type" (the type follows from the name alone).
-_account_parts: dict[str, str] = {}
+# Account name -> its COPY field, and its fields "account<TAB>account_type" (the type follows from the name).
+_account_fields: dict[str, tuple[str, str]] = {}
 MAX_CACHED_ACCOUNTS = 100_000
 # Tabs between the six fields of an entry when none of them holds one.
 ENTRY_TABS = 5
 
 
-def _account_part(account: str) -> str:
-    part = f"{copy_text(account)}\t{int(account_type(account))}"
-    if len(_account_parts) < MAX_CACHED_ACCOUNTS:
-        _account_parts[account] = part
-    return part
-
-
-# Account name -> its COPY field.
-_account_texts: dict[str, str] = {}
-
-
-def _account_text(account: str) -> str:
+def _fields_of(account: str) -> tuple[str, str]:
     text = copy_text(account)
-    if len(_account_texts) < MAX_CACHED_ACCOUNTS:
-        _account_texts[account] = text
-    return text
+    fields = (text, f"{text}\t{int(account_type(account))}")
+    if len(_account_fields) < MAX_CACHED_ACCOUNTS:
+        _account_fields[account] = fields
+    return fields
 
 
 def _micros(envelope: events_pb2.EventEnvelope) -> int:
@@ -542,17 +532,13 @@ class StagedJournal:
                 if not direct:
                     entries.append(f"{pn}\t{n}\t{text}\t{event}")
                     for no, (account, bucket, debit, credit) in enumerate(entry_lines):
-                        account_part = _account_parts.get(account)
-                        if account_part is None:
-                            account_part = _account_part(account)
-                        lines.append(f"{n}\t{no}\t{bucket}\t{debit}\t{credit}\t{account_part}\n")
+                        fields = _account_fields.get(account) or _fields_of(account)
+                        lines.append(f"{n}\t{no}\t{bucket}\t{debit}\t{credit}\t{fields[1]}\n")
                     continue
                 entries.append(f"{text}\t{event}")
                 for no, (account, bucket, debit, credit) in enumerate(entry_lines):
-                    account_text = _account_texts.get(account)
-                    if account_text is None:
-                        account_text = _account_text(account)
-                    lines.append(f"{entry}\t{no}\t{bucket}\t{debit}\t{credit}\t{account_text}\n")
+                    fields = _account_fields.get(account) or _fields_of(account)
+                    lines.append(f"{entry}\t{no}\t{bucket}\t{debit}\t{credit}\t{fields[0]}\n")
                     moved = balances.get((account, bucket))
                     if moved is None:
                         balances[account, bucket] = [debit, credit, 1]
