@@ -6,9 +6,11 @@ consumer's transaction together with its tracking row, so it is journaled exactl
 once; the balances move in the same transaction as the lines that explain them.
 
 The live consumers apply a batch of new events at a time (``journal_batch``, ``rounds_batch``)
-with the writer the replay uses for a poll (``StagedJournal``: the batch staged with COPY, a
-few statements); ``apply`` is the same projection one event at a time, the reference the
-tests hold both to (``tests/ledger/test_replay_staged.py``).
+with the careful writer the replay falls back to for a poll (``StagedJournal.write``: the batch
+staged with COPY, a few statements that skip rows there already); a replay first writes each poll
+straight into the journal's tables (``StagedJournal.write_all_new``). ``apply`` is the same
+projection one event at a time, the reference the tests hold all three to
+(``tests/ledger/test_replay_staged.py``).
 
 The journal is append-only: there is no UPDATE or DELETE of its tables in the code, and
 triggers refuse them (and TRUNCATE) in the database.
