@@ -23,6 +23,10 @@ locks, taken in the append's one round trip (``niuniu_append_events``):
 
 Event envelopes are stored without ``store_position`` (it is the row's column);
 readers and the relay set it from the column.
+
+An event's payload is at most ``MAX_PAYLOAD_BYTES``: a larger one raises ``EventTooLarge``
+before anything is written, because the relay could never send it (``backbone.kafka.MAX_RECORD_BYTES``)
+and it would stop the relay, and every event behind it, at the head of the outbox.
 """
 
 from __future__ import annotations
@@ -202,6 +206,9 @@ ORDER_AFTER_LOCKS = (
     f"pg_advisory_xact_lock_shared(hashtext('{STORE_LOCK_KEY}')),"
     f" pg_advisory_xact_lock({DOMAIN_LOCK_CLASS}, hashtext(%(domain)s))"
 )
+# The largest payload an event may carry: the bus's record limit (``backbone.kafka.MAX_RECORD_BYTES``,
+# 4 MiB) less 64 KiB for the envelope's other fields, the record's key and Kafka's overhead.
+MAX_PAYLOAD_BYTES = 4 * 1024 * 1024 - 64 * 1024
 _EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 _TYPE_URL_PREFIX = "type.googleapis.com/"  # as Any.Pack names a payload's type
 _STORE_POSITION_TAG = b"\x48"  # EventEnvelope.store_position: field 9, varint
@@ -234,6 +241,15 @@ async def wait_for_appends(conn: psycopg.AsyncConnection) -> None:
     readers (an audit snapshot), never for a hot path.
     """
     await conn.execute(_WAIT_FOR_APPENDS)
+
+
+class EventTooLarge(ValueError):
+    """An event whose payload is over ``MAX_PAYLOAD_BYTES``: the bus could not carry it, so it is not written."""
+
+    def __init__(self, event_type: str, size: int) -> None:
+        super().__init__(f"{event_type} payload of {size} bytes is over the {MAX_PAYLOAD_BYTES} an event may carry")
+        self.event_type = event_type
+        self.size = size
 
 
 class ConcurrencyError(Exception):
@@ -494,9 +510,10 @@ def build_envelope(
     ts = timestamp_pb2.Timestamp(
         seconds=since_epoch.days * 86_400 + since_epoch.seconds, nanos=occurred_at.microsecond * 1000
     )
-    payload = any_pb2.Any(
-        type_url=_TYPE_URL_PREFIX + event.payload.DESCRIPTOR.full_name, value=event.payload.SerializeToString()
-    )
+    value = event.payload.SerializeToString()
+    if len(value) > MAX_PAYLOAD_BYTES:
+        raise EventTooLarge(event.event_type, len(value))
+    payload = any_pb2.Any(type_url=_TYPE_URL_PREFIX + event.payload.DESCRIPTOR.full_name, value=value)
     return events_pb2.EventEnvelope(
         event_id=event_id,
         stream_id=stream_id,

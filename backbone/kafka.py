@@ -29,8 +29,16 @@ log = logging.getLogger(__name__)
 # SCRAM never sends the password (a salted proof), so the warning is noise in every log.
 logging.getLogger("kafka.net.sasl.scram").setLevel(logging.ERROR)
 
+# The largest record the system sends (key, value and the record's overhead): the producers'
+# ``max_request_size``, the event topics' ``max.message.bytes`` and the local broker's
+# ``message.max.bytes`` (Kafka's defaults are about 1 MiB). A round's settlement event grows with
+# its bets: the table bounds a round's bets (``MAX_BETS_PER_ROUND``) so its events stay well under
+# this, and the event store refuses a larger event when it is written (``MAX_PAYLOAD_BYTES``), so
+# no event the relay cannot send ever enters an outbox.
+MAX_RECORD_BYTES = 4 * 1024 * 1024
+
 # Event topics keep everything forever and are never compacted: they are the record.
-EVENT_TOPIC_CONFIG = {"retention.ms": "-1", "cleanup.policy": "delete"}
+EVENT_TOPIC_CONFIG = {"retention.ms": "-1", "cleanup.policy": "delete", "max.message.bytes": str(MAX_RECORD_BYTES)}
 DEFAULT_PARTITIONS = 3
 
 
@@ -185,6 +193,7 @@ def make_producer(bootstrap_servers: str, client_id: str, **overrides: Any) -> K
         "max_in_flight_requests_per_connection": 5,
         "retries": 2_147_483_647,
         "delivery_timeout_ms": 120_000,
+        "max_request_size": MAX_RECORD_BYTES,
     }
     return KafkaProducer(**_with_security(config, overrides))
 

@@ -19,11 +19,13 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 
 from kafka import KafkaProducer
+from kafka.errors import MessageSizeTooLargeError
 from psycopg_pool import AsyncConnectionPool
 
 from backbone import metrics
 from backbone.db import framed
 from backbone.eventstore import with_store_position
+from backbone.kafka import MAX_RECORD_BYTES
 from backbone.lease import RedisLease, StaleOwner
 
 log = logging.getLogger(__name__)
@@ -150,10 +152,19 @@ class OutboxRelay:
             old.close(timeout=0)
 
     def _send_all(self, batch: list[PendingRecord]) -> None:
-        futures = [self._producer.send(r.topic, key=r.key.encode(), value=r.value) for r in batch]
-        self._producer.flush(timeout=self._send_timeout_s)
-        for future in futures:
-            future.get(timeout=self._send_timeout_s)  # raises if the broker refused a record
+        try:
+            futures = [self._producer.send(r.topic, key=r.key.encode(), value=r.value) for r in batch]
+            self._producer.flush(timeout=self._send_timeout_s)
+            for future in futures:
+                future.get(timeout=self._send_timeout_s)  # raises if the broker refused a record
+        except MessageSizeTooLargeError as error:
+            # The store takes no event the producer refuses (MAX_PAYLOAD_BYTES): this is a topic or broker
+            # whose limit is under the system's, and the relay stops here until it is raised.
+            largest = max(batch, key=lambda r: len(r.value))
+            raise MessageSizeTooLargeError(
+                f"{error}; the batch's largest record is {len(largest.value)} bytes (position {largest.position},"
+                f" topic {largest.topic}): set the topic's max.message.bytes to {MAX_RECORD_BYTES}"
+            ) from error
 
     async def pending(self) -> tuple[int, float]:
         """(unpublished events, age in seconds of the oldest one)."""

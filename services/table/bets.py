@@ -77,6 +77,13 @@ MAX_BETS_WAITING = 1024
 """Bound on bets waiting for a group; one more is refused UNAVAILABLE TABLE_BUSY (its hold released)."""
 MAX_BETS_PER_CALL = 16
 """Bound on the bets of one PlaceBets call."""
+MAX_BETS_PER_ROUND = 2_048
+"""Bound on a round's bets (any status; one more is refused FAILED_PRECONDITION ROUND_FULL, its hold
+released): the round's settlement events (the table's RoundSettled, the wallet's
+RoundSettlementApplied) grow with its bets and must fit in one Kafka record
+(``backbone.eventstore.MAX_PAYLOAD_BYTES``, 4 MiB less 64 KiB). ``tests/table/test_round_size.py``
+builds each variant's full round: the largest event is a red-envelope round's RoundSettlementApplied,
+2.7 MB (1.3 KB a bet, 66 % of the limit); Golden Bull's is 1.4 MB."""
 
 
 class RecordingBusy(Unavailable):
@@ -110,6 +117,10 @@ class Recording:
 
 class WindowClosed(FailedPrecondition):
     """The betting window closed between the checks and the recording of a bet."""
+
+
+class RoundFull(FailedPrecondition):
+    """The round had ``MAX_BETS_PER_ROUND`` bets when this one was to be recorded."""
 
 
 class RoomTaken(FailedPrecondition):
@@ -257,10 +268,10 @@ class Bets:
             raise
         try:
             receipt = await self._record(bet, machine, limits.max_bet_minor, client_seed, arrival)
-        except (WindowClosed, OneBetPerRound, RoomTaken, StakeRefused, RecordingBusy):
+        except (WindowClosed, OneBetPerRound, RoomTaken, RoundFull, StakeRefused, RecordingBusy):
             # The window closed while the wallet held, or the player's other bet of the round won
-            # a race, or their other bets took the room under the table maximum, or the table cap
-            # filled meanwhile: release the hold, the bet rolled back.
+            # a race, or their other bets took the room under the table maximum, or the round or
+            # the table cap filled meanwhile: release the hold, the bet rolled back.
             # (A bet that lost a race with the same command id keeps the hold: it belongs to the
             # recorded bet.)
             await self._ctx.wallet.void_hold(bet["hold_id"])
@@ -362,6 +373,9 @@ class Bets:
         if existing is not None:
             return replay(existing, bet["player"], bet["table_id"], bet["area"], bet["stake_minor"])
         check_room(max_staked_minor, recorded.staked, bet["stake_minor"], RoomTaken)  # their other bets came first
+        if recorded.round_bets >= MAX_BETS_PER_ROUND:
+            BETS_REFUSED.labels("ROUND_FULL").inc()
+            raise RoundFull("ROUND_FULL", f"this round has taken its {MAX_BETS_PER_ROUND} bets; bet in the next one")
         # A red-envelope player's other bet (one per round) won.
         raise OneBetPerRound("ALREADY_BET", "you have bet this round: change that bet with ChangeBet")
 
@@ -378,7 +392,9 @@ class Bets:
         append = self._append_placed(bet)
         async with self._store.pool.connection() as conn, sent_together(conn):
             await self._store.lock_for_recording(conn, [bet["round_id"]], bet_stream(bet["table_id"], bet["bet_id"]))
-            cursor = await self._store.record_bet(conn, bet, now, client_seed, append, max_staked_minor)
+            cursor = await self._store.record_bet(
+                conn, bet, now, client_seed, append, max_staked_minor, MAX_BETS_PER_ROUND
+            )
             recorded = await self._store.bet_recorded(cursor)
             if recorded.inserted:
                 await machine.reserve(conn, bet["round_id"], bet["player"], bet["stake_minor"], bet["hold_id"])
@@ -410,7 +426,7 @@ class Bets:
                     r = recordings[i]
                     append = self._append_placed(r.bet)
                     cursors[i] = await self._store.record_bet(
-                        conn, r.bet, r.now, r.client_seed, append, r.max_staked_minor
+                        conn, r.bet, r.now, r.client_seed, append, r.max_staked_minor, MAX_BETS_PER_ROUND
                     )
             return [await self._store.bet_recorded(cursors[i]) for i in range(len(recordings))]
 

@@ -48,11 +48,13 @@ class BetContext(NamedTuple):
 
 class Recorded(NamedTuple):
     """What recording a bet found: the round's phase and betting deadline (None: no such round), whether
-    the bet was inserted, and what the player had staked in the round before it."""
+    the bet was inserted, what the player had staked in the round before it, and how many bets the round
+    had before it (any status)."""
 
     window: tuple[str, datetime] | None
     inserted: bool
     staked: int
+    round_bets: int = 0
 
 
 class TableStore:
@@ -364,31 +366,34 @@ class TableStore:
         client_seed: str,
         append: tuple[str, dict[str, object]],
         max_staked_minor: int,
+        max_round_bets: int,
     ) -> psycopg.AsyncCursor[Any]:
-        """One statement: the round's window under a share lock; when it is open and the player's stakes in
-        the round with this one stay within ``max_staked_minor``, the bet and (only if the bet was inserted)
-        its event through ``append`` (``EventStore.append_call``). Nothing is written when the window is
-        closed, the room is not there, or the bet id (or the round's one bet of a player, where that holds)
-        is taken, so the caller may queue its COMMIT before it reads the outcome with ``bet_recorded``.
+        """One statement: the round's window under a share lock; when it is open, the player's stakes in
+        the round with this one stay within ``max_staked_minor`` and the round has fewer than
+        ``max_round_bets`` bets, the bet and (only if the bet was inserted) its event through ``append``
+        (``EventStore.append_call``). Nothing is written when the window is closed, the room is not there,
+        the round is full, or the bet id (or the round's one bet of a player, where that holds) is taken,
+        so the caller may queue its COMMIT before it reads the outcome with ``bet_recorded``.
 
-        The stakes counted are those committed before the statement began, and the caller's own: it holds
-        the round's row and the table's ordering lock from an earlier statement (``lock_for_recording``),
-        so none of the player's other bets at the table can be committing meanwhile.
+        The stakes and bets counted are those committed before the statement began, and the caller's own:
+        it holds the round's row and the table's ordering lock from an earlier statement
+        (``lock_for_recording``), so none of the other bets at the table can be committing meanwhile.
         """
         call, append_params = append
         return await conn.execute(
             "WITH w AS (SELECT phase, betting_closes_at FROM rounds WHERE round_id = %(round_id)s FOR SHARE),"
             " staked AS (SELECT coalesce(sum(stake_minor), 0) AS minor FROM bets"
             "  WHERE round_id = %(round_id)s AND player = %(player)s AND status = 'placed'),"
+            " placed AS (SELECT count(*) AS n FROM bets WHERE round_id = %(round_id)s),"
             " ins AS (INSERT INTO bets (bet_id, round_id, table_id, player, area, stake_minor, hold_minor, hold_id,"
             "  status, placed_at, client_seed)"
             "  SELECT %(bet_id)s, %(round_id)s, %(table_id)s, %(player)s, %(area)s, %(stake_minor)s, %(hold_minor)s,"
             "  %(hold_id)s, 'placed', %(now)s, %(client_seed)s"
-            "  FROM w, staked WHERE w.phase = 'betting' AND %(now)s < w.betting_closes_at"
-            "  AND staked.minor + %(stake_minor)s <= %(max_staked)s"
+            "  FROM w, staked, placed WHERE w.phase = 'betting' AND %(now)s < w.betting_closes_at"
+            "  AND staked.minor + %(stake_minor)s <= %(max_staked)s AND placed.n < %(max_round_bets)s"
             "  ON CONFLICT DO NOTHING RETURNING 1)"
-            " SELECT w.phase, w.betting_closes_at, i.n > 0, staked.minor, CASE WHEN i.n > 0 THEN " + call + " END"
-            " FROM (SELECT count(*) AS n FROM ins) i CROSS JOIN staked LEFT JOIN w ON true",
+            " SELECT w.phase, w.betting_closes_at, i.n > 0, staked.minor, CASE WHEN i.n > 0 THEN " + call + " END,"
+            " placed.n FROM (SELECT count(*) AS n FROM ins) i CROSS JOIN staked CROSS JOIN placed LEFT JOIN w ON true",
             {
                 **{k: bet[k] for k in ("bet_id", "round_id", "table_id", "player", "area", "stake_minor")},
                 "hold_minor": bet["hold_minor"],
@@ -396,6 +401,7 @@ class TableStore:
                 "now": now,
                 "client_seed": client_seed,
                 "max_staked": max_staked_minor,
+                "max_round_bets": max_round_bets,
                 **append_params,
             },
         )
@@ -405,7 +411,7 @@ class TableStore:
         """``record_bet``'s outcome."""
         row = await cur.fetchone()
         assert row is not None
-        return Recorded((str(row[0]), row[1]) if row[0] is not None else None, bool(row[2]), int(row[3]))
+        return Recorded((str(row[0]), row[1]) if row[0] is not None else None, bool(row[2]), int(row[3]), int(row[5]))
 
     async def cancel_bet(self, conn: Conn, bet_id: str) -> None:
         await conn.execute("UPDATE bets SET status = 'cancelled' WHERE bet_id = %s", (bet_id,))

@@ -14,13 +14,13 @@ import pytest
 from credits_projection import CREDITS_DDL, apply_credit, apply_credits, credited, credits
 from google.protobuf import struct_pb2
 from kafka import KafkaConsumer, TopicPartition
-from kafka.errors import KafkaTimeoutError
+from kafka.errors import KafkaTimeoutError, MessageSizeTooLargeError
 from psycopg_pool import AsyncConnectionPool
 from redis.asyncio import Redis
 
 from backbone.consumer import ExactlyOnceConsumer, batched, handling
 from backbone.db import open_pool, run_ddl
-from backbone.eventstore import EventStore, NewEvent
+from backbone.eventstore import MAX_PAYLOAD_BYTES, EventStore, NewEvent
 from backbone.kafka import TopicSpec, ensure_topics, make_consumer, make_producer
 from backbone.lease import PgFence, RedisLease, StaleOwner
 from backbone.relay import RENEW_PRODUCER_AFTER, OutboxRelay, PendingRecord
@@ -121,6 +121,48 @@ async def test_relay_publishes_every_event_once_and_consumer_applies_it(
     await drain(consumer, pool, 40)
     async with pool.connection() as conn:
         assert await credits(conn) == expected_totals(40)
+
+
+async def test_an_event_as_large_as_the_store_takes_travels_to_the_consumer(
+    pool: AsyncConnectionPool, store: EventStore, topic: str, kafka_servers: str, unique: str
+) -> None:
+    """The largest payload the event store accepts (a full round's settlement is up to 2.7 MB) goes through
+    the relay's producer, the broker and a consumer, between two small events, in order."""
+    big = credited("acct-big", 2)
+    assert isinstance(big.payload, struct_pb2.Struct)
+    big.payload.update({"note": ""})
+    padding = MAX_PAYLOAD_BYTES - big.payload.ByteSize() - 16  # the nested lengths grow by a few bytes
+    big.payload.update({"note": "x" * padding})
+    assert MAX_PAYLOAD_BYTES - 32 < big.payload.ByteSize() <= MAX_PAYLOAD_BYTES
+    async with pool.connection() as conn, conn.transaction():
+        await store.append(conn, "acct-big", 0, [credited("acct-big", 1), big, credited("acct-big", 4)])
+    relay = OutboxRelay("test", pool, make_producer(kafka_servers, "relay"), batch_size=10)
+    assert await relay.publish_once() == 3
+    consumer = new_consumer(f"g-{unique}", topic, pool, kafka_servers)
+    await drain(consumer, pool, 3)
+    async with pool.connection() as conn:
+        assert await credits(conn) == {"acct-big": (7, 3)}
+
+
+async def test_a_topic_under_the_systems_record_limit_stops_the_relay_with_the_fix_in_its_error(
+    pool: AsyncConnectionPool, kafka_servers: str, unique: str
+) -> None:
+    """A topic made elsewhere with Kafka's default limit (1 MiB): the relay is refused a 2 MB event, says which
+    record and what to set, and keeps it (nothing marked published) for when the topic is fixed."""
+    small_topic = f"test.small.{unique}"
+    ensure_topics(kafka_servers, [TopicSpec(small_topic, partitions=1, config={"max.message.bytes": "1048588"})])
+    store = EventStore("test", small_topic)
+    big = credited("acct-big", 2)
+    assert isinstance(big.payload, struct_pb2.Struct)
+    big.payload.update({"note": "x" * 2_000_000})
+    async with pool.connection() as conn:
+        await store.setup(conn)
+        async with conn.transaction():
+            await store.append(conn, "acct-big", 0, [big])
+    relay = OutboxRelay("test", pool, make_producer(kafka_servers, "relay"), batch_size=10)
+    with pytest.raises(MessageSizeTooLargeError, match=f"topic {small_topic}\\): set the topic's max.message.bytes"):
+        await relay.publish_once()
+    assert (await relay.pending())[0] == 1
 
 
 @pytest.mark.parametrize("linger_s", [0.0, 3.0], ids=["eager", "lingering"])

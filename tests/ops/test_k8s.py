@@ -310,6 +310,7 @@ def test_kafka_topics_match_the_code(rendered: dict[str, list[Doc]]) -> None:
         assert spec["partitions"] == specs[name].partitions, name
         assert str(spec["config"]["retention.ms"]) == specs[name].config["retention.ms"] == "-1"
         assert spec["config"]["cleanup.policy"] == specs[name].config["cleanup.policy"] == "delete"
+        assert str(spec["config"]["max.message.bytes"]) == specs[name].config["max.message.bytes"]
     (kafka,) = of_kind(docs, "Kafka")
     assert "zookeeper" not in kafka["spec"], "KRaft only"
     assert kafka["spec"]["kafka"]["config"]["auto.create.topics.enable"] is False

@@ -23,6 +23,7 @@ from typing import Any
 import pytest
 from ops_support import ROOT, SERVICES, render
 
+from backbone.kafka import MAX_RECORD_BYTES
 from backbone.topics import DEFAULT_PARTITIONS
 
 
@@ -136,6 +137,7 @@ def test_every_topic_has_three_replicas_two_in_sync_and_the_codes_partitions(doc
         assert spec["replicas"] == 3 and str(spec["config"]["min.insync.replicas"]) == "2", name
         assert spec["partitions"] == DEFAULT_PARTITIONS[name], name
         assert str(spec["config"]["retention.ms"]) == "-1", name
+        assert str(spec["config"]["max.message.bytes"]) == str(MAX_RECORD_BYTES), name
     kafka = of_kind(docs, "Kafka")["niuniu"]["spec"]["kafka"]
     assert kafka["config"]["auto.create.topics.enable"] is False and kafka["authorization"]["type"] == "simple"
     assert of_kind(docs, "KafkaNodePool")["dual-role"]["spec"]["replicas"] == 3

@@ -12,7 +12,8 @@ from prometheus_client import REGISTRY
 from psycopg_pool import AsyncConnectionPool
 
 from backbone.auth import Principal, Role
-from backbone.errors import DomainError, InvalidArgument, PermissionDenied
+from backbone.errors import DomainError, FailedPrecondition, InvalidArgument, PermissionDenied
+from services.table import bets as bets_module
 from services.table.bets import MAX_BETS_PER_CALL, BetOrder
 from services.table.common import BetReceipt, Phase, player_account, scoped_id
 from tests.table.table_rig import Rig, player, setup_schema
@@ -72,6 +73,27 @@ async def test_when_the_maximum_leaves_room_for_some_the_earlier_bets_get_it(rig
     assert reasons(outcomes) == ["placed", "ABOVE_TABLE_MAXIMUM"]
     assert [b["stake_minor"] for b in await rig.app.round_bets((await rig.current("pb"))["round_id"])] == [1_500]
     assert len(rig.open_holds()) == 1
+
+
+async def test_a_full_round_refuses_one_bet_more_and_releases_its_hold(
+    rig: Rig, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A round takes MAX_BETS_PER_ROUND bets (here 3), every player's and cancelled ones too: the next is refused
+    FAILED_PRECONDITION ROUND_FULL with its hold released, while a bet it took is still answered when asked again."""
+    monkeypatch.setattr(bets_module, "MAX_BETS_PER_ROUND", 3)
+    before = refused_in_calls("ROUND_FULL")
+    first = await rig.app.place_bets(player("p1"), [BetOrder("a", "pb", "area_1", 100)])
+    await rig.app.cancel_bet(player("p1"), "pb", first[0].bet_id)  # type: ignore[union-attr]
+    orders = [BetOrder(f"b{i}", "pb", "area_2", 100) for i in range(3)]
+    outcomes = await rig.app.place_bets(player("p1"), orders)
+    assert reasons(outcomes) == ["placed", "placed", "ROUND_FULL"]
+    assert isinstance(outcomes[2], FailedPrecondition)  # answered FAILED_PRECONDITION
+    assert refused_in_calls("ROUND_FULL") == before + 1
+    again = await rig.app.place_bets(player("p1"), [BetOrder("b0", "pb", "area_2", 100)])
+    assert isinstance(again[0], BetReceipt) and again[0].replayed
+    bets = await rig.app.round_bets((await rig.current("pb"))["round_id"])
+    assert sorted(b["status"] for b in bets) == ["cancelled", "placed", "placed"]
+    assert sorted(rig.open_holds()) == sorted(f"bet.{b['bet_id']}" for b in bets if b["status"] == "placed")
 
 
 async def test_a_bet_short_of_funds_is_refused_and_the_others_are_placed(rig: Rig) -> None:
