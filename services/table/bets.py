@@ -174,6 +174,13 @@ def check_room(
         )
 
 
+def check_round_room(bets_taken: int) -> None:
+    """A round's bound on its bets (``MAX_BETS_PER_ROUND``), against the bets it has taken (any status)."""
+    if bets_taken >= MAX_BETS_PER_ROUND:
+        BETS_REFUSED.labels("ROUND_FULL").inc()
+        raise RoundFull("ROUND_FULL", f"this round has taken its {MAX_BETS_PER_ROUND} bets; bet in the next one")
+
+
 class Bets:
     def __init__(self, ctx: TableContext, machine_for: Callable[[Variant], RoundMachine]) -> None:
         self._ctx = ctx
@@ -240,6 +247,7 @@ class Bets:
         check_amount(limits_of(terms), area, amount_minor, fixed)
         self._check_open(current, round_id)
         assert current is not None  # and so ``config`` is the round's
+        check_round_room(current["bets_taken"])  # again when recorded, under the table's lock
         limits = limits_of(current)
         check_room(limits.max_bet_minor, staked, amount_minor)  # again when recorded, under the table's lock
         machine = self._machine_for(variant)
@@ -373,9 +381,7 @@ class Bets:
         if existing is not None:
             return replay(existing, bet["player"], bet["table_id"], bet["area"], bet["stake_minor"])
         check_room(max_staked_minor, recorded.staked, bet["stake_minor"], RoomTaken)  # their other bets came first
-        if recorded.round_bets >= MAX_BETS_PER_ROUND:
-            BETS_REFUSED.labels("ROUND_FULL").inc()
-            raise RoundFull("ROUND_FULL", f"this round has taken its {MAX_BETS_PER_ROUND} bets; bet in the next one")
+        check_round_room(recorded.round_bets)  # the round filled meanwhile
         # A red-envelope player's other bet (one per round) won.
         raise OneBetPerRound("ALREADY_BET", "you have bet this round: change that bet with ChangeBet")
 

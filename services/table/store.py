@@ -308,7 +308,8 @@ class TableStore:
     async def bet_contexts(self, conn: Conn, queries: Sequence[BetQuery]) -> list[BetContext]:
         """What PlaceBet checks before the wallet's hold, for several bets in one round trip (``sent_together``)
         of four statements whatever their number: for each bet, the bets stored under any of its ids, its
-        table, the table's current round and the player's staked sum there."""
+        table, the table's current round (with ``bets_taken``: its bets of any status) and the player's
+        staked sum there."""
         table_ids = sorted({q.table_id for q in queries})
         async with sent_together(conn):
             bets = conn.cursor(row_factory=dict_row)
@@ -320,7 +321,8 @@ class TableStore:
             )
             await tables.execute("SELECT * FROM tables WHERE table_id = ANY(%s)", (table_ids,))
             await rounds.execute(
-                "SELECT r.* FROM tables t JOIN rounds r ON r.round_id = t.current_round_id WHERE t.table_id = ANY(%s)",
+                "SELECT r.*, (SELECT count(*) FROM bets b WHERE b.round_id = r.round_id) AS bets_taken"
+                " FROM tables t JOIN rounds r ON r.round_id = t.current_round_id WHERE t.table_id = ANY(%s)",
                 (table_ids,),
             )
             # LATERAL: each (round, player) sum is an index lookup on both columns. As a join the planner

@@ -78,8 +78,9 @@ async def test_when_the_maximum_leaves_room_for_some_the_earlier_bets_get_it(rig
 async def test_a_full_round_refuses_one_bet_more_and_releases_its_hold(
     rig: Rig, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """A round takes MAX_BETS_PER_ROUND bets (here 3), every player's and cancelled ones too: the next is refused
-    FAILED_PRECONDITION ROUND_FULL with its hold released, while a bet it took is still answered when asked again."""
+    """A round takes MAX_BETS_PER_ROUND bets (here 3), every player's and cancelled ones too: one more is refused
+    FAILED_PRECONDITION ROUND_FULL, its hold released when the round filled while the wallet held it, and no hold
+    asked for at all once the round is seen full; a bet the round took is still answered when asked again."""
     monkeypatch.setattr(bets_module, "MAX_BETS_PER_ROUND", 3)
     before = refused_in_calls("ROUND_FULL")
     first = await rig.app.place_bets(player("p1"), [BetOrder("a", "pb", "area_1", 100)])
@@ -89,8 +90,14 @@ async def test_a_full_round_refuses_one_bet_more_and_releases_its_hold(
     assert reasons(outcomes) == ["placed", "placed", "ROUND_FULL"]
     assert isinstance(outcomes[2], FailedPrecondition)  # answered FAILED_PRECONDITION
     assert refused_in_calls("ROUND_FULL") == before + 1
-    again = await rig.app.place_bets(player("p1"), [BetOrder("b0", "pb", "area_2", 100)])
+    account = player_account(player("p1"))
+    assert rig.wallet.holds[f"bet.{scoped_id(account, 'b2')}"].status == "voided"  # filled while it was held
+    again = await rig.app.place_bets(
+        player("p1"), [BetOrder("b0", "pb", "area_2", 100), BetOrder("c", "pb", "area_3", 100)]
+    )
     assert isinstance(again[0], BetReceipt) and again[0].replayed
+    assert reasons(again)[1] == "ROUND_FULL" and f"bet.{scoped_id(account, 'c')}" not in rig.wallet.holds
+    assert refused_in_calls("ROUND_FULL") == before + 2
     bets = await rig.app.round_bets((await rig.current("pb"))["round_id"])
     assert sorted(b["status"] for b in bets) == ["cancelled", "placed", "placed"]
     assert sorted(rig.open_holds()) == sorted(f"bet.{b['bet_id']}" for b in bets if b["status"] == "placed")
