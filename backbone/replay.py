@@ -149,7 +149,7 @@ WITH recorded AS (
 INSERT INTO replay_fresh (n) SELECT n FROM replay_polled
 """
 
-# The usual poll, with a stager: every event new, its tracking rows copied straight in (a row there already
+# The usual poll (any projection): every event new, its tracking rows copied straight in (a row there already
 # fails the copy, and the poll is then recorded as above).
 _COPY_PROCESSED = 'COPY processed_events (consumer, event_id, topic, partition, "offset") FROM STDIN'
 
@@ -259,17 +259,17 @@ async def _scratch_tables(conn: psycopg.AsyncConnection, schema: str, implied_un
     """
     async with conn.transaction():
         cur = await conn.execute(
-            "SELECT r.relname, k.conname, pg_get_constraintdef(k.oid) FROM pg_constraint k"
+            "SELECT r.relname, k.conname, pg_get_constraintdef(k.oid), k.contype = 'f' FROM pg_constraint k"
             " JOIN pg_class r ON r.oid = k.conrelid JOIN pg_namespace s ON s.oid = r.relnamespace"
             " WHERE s.nspname = %s AND (k.contype = 'f' OR k.conname = ANY(%s))"
             " ORDER BY k.contype = 'f', 1, 2",
             (schema, list(implied_unique)),
         )
-        taken_off = [(str(r[0]), str(r[1]), str(r[2])) for r in await cur.fetchall()]
-        missing = set(implied_unique) - {name for _, name, _ in taken_off}
+        taken_off = [(str(r[0]), str(r[1]), str(r[2]), bool(r[3])) for r in await cur.fetchall()]
+        missing = set(implied_unique) - {name for _, name, _, _ in taken_off}
         if missing:
             raise ValueError(f"implied_unique names no constraint of the projection: {sorted(missing)}")
-        for table, name, _ in reversed(taken_off):  # foreign keys first: they may need a unique one
+        for table, name, _, _ in reversed(taken_off):  # foreign keys first: they may need a unique one
             await conn.execute(
                 sql.SQL("ALTER TABLE {}.{} DROP CONSTRAINT {}").format(
                     sql.Identifier(schema), sql.Identifier(table), sql.Identifier(name)
@@ -290,9 +290,9 @@ async def _scratch_tables(conn: psycopg.AsyncConnection, schema: str, implied_un
             sql.SQL("ALTER TABLE {}.{} ADD CONSTRAINT {} {}").format(
                 sql.Identifier(schema), sql.Identifier(table), sql.Identifier(name), sql.SQL(definition)
             ),
-            foreign_key=definition.startswith("FOREIGN KEY"),
+            foreign_key=foreign_key,
         )
-        for table, name, definition in taken_off
+        for table, name, definition, foreign_key in taken_off
     ]
 
 
