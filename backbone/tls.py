@@ -88,12 +88,20 @@ def channel_credentials(service: str | None, env: Mapping[str, str] | None = Non
     return grpc.ssl_channel_credentials(root_certificates=ca, private_key=key, certificate_chain=cert)
 
 
+MAX_ANSWER_BYTES = 16 * 1024 * 1024
+"""The largest answer a channel takes: what the system's servers may send
+(``backbone.grpcserver.MAX_SEND_MESSAGE_BYTES``). gRPC's default is 4 MiB, and a full round's
+``Ledger.RoundJournal`` is larger (a Golden Bull round of 2 048 bets measured 2.6 MB, a red-envelope
+round carries about twice the entries)."""
+
 CHANNEL_OPTIONS = (
     ("grpc.initial_reconnect_backoff_ms", 500),
     ("grpc.max_reconnect_backoff_ms", 1_000),
+    ("grpc.max_receive_message_length", MAX_ANSWER_BYTES),
 )
 """Reconnect at most a second apart: gRPC's default back-off grows to two minutes, so a channel whose
-server was down for a while kept failing calls for tens of seconds after the server was back."""
+server was down for a while kept failing calls for tens of seconds after the server was back. Take
+answers up to ``MAX_ANSWER_BYTES``."""
 
 
 def aio_channel(target: str, service: str | None, env: Mapping[str, str] | None = None) -> grpc.aio.Channel:

@@ -20,8 +20,9 @@ from redis.asyncio import Redis
 from backbone.config import HealthSettings
 from backbone.errors import REASON_METADATA_KEY, InvalidArgument, NotFound, dependency_failure
 from backbone.eventstore import ConcurrencyError
-from backbone.grpcserver import RunningServer, start_server
+from backbone.grpcserver import MAX_SEND_MESSAGE_BYTES, SERVER_OPTIONS, RunningServer, start_server
 from backbone.healthcheck import DependencyMonitor
+from backbone.tls import MAX_ANSWER_BYTES, aio_channel
 
 SERVICE = "test.Probe"
 
@@ -365,3 +366,31 @@ async def test_the_monitor_names_what_is_down_and_why() -> None:
     assert not monitor.healthy
     assert REGISTRY.get_sample_value("niuniu_dependency_up", {"service": "test", "dependency": "up"}) == 1
     assert REGISTRY.get_sample_value("niuniu_dependency_up", {"service": "test", "dependency": "silent"}) == 0
+
+
+async def test_a_services_channel_takes_an_answer_as_large_as_a_server_sends() -> None:
+    """gRPC's clients take 4 MiB by default; the system's servers send up to 16 MiB (a full round's
+    RoundJournal is over 4 MiB), and the system's channels (``tls.aio_channel``) take that much."""
+    assert MAX_ANSWER_BYTES == MAX_SEND_MESSAGE_BYTES
+    answer = b"x" * (MAX_SEND_MESSAGE_BYTES - 1024)
+
+    async def big(request: bytes, context: grpc.aio.ServicerContext[bytes, bytes]) -> bytes:
+        return answer
+
+    server = grpc.aio.server(options=SERVER_OPTIONS)
+    server.add_generic_rpc_handlers(
+        (grpc.method_handlers_generic_handler("test.Big", {"Get": grpc.unary_unary_rpc_method_handler(big)}),)
+    )
+    port = server.add_insecure_port("127.0.0.1:0")
+    await server.start()
+    try:
+        async with aio_channel(f"127.0.0.1:{port}", None, env={}) as channel:
+            get: grpc.aio.UnaryUnaryMultiCallable[bytes, bytes] = channel.unary_unary("/test.Big/Get")
+            assert await get(b"", timeout=30) == answer
+        async with grpc.aio.insecure_channel(f"127.0.0.1:{port}") as default:  # gRPC's own default refuses it
+            with pytest.raises(grpc.aio.AioRpcError) as refused:
+                get = default.unary_unary("/test.Big/Get")
+                await get(b"", timeout=30)
+            assert refused.value.code() is grpc.StatusCode.RESOURCE_EXHAUSTED
+    finally:
+        await server.stop(None)
