@@ -8,11 +8,14 @@ Without ``--table`` it starts the four services itself (``niuniu-rng``, ``-walle
 ``-ledger``, ``-table`` as separate processes on the development keys, each with a
 schema and topic prefix of its own run, on loopback ports), like the end-to-end tests.
 It creates ``--tables`` tables of the ``--variants`` (cycled), registers and funds
-``--players`` players, then for ``--duration`` seconds keeps ``--in-flight`` PlaceBet
+``--players`` players, and one more player for each table that needs a house seat: the
+banker of a baibian_bull table (its whole balance as capital), the dealer of a
+red_envelope_bull table (the table's minimum bid in every round's bidding window). Then
+for ``--duration`` seconds it keeps ``--in-flight`` PlaceBet
 calls outstanding (``--rate`` > 0: at most that many calls a second) on tables that
 are taking bets; ``--bets-per-call`` N > 1 sends PlaceBets calls of N bets of one player
-at one table instead (chips on several areas at once). Each run prints accepted bets/s,
-the calls' latency percentiles, the
+at one table instead (chips on several areas at once). Each run prints accepted bets/s
+(and by variant, with more than one), the calls' latency percentiles, the
 refusals by status and reason, the outbox backlog and consumer lag read from the
 services' /metrics, the seconds from each round's settlement to the wallet's last
 movement for it (and to the wallet's settlement event on Kafka, in ``SETTLEMENT_STAGES``: where
@@ -61,11 +64,14 @@ from backbone.healthcheck import check
 from backbone.kafka import default_principal_env, make_admin
 from backbone.limits import Limit, pgbench_commits
 from backbone.localports import free_port
+from bull.variants import VARIANTS, RoundShape
+from bull.variants.red_envelope_bull import BID_MIN, DEFAULT_BID_MIN_MINOR
 from services.table.bets import MAX_BETS_PER_CALL
 
 SERVICES = ("rng", "wallet", "ledger", "table")
 HEALTH_TIMEOUT_S = 90.0
 DEPOSIT_MINOR = 10_000_000_000
+BID_TIMEOUT_S = 10.0
 STAKE_MINOR = 100
 LIMITS = table_events.TableLimits(
     min_bet_minor=100,
@@ -266,6 +272,9 @@ class TableState:
     round_id: str = ""
     closes_at_ms: int = 0
     betting: bool = False
+    variant: str = ""
+    bidder: Player | None = None  # a red-envelope table's dealer: bids in every round's bidding window
+    bid_round: str = ""  # the last round the bidder bid in
 
 
 @dataclass
@@ -290,6 +299,7 @@ class RunResult:
     """Per round: seconds from RoundSettled to the wallet's settlement event on Kafka (``SettlementLags``)."""
     settle_stages_s: dict[str, list[float]] = field(default_factory=dict)
     """Those seconds in their ``SETTLEMENT_STAGES``: per stage, each round's."""
+    accepted_by_variant: Counter[str] = field(default_factory=Counter)
 
     @property
     def bets_per_s(self) -> float:
@@ -351,8 +361,48 @@ async def create_tables(
         variant = variants[i % len(variants)]
         request = table_pb2.CreateTableRequest(table_id=f"load-{tag}-{i}", variant=variant, limits=LIMITS)
         info = await _retried(table.CreateTable, request, metadata=admin)  # idempotent by table id
-        states.append(TableState(info.table_id, list(info.areas)))
+        states.append(TableState(info.table_id, list(info.areas), variant=variant))
     return states
+
+
+def house_seats(variants: list[str], count: int) -> int:
+    """Players the ``count`` tables of ``variants`` (cycled) need besides the bettors: a banker for each
+    banked table (baibian_bull), a dealer bidding for each red-envelope table."""
+    shapes = (RoundShape.BANKER_SEAT, RoundShape.BIDDING_DEALER)
+    needing = {v for v in variants if v in VARIANTS and VARIANTS[v].shape in shapes}  # others: CreateTable says
+    return sum(1 for i in range(count) if variants[i % len(variants)] in needing)
+
+
+async def seat_the_house(table: Any, states: list[TableState], house: list[Player]) -> None:
+    """Give each banked table its banker (the whole balance as capital) and each red-envelope table the
+    player who bids for its dealer seat (``follow_tables``), one of ``house`` each: the bettors are never
+    a table's banker or dealer."""
+    seats = iter(house)
+    for state in states:
+        shape = VARIANTS[state.variant].shape
+        if shape is RoundShape.BANKER_SEAT:
+            banker = next(seats)
+            request = table_pb2.ApplyBankerRequest(table_id=state.table_id, capital_minor=0)
+            await _retried(table.ApplyBanker, request, metadata=banker.auth)  # idempotent for a queued player
+        elif shape is RoundShape.BIDDING_DEALER:
+            state.bidder = next(seats)
+
+
+async def bid_for_dealer(table: Any, state: TableState, info: Any) -> None:
+    """The table's bidder bids the table's minimum for the dealer seat of the round bidding now, once."""
+    assert state.bidder is not None
+    request = table_pb2.PlaceBidRequest(
+        command_id=f"bid-{info.current_round_id}",
+        table_id=state.table_id,
+        amount_minor=int(info.config.get(BID_MIN, DEFAULT_BID_MIN_MINOR)),
+        round_id=info.current_round_id,
+    )
+    try:
+        await table.PlaceBid(request, metadata=state.bidder.auth, timeout=BID_TIMEOUT_S)
+    except grpc.aio.AioRpcError as error:
+        if error.code() is not grpc.StatusCode.FAILED_PRECONDITION:
+            return  # asked again at the follower's next look
+    state.bid_round = info.current_round_id  # placed, or the window closed meanwhile
 
 
 async def follow_tables(
@@ -372,6 +422,8 @@ async def follow_tables(
             state.round_id = info.current_round_id
             state.closes_at_ms = info.betting_closes_at_unix_ms
             state.betting = info.phase == "betting"
+            if state.bidder is not None and info.phase == "bidding" and state.bid_round != info.current_round_id:
+                await bid_for_dealer(table, state, info)
         await asyncio.sleep(TABLE_POLL_S)
 
 
@@ -510,14 +562,14 @@ async def bet_phase(
     rate: float,
     duration: float,
     bets_per_call: int = 1,
-) -> tuple[float, int, list[float], Counter[str]]:
+) -> tuple[float, Counter[str], list[float], Counter[str]]:
     """Keeps ``in_flight`` calls outstanding for ``duration`` s: PlaceBet, or PlaceBets of ``bets_per_call``
-    bets of one player at one table. Answers the seconds, the bets accepted, each call's latency (ms) and
-    the refusals by reason (a refused call's, or a refused bet's inside PlaceBets)."""
+    bets of one player at one table. Answers the seconds, the bets accepted by variant, each call's latency
+    (ms) and the refusals by reason (a refused call's, or a refused bet's inside PlaceBets)."""
     rng = random.Random()
     latencies: list[float] = []
     refusals: Counter[str] = Counter()
-    accepted = 0
+    accepted: Counter[str] = Counter(dict.fromkeys((s.variant for s in states), 0))  # every variant, 0 too
     started = time.monotonic()
     deadline = started + duration
     interval = in_flight / rate if rate > 0 else 0.0
@@ -529,7 +581,6 @@ async def bet_phase(
             state.betting = False  # wait for the follower's next look at this table
 
     async def worker(n: int) -> None:
-        nonlocal accepted
         next_at = started + (interval * n / in_flight if interval else 0.0)
         while True:
             now = time.monotonic()
@@ -569,7 +620,7 @@ async def bet_phase(
                 count_refusal(state, *_reason(error))
                 continue
             latencies.append((time.perf_counter() - sent) * 1000)
-            accepted += bets_per_call - len(refused)
+            accepted[state.variant] += bets_per_call - len(refused)
             for refusal in refused:
                 count_refusal(state, _STATUS.get(refusal.code, grpc.StatusCode.UNKNOWN), refusal.reason)
 
@@ -634,6 +685,11 @@ def print_run(n: int, r: RunResult, in_flight: int, out: Any, bets_per_call: int
         f" ({in_flight} in flight{calls}); refused {refused}",
         file=out,
     )
+    if len(r.accepted_by_variant) > 1:
+        print(
+            "  accepted by variant  " + ", ".join(f"{v} {n}" for v, n in sorted(r.accepted_by_variant.items())),
+            file=out,
+        )
     print(
         f"  {call_name(bets_per_call)} latency ms  p50 {percentile(lat, 50):.1f}  p90 {percentile(lat, 90):.1f}"
         f"  p99 {percentile(lat, 99):.1f}  max {max(lat, default=float('nan')):.1f}",
@@ -714,8 +770,11 @@ async def main_async(args: argparse.Namespace) -> int:
         async with grpc.aio.insecure_channel(table_addr) as tch, grpc.aio.insecure_channel(wallet_addr) as wch:
             table, wallet = table_pb2_grpc.TableStub(tch), wallet_pb2_grpc.WalletStub(wch)
             started = time.monotonic()
-            players = await register_players(wallet, admin, args.players, tag)
-            states = await create_tables(table, admin, args.tables, args.variants.split(","), tag)
+            variants = args.variants.split(",")
+            registered = await register_players(wallet, admin, args.players + house_seats(variants, args.tables), tag)
+            players, house = registered[: args.players], registered[args.players :]
+            states = await create_tables(table, admin, args.tables, variants, tag)
+            await seat_the_house(table, states, house)
             print(
                 f"{len(players)} players registered and funded, {len(states)} tables"
                 f" ({args.variants}) in {time.monotonic() - started:.1f} s",
@@ -731,7 +790,7 @@ async def main_async(args: argparse.Namespace) -> int:
                     machine_before = machine_busy_seconds()
                     metrics_before = scrape(metrics_urls)
                     spies = _profile(stack, Path(args.profile), run, args.duration) if stack and args.profile else []
-                    seconds, accepted, latencies, refusals = await bet_phase(
+                    seconds, by_variant, latencies, refusals = await bet_phase(
                         table, players, states, args.in_flight, args.rate, args.duration, args.bets_per_call
                     )
                     cpu_after = process_cpu_seconds(stack) if stack else {}
@@ -747,7 +806,7 @@ async def main_async(args: argparse.Namespace) -> int:
                     groups = {g: mean_group(metrics_before, metrics, g) for g in GROUP_SIZES}
                     result = RunResult(
                         seconds,
-                        accepted,
+                        sum(by_variant.values()),
                         latencies,
                         refusals,
                         pg,
@@ -758,6 +817,7 @@ async def main_async(args: argparse.Namespace) -> int:
                         empty,
                         handled,
                         machine_cpu_s=machine_s,
+                        accepted_by_variant=by_variant,
                         settle_published_s=lags.published,
                         settle_stages_s=lags.stages,
                         group_sizes=groups,

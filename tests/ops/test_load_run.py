@@ -23,10 +23,9 @@ def test_a_short_load_run_bets_and_its_journal_replays_clean(infra: dict[str, st
     command = [
         str(Path(sys.executable).parent / "niuniu-load"),
         *("--tables", "2", "--players", "6", "--in-flight", "6", "--duration", "15"),  # a round or more a table
+        *("--variants", "golden_bull,baibian_bull"),  # the banked table gets its banker from the load
         *("--bets-per-call", "2"),  # PlaceBets calls (the bets of one call share the trips)
-        # Paced: flat out on a fast machine a round took about 260 bets, and its settlement event (1 056 249
-        # bytes) was over the wallet relay's 1 MiB request limit, which stops the relay (README, Operating).
-        *("--rate", "30"),
+        *("--rate", "30"),  # paced: the run shows each figure is there, not how high it goes
         *("--log-dir", str(tmp_path), "--audit"),
     ]
     done = subprocess.run(
@@ -37,6 +36,9 @@ def test_a_short_load_run_bets_and_its_journal_replays_clean(infra: dict[str, st
     accepted = re.search(r"run 1: (\d+) bets accepted", text)
     assert accepted is not None and int(accepted.group(1)) > 0, text[-3000:]
     assert re.search(r"run 1: \d+ bets accepted .*PlaceBets of 2 bets", text), text[-3000:]
+    by_variant = re.search(r"accepted by variant  baibian_bull (\d+), golden_bull (\d+)", text)
+    assert by_variant is not None and all(int(n) > 0 for n in by_variant.groups()), text[-3000:]
+    assert "NO_BANKER" not in text, text[-3000:]
     # Where the latency went: the table's handling of PlaceBets and the wallet's of PlaceHolds inside it.
     handled = re.search(r"mean server-side ms  table PlaceBets ([0-9.]+), wallet PlaceHolds ([0-9.]+)", text)
     assert handled is not None and 0 < float(handled.group(2)) < float(handled.group(1)), text[-3000:]
