@@ -62,6 +62,14 @@ DDL = (
     )
     """,
     "CREATE INDEX IF NOT EXISTS bets_round_idx ON bets (round_id, player)",
+    # A round's bets of any status (the bound MAX_BETS_PER_ROUND), counted by the statement that records
+    # each one under the table's ordering lock: a lookup, not a count of the round's bets on every bet.
+    """
+    CREATE TABLE IF NOT EXISTS round_bet_counts (
+        round_id  TEXT PRIMARY KEY REFERENCES rounds (round_id),
+        bets      INT NOT NULL CHECK (bets > 0)
+    )
+    """,
     """
     CREATE TABLE IF NOT EXISTS seats (
         table_id   TEXT NOT NULL REFERENCES tables (table_id),

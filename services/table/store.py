@@ -321,8 +321,9 @@ class TableStore:
             )
             await tables.execute("SELECT * FROM tables WHERE table_id = ANY(%s)", (table_ids,))
             await rounds.execute(
-                "SELECT r.*, (SELECT count(*) FROM bets b WHERE b.round_id = r.round_id) AS bets_taken"
-                " FROM tables t JOIN rounds r ON r.round_id = t.current_round_id WHERE t.table_id = ANY(%s)",
+                "SELECT r.*, coalesce(c.bets, 0) AS bets_taken FROM tables t"
+                " JOIN rounds r ON r.round_id = t.current_round_id LEFT JOIN round_bet_counts c USING (round_id)"
+                " WHERE t.table_id = ANY(%s)",
                 (table_ids,),
             )
             # LATERAL: each (round, player) sum is an index lookup on both columns. As a join the planner
@@ -379,23 +380,29 @@ class TableStore:
 
         The stakes and bets counted are those committed before the statement began, and the caller's own:
         it holds the round's row and the table's ordering lock from an earlier statement
-        (``lock_for_recording``), so none of the other bets at the table can be committing meanwhile.
+        (``lock_for_recording``), so none of the other bets at the table can be committing meanwhile. The
+        round's count (``round_bet_counts``) is written by this statement alone, under that lock.
         """
         call, append_params = append
         return await conn.execute(
             "WITH w AS (SELECT phase, betting_closes_at FROM rounds WHERE round_id = %(round_id)s FOR SHARE),"
             " staked AS (SELECT coalesce(sum(stake_minor), 0) AS minor FROM bets"
             "  WHERE round_id = %(round_id)s AND player = %(player)s AND status = 'placed'),"
-            " placed AS (SELECT count(*) AS n FROM bets WHERE round_id = %(round_id)s),"
+            # A round without its count yet: its first bet, or a round begun before the count was kept.
+            " placed AS (SELECT coalesce((SELECT bets FROM round_bet_counts WHERE round_id = %(round_id)s),"
+            "  (SELECT count(*) FROM bets WHERE round_id = %(round_id)s)) AS n),"
             " ins AS (INSERT INTO bets (bet_id, round_id, table_id, player, area, stake_minor, hold_minor, hold_id,"
             "  status, placed_at, client_seed)"
             "  SELECT %(bet_id)s, %(round_id)s, %(table_id)s, %(player)s, %(area)s, %(stake_minor)s, %(hold_minor)s,"
             "  %(hold_id)s, 'placed', %(now)s, %(client_seed)s"
             "  FROM w, staked, placed WHERE w.phase = 'betting' AND %(now)s < w.betting_closes_at"
             "  AND staked.minor + %(stake_minor)s <= %(max_staked)s AND placed.n < %(max_round_bets)s"
-            "  ON CONFLICT DO NOTHING RETURNING 1)"
+            "  ON CONFLICT DO NOTHING RETURNING 1),"
+            " i AS (SELECT count(*) AS n FROM ins),"
+            " counted AS (INSERT INTO round_bet_counts (round_id, bets) SELECT %(round_id)s, placed.n + 1"
+            "  FROM placed, i WHERE i.n > 0 ON CONFLICT (round_id) DO UPDATE SET bets = EXCLUDED.bets)"
             " SELECT w.phase, w.betting_closes_at, i.n > 0, staked.minor, CASE WHEN i.n > 0 THEN " + call + " END,"
-            " placed.n FROM (SELECT count(*) AS n FROM ins) i CROSS JOIN staked CROSS JOIN placed LEFT JOIN w ON true",
+            " placed.n FROM i CROSS JOIN staked CROSS JOIN placed LEFT JOIN w ON true",
             {
                 **{k: bet[k] for k in ("bet_id", "round_id", "table_id", "player", "area", "stake_minor")},
                 "hold_minor": bet["hold_minor"],

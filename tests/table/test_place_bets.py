@@ -103,6 +103,26 @@ async def test_a_full_round_refuses_one_bet_more_and_releases_its_hold(
     assert sorted(rig.open_holds()) == sorted(f"bet.{b['bet_id']}" for b in bets if b["status"] == "placed")
 
 
+async def test_a_round_begun_before_its_bets_were_counted_is_counted_from_its_bets(
+    rig: Rig, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A round whose count row is missing (its bets recorded before the count was kept): the recording counts
+    its bets instead, then keeps the count from there."""
+    monkeypatch.setattr(bets_module, "MAX_BETS_PER_ROUND", 3)
+    placed = await rig.app.place_bets(player("p1"), [BetOrder(f"a{i}", "pb", "area_1", 100) for i in range(2)])
+    assert reasons(placed) == ["placed", "placed"]
+    round_id = (await rig.current("pb"))["round_id"]
+    async with rig.pool.connection() as conn:
+        await conn.execute("DELETE FROM round_bet_counts WHERE round_id = %s", (round_id,))
+    outcomes = await rig.app.place_bets(player("p1"), [BetOrder("b", "pb", "area_2", 100)])
+    assert reasons(outcomes) == ["placed"]  # read as 0 taken, recorded as the third
+    async with rig.pool.connection() as conn:
+        cur = await conn.execute("SELECT bets FROM round_bet_counts WHERE round_id = %s", (round_id,))
+        assert await cur.fetchone() == (3,)
+    full = await rig.app.place_bets(player("p1"), [BetOrder("c", "pb", "area_3", 100)])
+    assert reasons(full) == ["ROUND_FULL"]
+
+
 async def test_a_bet_short_of_funds_is_refused_and_the_others_are_placed(rig: Rig) -> None:
     """The wallet's refusal of one hold (INSUFFICIENT_FUNDS) is that bet's outcome only."""
     outcomes = await rig.app.place_bets(
