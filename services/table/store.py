@@ -286,25 +286,6 @@ class TableStore:
         row = await cur.fetchone()
         return (int(row[0]), int(row[1])) if row else (0, 0)
 
-    async def insert_bet(self, conn: Conn, bet: Mapping[str, Any], at: datetime, client_seed: str = "") -> bool:
-        cur = await conn.execute(
-            "INSERT INTO bets (bet_id, round_id, table_id, player, area, stake_minor, hold_minor, hold_id, status,"
-            " placed_at, client_seed) VALUES (%s, %s, %s, %s, %s, %s, %s, %s, 'placed', %s, %s) ON CONFLICT DO NOTHING",
-            (
-                bet["bet_id"],
-                bet["round_id"],
-                bet["table_id"],
-                bet["player"],
-                bet["area"],
-                bet["stake_minor"],
-                bet["hold_minor"],
-                bet["hold_id"],
-                at,
-                client_seed,
-            ),
-        )
-        return cur.rowcount == 1
-
     async def bet_contexts(self, conn: Conn, queries: Sequence[BetQuery]) -> list[BetContext]:
         """What PlaceBet checks before the wallet's hold, for several bets in one round trip (``sent_together``)
         of four statements whatever their number: for each bet, the bets stored under any of its ids, its
