@@ -207,7 +207,8 @@ ORDER_AFTER_LOCKS = (
     f" pg_advisory_xact_lock({DOMAIN_LOCK_CLASS}, hashtext(%(domain)s))"
 )
 # The largest payload an event may carry: the bus's record limit (``backbone.kafka.MAX_RECORD_BYTES``,
-# 4 MiB) less 64 KiB for the envelope's other fields, the record's key and Kafka's overhead.
+# 4 MiB; not imported: the gateway imports the store's errors, not Kafka) less 64 KiB for the envelope's
+# other fields, the record's key and Kafka's overhead (``tests/table/test_round_size.py`` holds the two).
 MAX_PAYLOAD_BYTES = 4 * 1024 * 1024 - 64 * 1024
 _EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 _TYPE_URL_PREFIX = "type.googleapis.com/"  # as Any.Pack names a payload's type

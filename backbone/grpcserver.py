@@ -37,6 +37,7 @@ from backbone.errors import (
     dependency_failure,
 )
 from backbone.healthcheck import DependencyMonitor
+from backbone.tls import MAX_ANSWER_BYTES
 
 log = logging.getLogger(__name__)
 
@@ -45,8 +46,9 @@ MAX_TEXT_CHECK_DEPTH = 8
 MAX_RECEIVE_MESSAGE_BYTES = 4 * 1024 * 1024
 """The largest request a server reads (gRPC's default, set explicitly): larger ones are
 RESOURCE_EXHAUSTED before any handler runs."""
-MAX_SEND_MESSAGE_BYTES = 16 * 1024 * 1024
-"""The largest answer a server sends (a full page of a listing stays far below it)."""
+MAX_SEND_MESSAGE_BYTES = MAX_ANSWER_BYTES
+"""The largest answer a server sends: what the system's channels take (``tls.MAX_ANSWER_BYTES``); a full
+page of a listing stays far below it."""
 SERVER_OPTIONS = (
     ("grpc.max_receive_message_length", MAX_RECEIVE_MESSAGE_BYTES),
     ("grpc.max_send_message_length", MAX_SEND_MESSAGE_BYTES),

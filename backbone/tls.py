@@ -89,7 +89,7 @@ def channel_credentials(service: str | None, env: Mapping[str, str] | None = Non
 
 
 MAX_ANSWER_BYTES = 16 * 1024 * 1024
-"""The largest answer a channel takes: what the system's servers may send
+"""The largest answer a channel takes, and so the most the system's servers send
 (``backbone.grpcserver.MAX_SEND_MESSAGE_BYTES``). gRPC's default is 4 MiB, and a full round's
 ``Ledger.RoundJournal`` is larger (a Golden Bull round of 2 048 bets measured 2.6 MB, a red-envelope
 round carries about twice the entries)."""

@@ -54,7 +54,7 @@ class Recorded(NamedTuple):
     window: tuple[str, datetime] | None
     inserted: bool
     staked: int
-    round_bets: int = 0
+    round_bets: int
 
 
 class TableStore:
