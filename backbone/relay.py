@@ -41,6 +41,21 @@ kafka-python producer can stay wedged after the broker restarts (every flush tim
 minutes while a new client gets through at once: niuniu-chaos seed 7, a table's relay after a
 ``kafka_restart``)."""
 
+# The relay's reads of the outbox go through its index of unpublished rows, and to an event by its
+# position, whatever the tables' statistics: a service's first statements cache their plans while its
+# tables are new and never analyzed (taken to be ten pages), and those plans stay until autovacuum
+# analyzes the tables. ``EXISTS (SELECT FROM outbox WHERE published_at IS NULL)`` was then a scan of
+# the whole outbox on every poll, and the backlog's age a scan of every event, for a minute or more
+# (tests/backbone/test_plans.py).
+FIRST_UNPUBLISHED = "SELECT position FROM outbox WHERE published_at IS NULL ORDER BY position LIMIT 1"
+"""The relay's probe: a row while anything is unpublished."""
+PENDING = (
+    "SELECT count(*), coalesce(extract(epoch FROM now() - min(e.occurred_at)), 0) FROM outbox o"
+    " CROSS JOIN LATERAL (SELECT occurred_at FROM events WHERE position = o.position OFFSET 0) e"
+    " WHERE o.published_at IS NULL"
+)
+"""(unpublished events, age in seconds of the oldest one)."""
+
 
 @dataclass(frozen=True, slots=True)
 class PendingRecord:
@@ -95,8 +110,8 @@ class OutboxRelay:
         work (the probe; the BEGIN with the check; the rows; the marks with the COMMIT).
         """
         async with self._pool.connection() as conn, framed(conn) as tx:
-            probe = await conn.execute("SELECT EXISTS (SELECT FROM outbox WHERE published_at IS NULL)")  # autocommit
-            if not (await probe.fetchone() or (False,))[0]:
+            probe = await conn.execute(FIRST_UNPUBLISHED)  # autocommit
+            if await probe.fetchone() is None:
                 return 0
             if self._lease is not None and self._lease.fence is not None and self._lease.token is None:
                 return 0
@@ -169,10 +184,7 @@ class OutboxRelay:
     async def pending(self) -> tuple[int, float]:
         """(unpublished events, age in seconds of the oldest one)."""
         async with self._pool.connection() as conn:
-            cur = await conn.execute(
-                "SELECT count(*), coalesce(extract(epoch FROM now() - min(e.occurred_at)), 0)"
-                " FROM outbox o JOIN events e USING (position) WHERE o.published_at IS NULL"
-            )
+            cur = await conn.execute(PENDING)
             row = await cur.fetchone()
         assert row is not None
         return int(row[0]), float(row[1])

@@ -240,9 +240,7 @@ async def hold_contexts(
         " WHERE account = ANY(%s) ORDER BY account FOR UPDATE",
         (names,),
     )
-    held = await conn.execute(
-        f"SELECT {_HOLD_COLUMNS} FROM wallet_holds WHERE hold_id = ANY(%s)", (sorted(set(hold_ids)),)
-    )
+    held = await conn.execute(_HOLDS, (sorted(set(hold_ids)),))
     limit_rows = await conn.execute(
         "SELECT account, kind, value, pending_value, pending_effective_at FROM wallet_limits WHERE account = ANY(%s)",
         (names,),
@@ -476,8 +474,21 @@ def _hold(r: Sequence[Any]) -> Hold:
     )
 
 
-_HOLDS = f"SELECT {_HOLD_COLUMNS} FROM wallet_holds WHERE hold_id = ANY(%b::text[])"
-_LOCK_HOLDS = _HOLDS + " ORDER BY hold_id FOR UPDATE"
+# Holds by id, each found through the primary key whatever the table's size and statistics: the ids
+# (sorted by the callers) are joined one by one to a subquery the planner cannot merge into a join
+# (OFFSET 0; FOR UPDATE), so the plan it caches for the statement is an index lookup per id. As
+# ``hold_id = ANY(%b)``, the plan cached while the table was new and never analyzed (taken to be ten
+# pages) read the whole table on every call until autovacuum analyzed it: a minute or more of every
+# PlaceHold scanning every hold (tests/backbone/test_plans.py). Locking: one id after another, in
+# the ids' order.
+_HOLDS = (
+    f"SELECT {_HOLD_COLUMNS} FROM unnest(%b::text[]) AS k (id)"
+    " CROSS JOIN LATERAL (SELECT * FROM wallet_holds WHERE hold_id = k.id OFFSET 0) h"
+)
+_LOCK_HOLDS = (
+    f"SELECT {_HOLD_COLUMNS} FROM unnest(%b::text[]) AS k (id)"
+    " CROSS JOIN LATERAL (SELECT * FROM wallet_holds WHERE hold_id = k.id FOR UPDATE) h"
+)
 
 
 async def holds(conn: psycopg.AsyncConnection, hold_ids: Iterable[str], *, lock: bool = False) -> dict[str, Hold]:
