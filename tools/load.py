@@ -1,7 +1,7 @@
 """``niuniu-load``: bets against the running system, with the database's own rate beside the figures.
 
     niuniu-load [--tables 12] [--variants golden_bull] [--players 400] [--in-flight 64]
-                [--bets-per-call 1] [--rate 0] [--duration 40] [--runs 1] [--profile DIR]
+                [--bets-per-call 1] [--rate 0] [--warmup 10] [--duration 40] [--runs 1] [--profile DIR]
                 [--table HOST:PORT --wallet HOST:PORT --metrics URL,...]
 
 Without ``--table`` it starts the four services itself (``niuniu-rng``, ``-wallet``,
@@ -10,8 +10,14 @@ schema and topic prefix of its own run, on loopback ports), like the end-to-end 
 It creates ``--tables`` tables of the ``--variants`` (cycled), registers and funds
 ``--players`` players, and one more player for each table that needs a house seat: the
 banker of a baibian_bull table (its whole balance as capital), the dealer of a
-red_envelope_bull table (the table's minimum bid in every round's bidding window). Then
-for ``--duration`` seconds it keeps ``--in-flight`` PlaceBet
+red_envelope_bull table (the table's minimum bid in every round's bidding window).
+
+It bets for ``--warmup`` seconds first, uncounted, and then, with the services it started,
+has PostgreSQL ANALYZE the run's tables: a running system's tables have statistics (autovacuum
+analyzes a table as it grows, a minute apart by default), but the run's are new, and the plans
+its services cache in their first seconds would otherwise be made for empty tables and kept
+while the tables grow (which plan a statement keeps depending on when autovacuum happened by).
+Then for ``--duration`` seconds it keeps ``--in-flight`` PlaceBet
 calls outstanding (``--rate`` > 0: at most that many calls a second) on tables that
 are taking bets; ``--bets-per-call`` N > 1 sends PlaceBets calls of N bets of one player
 at one table instead (chips on several areas at once). Each run prints accepted bets/s
@@ -177,6 +183,18 @@ class LocalStack:
             if stat is not None:
                 out[service] = (int(stat[1][11]) + int(stat[1][12])) / ticks
         return out
+
+    async def analyze(self) -> int:
+        """ANALYZE every table of the run's schemas (as autovacuum does to a running system's); how many."""
+        async with await psycopg.AsyncConnection.connect(os.environ["DATABASE_URL"], autocommit=True) as conn:
+            cur = await conn.execute(
+                "SELECT schemaname, tablename FROM pg_tables WHERE schemaname = ANY(%s) ORDER BY 1, 2",
+                ([self.schema(s) for s in SERVICES],),
+            )
+            tables = await cur.fetchall()
+            for schema, name in tables:
+                await conn.execute(sql.SQL("ANALYZE {}.{}").format(sql.Identifier(schema), sql.Identifier(name)))
+        return len(tables)
 
     async def drop(self) -> None:
         """The run's schemas and topics (left on a long-lived broker, thousands of partitions slow its start)."""
@@ -784,6 +802,8 @@ async def main_async(args: argparse.Namespace) -> int:
             stop = asyncio.Event()
             follower = asyncio.create_task(follow_tables(table, admin, states, stop))
             try:
+                if args.warmup > 0:
+                    await warm_up(table, players, states, args, stack, out)
                 for run in range(1, args.runs + 1):
                     since = time.time()
                     cpu_before = process_cpu_seconds(stack) if stack else {}
@@ -856,6 +876,23 @@ async def main_async(args: argparse.Namespace) -> int:
     return 0 if clean else 1
 
 
+async def warm_up(
+    table: Any,
+    players: list[Player],
+    states: list[TableState],
+    args: argparse.Namespace,
+    stack: LocalStack | None,
+    out: Any,
+) -> None:
+    """Bets for ``--warmup`` seconds, not counted, then the run's tables analyzed (with the services started here)."""
+    seconds, by_variant, _, _ = await bet_phase(
+        table, players, states, args.in_flight, args.rate, args.warmup, args.bets_per_call
+    )
+    analyzed = await stack.analyze() if stack is not None else 0
+    then = f"; then ANALYZE of the run's {analyzed} tables" if stack is not None else ""
+    print(f"warm-up: {sum(by_variant.values())} bets in {seconds:.1f} s, not counted{then}", file=out, flush=True)
+
+
 AUDIT_TIMEOUT_S = 900
 
 
@@ -903,6 +940,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--bets-per-call", type=int, default=1, help="1: PlaceBet; 2-16: PlaceBets calls of that many bets"
     )
+    parser.add_argument(
+        "--warmup", type=float, default=10.0, help="seconds of uncounted bets before the runs, then ANALYZE (0: none)"
+    )
     parser.add_argument("--duration", type=float, default=40.0, help="seconds per run")
     parser.add_argument("--runs", type=int, default=1)
     parser.add_argument("--table", default="", help="table address (default: start the services here)")
@@ -918,6 +958,7 @@ def main(argv: list[str] | None = None) -> int:
         (1 <= args.players <= MAX_PLAYERS, f"--players 1..{MAX_PLAYERS}"),
         (1 <= args.in_flight <= MAX_IN_FLIGHT, f"--in-flight 1..{MAX_IN_FLIGHT}"),
         (0 < args.duration <= MAX_DURATION_S, f"--duration 0..{MAX_DURATION_S}"),
+        (0 <= args.warmup <= MAX_DURATION_S, f"--warmup 0..{MAX_DURATION_S}"),
         (1 <= args.runs <= 20, "--runs 1..20"),
         (args.rate >= 0, "--rate >= 0"),
         (1 <= args.bets_per_call <= MAX_BETS_PER_CALL, f"--bets-per-call 1..{MAX_BETS_PER_CALL}"),

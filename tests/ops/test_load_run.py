@@ -10,6 +10,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import psycopg
 import pytest
 
 from backbone.kafka import make_admin
@@ -26,6 +27,7 @@ def test_a_short_load_run_bets_and_its_journal_replays_clean(infra: dict[str, st
         *("--variants", "golden_bull,baibian_bull"),  # the banked table gets its banker from the load
         *("--bets-per-call", "2"),  # PlaceBets calls (the bets of one call share the trips)
         *("--rate", "30"),  # paced: the run shows each figure is there, not how high it goes
+        *("--warmup", "3"),  # uncounted bets, then the run's tables analyzed
         *("--log-dir", str(tmp_path), "--audit"),
     ]
     done = subprocess.run(
@@ -33,6 +35,8 @@ def test_a_short_load_run_bets_and_its_journal_replays_clean(infra: dict[str, st
     )
     text = done.stdout + done.stderr
     assert done.returncode == 0, text[-3000:]
+    warm = re.search(r"warm-up: (\d+) bets in [0-9.]+ s, not counted; then ANALYZE of the run's (\d+) tables", text)
+    assert warm is not None and all(int(n) > 0 for n in warm.groups()), text[-3000:]
     accepted = re.search(r"run 1: (\d+) bets accepted", text)
     assert accepted is not None and int(accepted.group(1)) > 0, text[-3000:]
     assert re.search(r"run 1: \d+ bets accepted .*PlaceBets of 2 bets", text), text[-3000:]
@@ -81,3 +85,6 @@ def test_a_short_load_run_bets_and_its_journal_replays_clean(infra: dict[str, st
     finally:
         admin.close()
     assert left == []  # the run's topics went with its schemas
+    with psycopg.connect(infra["DATABASE_URL"]) as conn:
+        schemas = conn.execute("SELECT nspname FROM pg_namespace WHERE nspname LIKE %s", (f"load_{run.group(1)}_%",))
+        assert schemas.fetchall() == []
