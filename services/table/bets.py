@@ -84,6 +84,10 @@ RoundSettlementApplied) grow with its bets and must fit in one Kafka record
 (``backbone.eventstore.MAX_PAYLOAD_BYTES``, 4 MiB less 64 KiB). ``tests/table/test_round_size.py``
 builds each variant's full round: the largest event is a red-envelope round's RoundSettlementApplied,
 2.7 MB (1.3 KB a bet, 66 % of the limit); Golden Bull's is 1.4 MB."""
+MAX_BETS_PER_PLAYER_ROUND = 128
+"""Bound on one player's bets in a round (any status, cancelled ones too): one more is refused
+FAILED_PRECONDITION PLAYER_ROUND_FULL. Without it one player betting and cancelling could take all of a
+round's ``MAX_BETS_PER_ROUND`` and shut the others out of it."""
 
 
 class RecordingBusy(Unavailable):
@@ -120,7 +124,7 @@ class WindowClosed(FailedPrecondition):
 
 
 class RoundFull(FailedPrecondition):
-    """The round had ``MAX_BETS_PER_ROUND`` bets when this one was to be recorded."""
+    """The round had ``MAX_BETS_PER_ROUND`` bets, or the player ``MAX_BETS_PER_PLAYER_ROUND`` of them."""
 
 
 class RoomTaken(FailedPrecondition):
@@ -181,6 +185,17 @@ def check_round_room(bets_taken: int) -> None:
         raise RoundFull("ROUND_FULL", f"this round has taken its {MAX_BETS_PER_ROUND} bets; bet in the next one")
 
 
+def check_player_round_room(player_bets: int) -> None:
+    """A player's bound on their bets of a round (``MAX_BETS_PER_PLAYER_ROUND``), against those they placed in
+    it (any status)."""
+    if player_bets >= MAX_BETS_PER_PLAYER_ROUND:
+        BETS_REFUSED.labels("PLAYER_ROUND_FULL").inc()
+        raise RoundFull(
+            "PLAYER_ROUND_FULL",
+            f"you have placed {MAX_BETS_PER_PLAYER_ROUND} bets this round (cancelled ones count); bet in the next one",
+        )
+
+
 class Bets:
     def __init__(self, ctx: TableContext, machine_for: Callable[[Variant], RoundMachine]) -> None:
         self._ctx = ctx
@@ -226,7 +241,9 @@ class Bets:
         bet_id = scoped_id(player, command_id)
         # One round trip for the bet (under either id), the table, its round and the player's stakes there,
         # shared with the bets being placed at the same moment (``_read_group``).
-        stored, table, current, staked = await self._contexts(BetQuery(table_id, (bet_id, command_id), player))
+        stored, table, current, staked, player_bets = await self._contexts(
+            BetQuery(table_id, (bet_id, command_id), player)
+        )
         by_id = {row["bet_id"]: row for row in stored}
         legacy = by_id.get(command_id)  # placed before command ids were per player: only the player's own
         existing = by_id.get(bet_id) or (legacy if legacy is not None and legacy["player"] == player else None)
@@ -248,6 +265,7 @@ class Bets:
         self._check_open(current, round_id)
         assert current is not None  # and so ``config`` is the round's
         check_round_room(current["bets_taken"])  # again when recorded, under the table's lock
+        check_player_round_room(player_bets)  # the same
         limits = limits_of(current)
         check_room(limits.max_bet_minor, staked, amount_minor)  # again when recorded, under the table's lock
         machine = self._machine_for(variant)
@@ -382,6 +400,7 @@ class Bets:
             return replay(existing, bet["player"], bet["table_id"], bet["area"], bet["stake_minor"])
         check_room(max_staked_minor, recorded.staked, bet["stake_minor"], RoomTaken)  # their other bets came first
         check_round_room(recorded.round_bets)  # the round filled meanwhile
+        check_player_round_room(recorded.player_bets)  # the player's other bets filled their share meanwhile
         # A red-envelope player's other bet (one per round) won.
         raise OneBetPerRound("ALREADY_BET", "you have bet this round: change that bet with ChangeBet")
 
@@ -399,7 +418,7 @@ class Bets:
         async with self._store.pool.connection() as conn, sent_together(conn):
             await self._store.lock_for_recording(conn, [bet["round_id"]], bet_stream(bet["table_id"], bet["bet_id"]))
             cursor = await self._store.record_bet(
-                conn, bet, now, client_seed, append, max_staked_minor, MAX_BETS_PER_ROUND
+                conn, bet, now, client_seed, append, max_staked_minor, MAX_BETS_PER_ROUND, MAX_BETS_PER_PLAYER_ROUND
             )
             recorded = await self._store.bet_recorded(cursor)
             if recorded.inserted:
@@ -432,7 +451,14 @@ class Bets:
                     r = recordings[i]
                     append = self._append_placed(r.bet)
                     cursors[i] = await self._store.record_bet(
-                        conn, r.bet, r.now, r.client_seed, append, r.max_staked_minor, MAX_BETS_PER_ROUND
+                        conn,
+                        r.bet,
+                        r.now,
+                        r.client_seed,
+                        append,
+                        r.max_staked_minor,
+                        MAX_BETS_PER_ROUND,
+                        MAX_BETS_PER_PLAYER_ROUND,
                     )
             return [await self._store.bet_recorded(cursors[i]) for i in range(len(recordings))]
 

@@ -162,7 +162,7 @@ async def test_a_bet_waiting_for_its_tables_lock_counts_the_stakes_committed_mea
     async with rig.pool.connection() as conn, conn.transaction():
         await rig.app.store.lock_for_recording(conn, [first["round_id"]], bet_stream("gb-a", first["bet_id"]))
         append = rig.app.bets._append_placed(first)
-        cursor = await rig.app.store.record_bet(conn, first, now, "", append, 2_000, 2_048)
+        cursor = await rig.app.store.record_bet(conn, first, now, "", append, 2_000, 2_048, 128)
         assert (await rig.app.store.bet_recorded(cursor)).inserted
         waiting = asyncio.create_task(rig.app.bets._record_group([Recording(second, now, "", 2_000)]))
         await asyncio.sleep(0.3)

@@ -103,6 +103,33 @@ async def test_a_full_round_refuses_one_bet_more_and_releases_its_hold(
     assert sorted(rig.open_holds()) == sorted(f"bet.{b['bet_id']}" for b in bets if b["status"] == "placed")
 
 
+async def test_a_player_who_has_placed_their_share_of_a_round_is_refused_and_the_others_still_bet(
+    rig: Rig, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A player places at most MAX_BETS_PER_PLAYER_ROUND bets in a round (here 3), cancelled ones too, so
+    betting and cancelling cannot fill the round: one more is refused FAILED_PRECONDITION PLAYER_ROUND_FULL,
+    its hold released when the share filled while the wallet held it, and no hold asked for once the share
+    is seen full; another player bets as before."""
+    monkeypatch.setattr(bets_module, "MAX_BETS_PER_PLAYER_ROUND", 3)
+    before = refused_in_calls("PLAYER_ROUND_FULL")
+    first = await rig.app.place_bets(player("p1"), [BetOrder("a", "pb", "area_1", 100)])
+    await rig.app.cancel_bet(player("p1"), "pb", first[0].bet_id)  # type: ignore[union-attr]
+    outcomes = await rig.app.place_bets(player("p1"), [BetOrder(f"b{i}", "pb", "area_2", 100) for i in range(3)])
+    assert reasons(outcomes) == ["placed", "placed", "PLAYER_ROUND_FULL"]
+    assert isinstance(outcomes[2], FailedPrecondition)
+    account = player_account(player("p1"))
+    assert rig.wallet.holds[f"bet.{scoped_id(account, 'b2')}"].status == "voided"  # filled while it was held
+    again = await rig.app.place_bets(player("p1"), [BetOrder("c", "pb", "area_3", 100)])
+    assert reasons(again) == ["PLAYER_ROUND_FULL"] and f"bet.{scoped_id(account, 'c')}" not in rig.wallet.holds
+    assert refused_in_calls("PLAYER_ROUND_FULL") == before + 2
+    other = await rig.app.place_bets(player("poor"), [BetOrder("d", "pb", "area_1", 100)])
+    assert reasons(other) == ["placed"]  # the round itself has room (2 048)
+    bets = await rig.app.round_bets((await rig.current("pb"))["round_id"])
+    assert sorted((b["player"], b["status"]) for b in bets) == sorted(
+        [(account, "cancelled"), (account, "placed"), (account, "placed"), (player_account(player("poor")), "placed")]
+    )
+
+
 async def test_a_round_begun_before_its_bets_were_counted_is_counted_from_its_bets(
     rig: Rig, monkeypatch: pytest.MonkeyPatch
 ) -> None:
