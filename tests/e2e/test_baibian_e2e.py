@@ -487,8 +487,9 @@ async def test_the_banker_cannot_bet_and_bad_requests_are_refused(stack: Stack) 
         )
         queue = await apply_banker(c, banker, table_id)
         assert list(queue.chips_minor)[:2] == [1_000, 10_000]
-        again = await apply_banker(c, banker, table_id)  # idempotent
-        assert [e.player for e in again.queue] == [banker.account]
+        again = await apply_banker(c, banker, table_id)  # idempotent: in line once, or seated by now
+        # (the table may seat a waiting banker between the two calls; then the line is empty).
+        assert [e.player for e in again.queue] + ([again.banker] if again.banker else []) == [banker.account]
         watcher = Watcher(c, player, table_id)
         opened = await watcher.wait_for(lambda u: kind(u) == "round_opened" and u.round_opened.banker == banker.account)
         await expect_refused(
