@@ -41,12 +41,9 @@ kafka-python producer can stay wedged after the broker restarts (every flush tim
 minutes while a new client gets through at once: niuniu-chaos seed 7, a table's relay after a
 ``kafka_restart``)."""
 
-# The relay's reads of the outbox go through its index of unpublished rows, and to an event by its
-# position, whatever the tables' statistics: a service's first statements cache their plans while its
-# tables are new and never analyzed (taken to be ten pages), and those plans stay until autovacuum
-# analyzes the tables. ``EXISTS (SELECT FROM outbox WHERE published_at IS NULL)`` was then a scan of
-# the whole outbox on every poll, and the backlog's age a scan of every event, for a minute or more
-# (tests/backbone/test_plans.py).
+# The relay's reads of the outbox go through its index of unpublished rows, and reach each event by its
+# position, whatever the tables' statistics (``backbone.db``: a plan cached on new tables stays): as
+# ``EXISTS (... WHERE published_at IS NULL)`` the probe read the whole outbox on every poll.
 FIRST_UNPUBLISHED = "SELECT position FROM outbox WHERE published_at IS NULL ORDER BY position LIMIT 1"
 """The relay's probe: a row while anything is unpublished."""
 PENDING = (

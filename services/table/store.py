@@ -19,7 +19,7 @@ from google.protobuf.message import Message
 from psycopg.rows import dict_row
 from psycopg_pool import AsyncConnectionPool
 
-from backbone.db import sent_together
+from backbone.db import each_by_key, sent_together
 from backbone.errors import NotFound, clip
 from backbone.eventstore import ORDER_AFTER_LOCKS, EventStore, NewEvent, StoredEvent, ordering_domain
 from bull.money import BetResult
@@ -28,15 +28,7 @@ Conn = psycopg.AsyncConnection
 Row = dict[str, Any]
 
 
-# Bets by id, each found through the primary key whatever the table's size and statistics: the ids are
-# joined one by one to a subquery the planner cannot merge into a join (OFFSET 0), so the plan it caches
-# for the statement is an index lookup per id. As ``bet_id = ANY(%s)``, the plan cached while the table was
-# new and never analyzed (taken to be ten pages) read every bet on every PlaceBet until autovacuum analyzed
-# the table, a minute or more later (tests/backbone/test_plans.py).
-BETS_BY_ID = (
-    "SELECT b.* FROM unnest(%b::text[]) AS k (id)"
-    " CROSS JOIN LATERAL (SELECT * FROM bets WHERE bet_id = k.id OFFSET 0) b"
-)
+BETS_BY_ID = each_by_key("bets", "bet_id", "r.*")
 
 
 class BetQuery(NamedTuple):

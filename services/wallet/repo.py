@@ -17,7 +17,7 @@ from typing import Any
 
 import psycopg
 
-from backbone.db import run_ddl
+from backbone.db import each_by_key, run_ddl
 from backbone.eventstore import wait_for_appends
 from bull.accounts import OPENING_ACCOUNTS
 from services.wallet.domain import (
@@ -474,21 +474,9 @@ def _hold(r: Sequence[Any]) -> Hold:
     )
 
 
-# Holds by id, each found through the primary key whatever the table's size and statistics: the ids
-# (sorted by the callers) are joined one by one to a subquery the planner cannot merge into a join
-# (OFFSET 0; FOR UPDATE), so the plan it caches for the statement is an index lookup per id. As
-# ``hold_id = ANY(%b)``, the plan cached while the table was new and never analyzed (taken to be ten
-# pages) read the whole table on every call until autovacuum analyzed it: a minute or more of every
-# PlaceHold scanning every hold (tests/backbone/test_plans.py). Locking: one id after another, in
-# the ids' order.
-_HOLDS = (
-    f"SELECT {_HOLD_COLUMNS} FROM unnest(%b::text[]) AS k (id)"
-    " CROSS JOIN LATERAL (SELECT * FROM wallet_holds WHERE hold_id = k.id OFFSET 0) h"
-)
-_LOCK_HOLDS = (
-    f"SELECT {_HOLD_COLUMNS} FROM unnest(%b::text[]) AS k (id)"
-    " CROSS JOIN LATERAL (SELECT * FROM wallet_holds WHERE hold_id = k.id FOR UPDATE) h"
-)
+_HOLDS = each_by_key("wallet_holds", "hold_id", _HOLD_COLUMNS)
+# Locked in the ids' order: the callers sort them.
+_LOCK_HOLDS = each_by_key("wallet_holds", "hold_id", _HOLD_COLUMNS, lock=True)
 
 
 async def holds(conn: psycopg.AsyncConnection, hold_ids: Iterable[str], *, lock: bool = False) -> dict[str, Hold]:
