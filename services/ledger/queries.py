@@ -6,9 +6,11 @@ the audit can read the live journal and a replayed one with the same code.
 
 from __future__ import annotations
 
+import uuid
 from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
 from datetime import datetime
+from typing import Any
 
 import psycopg
 
@@ -124,22 +126,44 @@ async def _lines_of(conn: psycopg.AsyncConnection, entry_ids: list[str]) -> dict
 
 
 async def iter_entries(conn: psycopg.AsyncConnection) -> AsyncIterator[EntryRecord]:
-    """Every entry with its lines, in code-point order of entry id (byte order: COLLATE "C")."""
-    after: str | None = None
-    while True:
-        cur = await conn.execute(
-            f"SELECT {ENTRY_COLUMNS} FROM journal_entries e"
-            ' WHERE %(after)s::text IS NULL OR e.entry_id COLLATE "C" > %(after)s::text'
-            ' ORDER BY e.entry_id COLLATE "C" LIMIT %(limit)s',
-            {"after": after, "limit": ITER_CHUNK_ENTRIES},
+    """Every entry with its lines, in code-point order of entry id (byte order: COLLATE "C").
+
+    Two sorted reads streamed side by side through server-side cursors, the entries' and the lines',
+    each sorted once: no index orders entry ids by code point (the primary key follows the database's
+    collation), so reading in pages of ``ITER_CHUNK_ENTRIES`` sorted the whole table again for every
+    page (``niuniu-audit replay`` of 343 000 entries: 16 s a journal, against 1-2 s read this way).
+
+    The entries' cursor is opened first. The lines' one, opened after it, sees at least the lines of
+    every entry the entries' sees (an entry and its lines are written in one transaction, and neither
+    is ever changed); lines of an entry committed in between are skipped.
+    """
+    tag = uuid.uuid4().hex[:8]
+    async with conn.transaction():
+        entries = conn.cursor(name=f"entries_{tag}")
+        lines = conn.cursor(name=f"lines_{tag}")
+        await entries.execute(f'SELECT {ENTRY_COLUMNS} FROM journal_entries e ORDER BY e.entry_id COLLATE "C"')
+        await lines.execute(
+            "SELECT entry_id, account, bucket, debit_minor, credit_minor FROM journal_lines"
+            ' ORDER BY entry_id COLLATE "C", line_no'
         )
-        rows = await cur.fetchall()
-        if not rows:
-            return
-        lines = await _lines_of(conn, [str(r[0]) for r in rows])
-        for row in rows:
-            yield _entry(row, tuple(lines.get(str(row[0]), ())))
-        after = str(rows[-1][0])
+        pending: list[tuple[Any, ...]] = []
+        at = 0
+        while rows := await entries.fetchmany(ITER_CHUNK_ENTRIES):
+            for row in rows:
+                entry_id = str(row[0])
+                found: list[Line] = []
+                while True:
+                    if at == len(pending):
+                        pending, at = await lines.fetchmany(2 * ITER_CHUNK_ENTRIES), 0
+                        if not pending:
+                            break
+                    line = pending[at]
+                    if line[0] > entry_id:
+                        break
+                    if line[0] == entry_id:
+                        found.append(Line(line[1], line[2], int(line[3]), int(line[4])))
+                    at += 1
+                yield _entry(row, tuple(found))
 
 
 async def entries_of_round(conn: psycopg.AsyncConnection, round_id: str) -> list[EntryRecord]:
