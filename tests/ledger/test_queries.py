@@ -1,4 +1,5 @@
-"""The audit's read of a whole journal (``queries.iter_entries``) on the real PostgreSQL."""
+"""The audit's reads of a whole journal on the real PostgreSQL: every entry in order (``queries.iter_entries``)
+and each listed account's balances as of its wallet page's position."""
 
 from __future__ import annotations
 
@@ -10,9 +11,10 @@ import pytest
 from psycopg import sql
 
 from backbone.db import run_ddl
-from services.ledger import queries
+from services.ledger import audit, queries
 from services.ledger.journal import Line
 from services.ledger.projection import DDL
+from services.ledger.reconcile import WalletBalance
 
 pytestmark = pytest.mark.integration
 
@@ -64,3 +66,38 @@ async def test_every_entry_comes_once_with_its_own_lines_in_code_point_order(
             Line(f"player:{entry.entry_id}:{no}", "available", 10 * n + no + 1, 0) for no in range(n % 3 + 1)
         )
     assert all(line.account != "player:late" for entry in read for line in entry.lines)
+
+
+async def test_each_listed_account_is_summed_as_of_its_own_pages_position(dsn: str, schema: str) -> None:
+    """The same balances as a trial balance as of each page's position, read once for all pages."""
+    accounts = [f"player:p{n}" for n in range(6)]
+    async with await psycopg.AsyncConnection.connect(dsn, autocommit=True) as conn:
+        await conn.execute(sql.SQL("SET search_path TO {}, public").format(sql.Identifier(schema)))
+        await run_ddl(conn, DDL)
+        await _journal(conn, [f"e-{n:02d}" for n in range(30)])  # wallet positions 1..30
+        for n in range(30):  # and a transfer in each entry between two of the six accounts
+            for line_no, account, debit, credit in ((9, n % 6, n + 1, 0), (10, (n + 1) % 6, 0, n + 1)):
+                await conn.execute(
+                    "INSERT INTO journal_lines (entry_id, line_no, account, bucket, debit_minor, credit_minor)"
+                    " VALUES (%s, %s, %s, 'available', %s, %s)",
+                    (f"e-{n:02d}", line_no, accounts[account], debit, credit),
+                )
+        # Pages taken at positions 5, 12 and 30, two accounts each, and one account listed without a position.
+        positions = [5, 12, 30]
+        listed = {account: WalletBalance(0, 0, positions[n % 3]) for n, account in enumerate(accounts)}
+        listed["player:unpositioned"] = WalletBalance(0, 0)
+
+        as_of = await audit._replayed_as_of(conn, listed)
+
+        assert sorted(as_of) == positions
+        for position in positions:
+            trial = await queries.trial_balance(conn, as_of_position=position)
+            expected = {
+                (row.account, row.bucket): row.balance_minor
+                for row in trial.rows
+                if listed.get(row.account, WalletBalance(0, 0)).as_of_position == position
+            }
+            assert len(expected) == 2 and as_of[position] == expected
+        now = await queries.trial_balance(conn, from_lines=True)
+        current = {(row.account, row.bucket): row.balance_minor for row in now.rows}
+        assert as_of[5][accounts[0], "available"] != current[accounts[0], "available"]  # the cut matters
