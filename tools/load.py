@@ -913,6 +913,7 @@ def audit_replay(stack: LocalStack, tokens: Tokens, out: Any) -> bool:
     ]
     env = {**stack.env("ledger"), "NIUNIU_AUDITOR_TOKEN": tokens.issue("load-auditor", Role.AUDITOR)}
     print("niuniu-audit replay of this run's journal:", file=out, flush=True)
+    started = time.monotonic()
     try:
         done = subprocess.run(argv, env=env, capture_output=True, text=True, timeout=AUDIT_TIMEOUT_S, check=False)
     except subprocess.TimeoutExpired:
@@ -922,6 +923,7 @@ def audit_replay(stack: LocalStack, tokens: Tokens, out: Any) -> bool:
     for line in text.splitlines():
         if line.lstrip().startswith(("events", "entries", "differences", "wallet", "RESULT")):
             print(f"  {line.strip()}", file=out)
+    print(f"  the audit took {time.monotonic() - started:.1f} s", file=out)
     clean = done.returncode == 0 and "RESULT: OK" in text
     if not clean:
         print(f"  exit {done.returncode}: {text[-600:]}", file=out)

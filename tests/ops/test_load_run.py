@@ -77,6 +77,8 @@ def test_a_short_load_run_bets_and_its_journal_replays_clean(infra: dict[str, st
         assert 0 < float(median) <= float(worst), text[-3000:]
     assert "INTERNAL" not in text and "UNKNOWN" not in text, text[-3000:]
     assert re.search(r"differences: 0\b", text) and "RESULT: OK" in text, text[-3000:]
+    took = re.search(r"the audit took ([0-9.]+) s", text)
+    assert took is not None and float(took.group(1)) > 0, text[-3000:]
     run = re.search(r"logs in .*/([0-9a-f]+)\)", text)
     assert run is not None, text[:500]
     admin = make_admin(infra["KAFKA_BOOTSTRAP_SERVERS"], "test-load-run")
