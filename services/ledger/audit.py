@@ -32,8 +32,9 @@ The scratch store: NIUNIU_AUDIT_SCRATCH_DSN / --scratch-dsn names a database of 
 auditor's own (e.g. a local PostgreSQL) in which the replay gets a fresh schema, dropped
 at the end. Without it the audit creates a database niuniu_audit_<time>_<hex> on the
 live server (its role needs CREATEDB and nothing else: it owns only what it creates),
-closed to PUBLIC, and drops it at the end (--keep keeps it). A role that may not create
-databases falls back to a schema in the live database (the report says so).
+closed to PUBLIC, and drops it at the end (--keep keeps it, with the journal's plain indexes
+built, which a replay only compared leaves out). A role that may not create databases falls
+back to a schema in the live database (the report says so).
 
 The wallet (replay) and the table (verify-round) are read with an auditor token obtained
 by logging in through the wallet's Login: --username / NIUNIU_AUDITOR_USERNAME with
@@ -773,7 +774,11 @@ def build_parser() -> argparse.ArgumentParser:
         help="seconds to wait for Kafka to hold the wallet's events up to its snapshot (default: 60)",
     )
     rep.add_argument("--replay-schema", default="", help="schema to rebuild into (default: ledger_replay_<time>)")
-    rep.add_argument("--keep", action="store_true", help="keep the scratch database (or schema) for inspection")
+    rep.add_argument(
+        "--keep",
+        action="store_true",
+        help="keep the scratch database (or schema) for inspection, with the journal's plain indexes built",
+    )
     rep.add_argument("--no-progress", action="store_true", help="no progress line on stderr")
     ver = commands.add_parser(
         "verify-round", parents=[common, credentials], help="check a round's journal against its settlement"
