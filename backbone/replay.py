@@ -176,20 +176,11 @@ async def replay(
     """
     started = time.perf_counter()
     consumer = replay_consumer(bootstrap_servers, f"replay-{projection.name}")
-    first: asyncio.Future[_Poll] | None = None
+    # The partitions, their end offsets and the first poll (short, so that writing starts soon) are read
+    # and staged on a worker thread while the scratch schema is made.
+    opening = asyncio.ensure_future(asyncio.to_thread(_open, consumer, topics, projection))
     _quick_switch.enter()
     try:
-        partitions = [
-            TopicPartition(topic, p) for topic in topics for p in sorted(consumer.partitions_for_topic(topic) or ())
-        ]
-        consumer.assign(partitions)
-        consumer.seek_to_beginning(*partitions)
-        end = consumer.end_offsets(partitions)
-        remaining = {tp for tp, offset in end.items() if offset > 0}
-        if remaining:  # the first poll is read and staged while the scratch schema is made; a short one
-            first = asyncio.ensure_future(  # so that writing starts soon
-                asyncio.to_thread(_poll_and_stage, consumer, projection, end, remaining, FIRST_POLL_RECORDS)
-            )
         async with await psycopg.AsyncConnection.connect(dsn) as conn:
             await create_schema(conn, schema, fresh=True)
             await conn.execute(sql.SQL("SET search_path TO {}, public").format(sql.Identifier(schema)))
@@ -199,13 +190,14 @@ async def replay(
             await run_ddl(conn, [*TRACKING_SCHEMA, *(s for s in projection.ddl if not _PLAIN_INDEX.match(s))])
             put_back = await _scratch_tables(conn, schema, projection.implied_unique)
             await run_ddl(conn, [*_REPLAY_STAGE, *projection.stage_ddl])
+            end, remaining, first = await opening
             read, applied = (
                 (0, 0) if first is None else await _drain(first, consumer, conn, projection, end, remaining, progress)
             )
             await _build_deferred(dsn, conn, schema, later, put_back)
     finally:
-        if first is not None and not first.done():
-            await asyncio.gather(first, return_exceptions=True)  # the consumer is closed next
+        if not opening.done():
+            await asyncio.gather(opening, return_exceptions=True)  # the consumer is closed next
         _quick_switch.leave()
         consumer.close()
     return ReplayReport(schema, read, applied, time.perf_counter() - started)
@@ -375,6 +367,20 @@ class _Poll:
     done: bool
 
 
+def _open(
+    consumer: Any, topics: Sequence[str], projection: Projection
+) -> tuple[dict[TopicPartition, int], set[TopicPartition], _Poll | None]:
+    """Assign every partition of ``topics`` from its start: their end offsets, the partitions with
+    records before them, and the first poll (short) decoded and staged; None when there is none."""
+    partitions = [TopicPartition(t, p) for t in topics for p in sorted(consumer.partitions_for_topic(t) or ())]
+    consumer.assign(partitions)
+    consumer.seek_to_beginning(*partitions)
+    end = consumer.end_offsets(partitions)
+    remaining = {tp for tp, offset in end.items() if offset > 0}
+    first = _poll_and_stage(consumer, projection, end, remaining, FIRST_POLL_RECORDS) if remaining else None
+    return end, remaining, first
+
+
 def _poll_and_stage(
     consumer: Any,
     projection: Projection,
@@ -410,7 +416,7 @@ def _poll_and_stage(
 
 
 async def _drain(
-    first: asyncio.Future[_Poll],
+    first: _Poll,
     consumer: object,
     conn: psycopg.AsyncConnection,
     projection: Projection,
@@ -421,9 +427,8 @@ async def _drain(
     """Write ``first`` and every poll after it up to ``end``; (events read, events new)."""
     read = applied = 0
     total = sum(end.values())
-    upcoming: asyncio.Future[_Poll] | None = first
-    while upcoming is not None:
-        poll = await upcoming
+    poll: _Poll | None = first
+    while poll is not None:
         # The next poll is read and staged while this one is written.
         upcoming = (
             None
@@ -441,6 +446,7 @@ async def _drain(
                 raise
         if progress is not None:
             progress(read, total)
+        poll = None if upcoming is None else await upcoming
     return read, applied
 
 
