@@ -225,3 +225,68 @@ async def test_replays_running_together_keep_the_quick_switch_until_the_last_end
         for scratch in (f"q1_{unique}", f"q2_{unique}"):
             await conn.execute(f'DROP SCHEMA IF EXISTS "{scratch}" CASCADE')
         await conn.commit()
+
+
+# Credits and a row per account that each credit references: the account rows are written only by the
+# good handler. ``credit_of_account`` references the primary key (in place all along), ``credit_once``
+# references ``account_event`` (an implied unique constraint, taken off while the replay writes).
+_ACCOUNTS_DDL = (
+    "CREATE TABLE IF NOT EXISTS account_rows (account TEXT PRIMARY KEY, first_event UUID NOT NULL,"
+    " CONSTRAINT account_event UNIQUE (first_event))",
+    "CREATE TABLE IF NOT EXISTS account_credits (event_id UUID PRIMARY KEY, account TEXT NOT NULL,"
+    " first_event UUID,"
+    " CONSTRAINT credit_of_account FOREIGN KEY (account) REFERENCES account_rows (account),"
+    " CONSTRAINT credit_once FOREIGN KEY (first_event) REFERENCES account_rows (first_event))",
+)
+
+
+async def test_foreign_keys_are_put_back_checked_and_a_replay_that_breaks_one_fails(
+    pool: AsyncConnectionPool, dsn: str, kafka_servers: str, unique: str
+) -> None:
+    topic = f"test.replay.keys.{unique}"
+    await _published_credits(pool, kafka_servers, topic, 12)
+
+    async def with_account(conn: psycopg.AsyncConnection, envelope: events_pb2.EventEnvelope) -> None:
+        payload = struct_pb2.Struct()
+        envelope.payload.Unpack(payload)
+        account = payload.fields["account"].string_value
+        await conn.execute(
+            "INSERT INTO account_rows (account, first_event) VALUES (%s, %s) ON CONFLICT DO NOTHING",
+            (account, envelope.event_id),
+        )
+        await conn.execute(
+            "INSERT INTO account_credits (event_id, account, first_event)"
+            " SELECT %s, account, first_event FROM account_rows WHERE account = %s",
+            (envelope.event_id, account),
+        )
+
+    async def without_account(conn: psycopg.AsyncConnection, envelope: events_pb2.EventEnvelope) -> None:
+        payload = struct_pb2.Struct()
+        envelope.payload.Unpack(payload)
+        await conn.execute(
+            "INSERT INTO account_credits (event_id, account) VALUES (%s, %s)",
+            (envelope.event_id, payload.fields["account"].string_value),
+        )
+
+    good = Projection(
+        "keys", _ACCOUNTS_DDL, with_account, ("account_rows", "account_credits"), implied_unique=("account_event",)
+    )
+    report = await replay(dsn, kafka_servers, [topic], good, f"k1_{unique}")
+    assert report.events_applied == 12
+    async with await psycopg.AsyncConnection.connect(dsn, autocommit=True) as conn:
+        cur = await conn.execute(
+            "SELECT k.conname, k.contype, k.convalidated FROM pg_constraint k"
+            " JOIN pg_namespace s ON s.oid = k.connamespace WHERE s.nspname = %s AND k.contype IN ('f', 'u')"
+            " ORDER BY 1",
+            (f"k1_{unique}",),
+        )
+        assert await cur.fetchall() == [
+            ("account_event", "u", True),
+            ("credit_of_account", "f", True),
+            ("credit_once", "f", True),
+        ]
+    with pytest.raises(psycopg.errors.ForeignKeyViolation):  # a credit of an account never written
+        await replay(dsn, kafka_servers, [topic], replace(good, handler=without_account), f"k2_{unique}")
+    async with await psycopg.AsyncConnection.connect(dsn, autocommit=True) as conn:
+        for scratch in (f"k1_{unique}", f"k2_{unique}"):
+            await conn.execute(f'DROP SCHEMA IF EXISTS "{scratch}" CASCADE')
