@@ -8,6 +8,7 @@ are tested without infrastructure; the wallet's balances come through a
 
 from __future__ import annotations
 
+import asyncio
 import importlib
 from collections.abc import AsyncIterable, AsyncIterator, Callable, Mapping
 from dataclasses import dataclass, field, fields
@@ -102,8 +103,10 @@ async def compare_journals(
     result = JournalComparison()
     live_it, replay_it = aiter(live), aiter(replayed)
     live_counts, replay_counts = [0, 0], [0, 0]
-    a = await _next(live_it, live_in_scope, live_counts)
-    b = await _next(replay_it, replayed_in_scope, replay_counts)
+    # Side by side: each journal's first read sorts it whole (``queries.iter_entries``).
+    a, b = await asyncio.gather(
+        _next(live_it, live_in_scope, live_counts), _next(replay_it, replayed_in_scope, replay_counts)
+    )
     while a is not None or b is not None:
         if b is None or (a is not None and a.entry_id < b.entry_id):
             assert a is not None
