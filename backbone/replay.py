@@ -26,7 +26,8 @@ PostgreSQL idle.
 
 The scratch schema is thrown away after the comparison, so its tables are UNLOGGED (no
 WAL) and the session commits without waiting for a WAL flush. The projection's plain
-(non-unique) indexes are built once at the end instead of row by row, and its foreign keys
+(non-unique) indexes are built once at the end instead of row by row (or not at all,
+``indexes=False``: a replay only compared reads none of them), and its foreign keys
 are put back at the end (each checked once over the whole table instead of by a trigger per
 row). Unique constraints the exactly-once rules rely on exist from the start; those a projection
 names as ``implied_unique`` (kept anyway, because each event is applied once) are also put back
@@ -176,8 +177,7 @@ async def replay(
     """
     started = time.perf_counter()
     consumer = replay_consumer(bootstrap_servers, f"replay-{projection.name}")
-    # The partitions, their end offsets and the first poll (short, so that writing starts soon) are read
-    # and staged on a worker thread while the scratch schema is made.
+    # The partitions, their end offsets and the first poll (``_open``) come from a worker thread.
     opening = asyncio.ensure_future(asyncio.to_thread(_open, consumer, topics, projection))
     _quick_switch.enter()
     try:
