@@ -196,8 +196,8 @@ async def replay(
             )
             await _build_deferred(dsn, conn, schema, later, put_back)
     finally:
-        if not opening.done():
-            await asyncio.gather(opening, return_exceptions=True)  # the consumer is closed next
+        # Waited for (the consumer is closed next) and its outcome taken, also when the set-up failed first.
+        await asyncio.gather(opening, return_exceptions=True)
         _quick_switch.leave()
         consumer.close()
     return ReplayReport(schema, read, applied, time.perf_counter() - started)
