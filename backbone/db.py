@@ -186,7 +186,11 @@ async def _restore(conn: psycopg.AsyncConnection[Any]) -> None:
     restored = False
     try:
         if conn.info.transaction_status in (pq.TransactionStatus.INTRANS, pq.TransactionStatus.INERROR):
-            await conn.execute("ROLLBACK")
+            # psycopg's own rollback, not a ROLLBACK statement: it also forgets the statements it
+            # prepared (DEALLOCATE ALL). A pipeline aborted by an error leaves psycopg counting as
+            # prepared a statement whose Parse the server skipped: its next use would fail with
+            # "prepared statement does not exist".
+            await conn.rollback()
         if conn.info.transaction_status == pq.TransactionStatus.IDLE:
             await conn.set_autocommit(False)
             restored = True

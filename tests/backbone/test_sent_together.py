@@ -121,6 +121,31 @@ async def test_a_failed_read_inside_keeps_nothing(pool: AsyncConnectionPool) -> 
     assert await ids(pool) == []
 
 
+@pytest.mark.parametrize("runs_before", range(5))
+async def test_a_statement_after_an_aborted_pipeline_runs_again(pool: AsyncConnectionPool, runs_before: int) -> None:
+    """A statement queued behind a failed one in an aborted pipeline, at the run that prepares it (psycopg
+    prepares a statement at its fifth run), was skipped by the server but counted as prepared by psycopg:
+    its next run failed with "prepared statement does not exist" (InvalidSqlStatementName). Whatever run
+    it was at, it runs again."""
+    query = "SELECT 1 / %s::int"
+    async with pool.connection() as conn:
+        for _ in range(runs_before):
+            await conn.execute(query, (1,))
+        await conn.commit()
+        for divisor in (1, 0):  # failed first, then failing itself
+            with pytest.raises(psycopg.errors.DivisionByZero):
+                async with sent_together(conn):
+                    await conn.execute("SELECT 1 / 0" if divisor else "SELECT 1")
+                    await conn.execute(query, (divisor,))
+                    await conn.execute(query, (divisor,))
+        for _ in range(3):
+            async with sent_together(conn):
+                await conn.execute(query, (1,))
+        assert await (await conn.execute(query, (1,))).fetchone() == (1,)
+        await conn.commit()
+        assert usable(conn)
+
+
 async def test_cancelled_mid_exchange_never_leaves_autocommit(pool: AsyncConnectionPool) -> None:
     async with pool.connection() as conn:
 
