@@ -289,6 +289,7 @@ def _receipt(receipt: BetReceipt) -> table_pb2.BetReceipt:
         hold_minor=receipt.hold_minor,
         status=receipt.status,
         replayed=receipt.replayed,
+        hold_id=receipt.hold_id,
     )
 
 

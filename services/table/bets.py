@@ -23,6 +23,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import itertools
+import secrets
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime
@@ -119,6 +120,18 @@ class Recording:
     arrival: int = 0
 
 
+@dataclass(frozen=True)
+class Admitted:
+    """A bet that passed the checks made before its hold: the bet to hold and record, its round's machine,
+    the most the player may have staked in the round with it, the variant and when its window closes."""
+
+    bet: dict[str, Any]
+    machine: RoundMachine
+    max_staked_minor: int
+    variant_id: str
+    closes_at: datetime
+
+
 class WindowClosed(FailedPrecondition):
     """The betting window closed between the checks and the recording of a bet."""
 
@@ -130,6 +143,22 @@ class RoundFull(FailedPrecondition):
 class RoomTaken(FailedPrecondition):
     """The player's other bets of the round, recorded between the checks and this bet's recording, left no
     room for it under the table maximum."""
+
+
+def attempt_hold_id(bet_id: str) -> str:
+    """A hold id of its own for each attempt at placing a bet. A refused attempt voids its hold; had a
+    retry with the same command id asked for the same hold id, the wallet would have answered it with
+    the voided hold as a replay, and the bet would have been recorded with nothing held. A bet is
+    recorded with the hold of the attempt that recorded it (``bets.hold_id``)."""
+    return f"bet.{bet_id}.{secrets.token_hex(6)}"
+
+
+def own_bet(stored: Sequence[Row], bet_id: str, command_id: str, player: str) -> Row | None:
+    """The player's bet under its per-player id, or under the command id as sent (placed before command
+    ids were per player: only the player's own)."""
+    by_id = {row["bet_id"]: row for row in stored}
+    legacy = by_id.get(command_id)
+    return by_id.get(bet_id) or (legacy if legacy is not None and legacy["player"] == player else None)
 
 
 def check_command_id(command_id: str) -> None:
@@ -244,68 +273,94 @@ class Bets:
         stored, table, current, staked, player_bets = await self._contexts(
             BetQuery(table_id, (bet_id, command_id), player)
         )
-        by_id = {row["bet_id"]: row for row in stored}
-        legacy = by_id.get(command_id)  # placed before command ids were per player: only the player's own
-        existing = by_id.get(bet_id) or (legacy if legacy is not None and legacy["player"] == player else None)
+        existing = own_bet(stored, bet_id, command_id, player)
         if existing is not None:
             return replay(existing, player, table_id, area, amount_minor)
+        admitted = await self._admit(
+            BetOrder(command_id, table_id, area, amount_minor, round_id, client_seed),
+            bet_id,
+            player,
+            table,
+            current,
+            (staked, player_bets),
+        )
+        bet = admitted.bet
+        await self._hold(bet, admitted.closes_at)
+        try:
+            receipt = await self._record(bet, admitted.machine, admitted.max_staked_minor, client_seed, arrival)
+        except (WindowClosed, OneBetPerRound, RoomTaken, RoundFull, StakeRefused, RecordingBusy):
+            # Refused after the wallet held: the bet rolled back, so its hold goes too.
+            await self._ctx.wallet.void_hold(bet["hold_id"])
+            raise
+        if receipt.replayed:
+            # The same command, sent twice at once, was recorded by the other call with that call's
+            # own hold: this one's holds nothing the table's record needs.
+            await self._ctx.wallet.void_hold(bet["hold_id"])
+            return receipt
+        BETS.labels(admitted.variant_id, area).inc()
+        BET_STAKES.labels(admitted.variant_id).inc(amount_minor)
+        self._ctx.wake(table_id)
+        return receipt
+
+    async def _admit(
+        self,
+        order: BetOrder,
+        bet_id: str,
+        player: str,
+        table: Row | None,
+        current: Row | None,
+        player_room: tuple[int, int],
+    ) -> Admitted:
+        """A new bet checked against the table, its round and the player's bets there (checked again,
+        atomically, when it is recorded)."""
         if table is None:
-            raise NotFound("TABLE_NOT_FOUND", f"no table {clip(table_id)}")
+            raise NotFound("TABLE_NOT_FOUND", f"no table {clip(order.table_id)}")
         check_not_closing(table)
         variant = variant_of(table["variant"])
-        if area not in variant.areas:
+        if order.area not in variant.areas:
             raise InvalidArgument("AREA_UNKNOWN", f"area must be one of {', '.join(variant.areas)}")
         # What the bet itself gets wrong is answered whatever the clock: the same mistake sent a
         # moment later must not turn into BETTING_CLOSED. The round's terms if one is open (its
         # configuration and limits as they were when it opened), else the table's.
         terms = current if current is not None else table
         config = self.config_of(variant, terms)
-        fixed = variant.fixed_stake_minor(area, config)
-        check_amount(limits_of(terms), area, amount_minor, fixed)
-        self._check_open(current, round_id)
+        check_amount(limits_of(terms), order.area, order.amount_minor, variant.fixed_stake_minor(order.area, config))
+        self._check_open(current, order.round_id)
         assert current is not None  # and so ``config`` is the round's
+        staked, player_bets = player_room
         check_round_room(current["bets_taken"])  # again when recorded, under the table's lock
         check_player_round_room(player_bets)  # the same
         limits = limits_of(current)
-        check_room(limits.max_bet_minor, staked, amount_minor)  # again when recorded, under the table's lock
+        check_room(limits.max_bet_minor, staked, order.amount_minor)  # again when recorded, under the table's lock
         machine = self._machine_for(variant)
-        if type(machine).check_bet is not RoundMachine.check_bet:  # a shape with rules of its own (a banker's)
+        if machine.checks_bets:  # a shape with rules of its own (a banker's)
             async with self._store.read() as conn:
-                await machine.check_bet(conn, config, current["round_id"], player, amount_minor)
-        hold = variant.hold_minor(amount_minor, config)
+                await machine.check_bet(conn, config, current["round_id"], player, order.amount_minor)
         bet = {
             "bet_id": bet_id,
             "round_id": current["round_id"],
-            "table_id": table_id,
+            "table_id": order.table_id,
             "player": player,
-            "area": area,
-            "stake_minor": amount_minor,
-            "hold_minor": hold,
-            "hold_id": f"bet.{bet_id}",
+            "area": order.area,
+            "stake_minor": order.amount_minor,
+            "hold_minor": variant.hold_minor(order.amount_minor, config),
+            "hold_id": attempt_hold_id(bet_id),
         }
-        expires = unix_ms(current["betting_closes_at"] + HOLD_GRACE)
+        return Admitted(bet, machine, limits.max_bet_minor, variant.variant_id, current["betting_closes_at"])
+
+    async def _hold(self, bet: Mapping[str, Any], closes_at: datetime) -> None:
+        """The wallet holds the bet's worst case under this attempt's own hold id."""
+        expires = unix_ms(closes_at + HOLD_GRACE)
         try:
-            await self._ctx.wallet.place_hold(bet["hold_id"], player, hold, f"bet on {area}", bet["round_id"], expires)
+            await self._ctx.wallet.place_hold(
+                bet["hold_id"], bet["player"], bet["hold_minor"], f"bet on {bet['area']}", bet["round_id"], expires
+            )
         except Unavailable:
             # The wallet may have placed the hold before the call timed out: release it now
             # rather than leave it to its expiry (VoidHold is idempotent and a no-op if absent).
             with contextlib.suppress(DomainError):
                 await self._ctx.wallet.void_hold(bet["hold_id"])
             raise
-        try:
-            receipt = await self._record(bet, machine, limits.max_bet_minor, client_seed, arrival)
-        except (WindowClosed, OneBetPerRound, RoomTaken, RoundFull, StakeRefused, RecordingBusy):
-            # The window closed while the wallet held, or the player's other bet of the round won
-            # a race, or their other bets took the room under the table maximum, or the round or
-            # the table cap filled meanwhile: release the hold, the bet rolled back.
-            # (A bet that lost a race with the same command id keeps the hold: it belongs to the
-            # recorded bet.)
-            await self._ctx.wallet.void_hold(bet["hold_id"])
-            raise
-        BETS.labels(variant.variant_id, area).inc()
-        BET_STAKES.labels(variant.variant_id).inc(amount_minor)
-        self._ctx.wake(table_id)
-        return receipt
 
     async def place_many(self, who: Principal, orders: Sequence[BetOrder]) -> list[BetReceipt | DomainError]:
         """Several bets of one player sent in one call (PlaceBets), each placed as ``place`` places it, all
@@ -385,7 +440,7 @@ class Bets:
         locks are then held for no client round trip at all.
         """
         now = self._ctx.now()
-        if type(machine).reserve is RoundMachine.reserve:
+        if not machine.reserves_stakes:
             recorded = await self._recordings(Recording(bet, now, client_seed, max_staked_minor, arrival))
         else:
             recorded = await self._record_reserving(bet, machine, client_seed, now, max_staked_minor)
@@ -463,31 +518,55 @@ class Bets:
             return [await self._store.bet_recorded(cursors[i]) for i in range(len(recordings))]
 
     async def cancel(self, who: Principal, table_id: str, bet_id: str, *, cause: str = "player") -> BetReceipt:
+        """Cancel a bet in its betting window, once: of two cancels of one bet, however close, one cancels
+        it (and gives its stake back to the shape's count) and the other answers it as replayed."""
         require(who, Role.PLAYER)
         player = player_account(who)
+        async with self._store.read() as conn:
+            bet = await self.own_bet_at(conn, player, table_id, bet_id)
+            variant = (await self._store.table(conn, table_id))["variant"]
         async with self._store.transaction() as conn:
-            # ``bet_id``: the PlaceBet command id (the contract), or the bet id a receipt or a round view showed.
-            bet = await self._store.bet(conn, scoped_id(player, bet_id)) or await self._store.bet(conn, bet_id)
-            if bet is None or bet["table_id"] != table_id or bet["player"] != player:
-                raise NotFound("BET_NOT_FOUND", f"you have no bet {clip(bet_id)} at table {clip(table_id)}")
-            bet_id = bet["bet_id"]
-            if bet["status"] == "cancelled":
-                return BetReceipt.of(bet, replayed=True)
-            if not window_open(await self._store.window(conn, bet["round_id"]), self._ctx.now()):
-                raise FailedPrecondition("BETTING_CLOSED", "a bet can be cancelled only during the betting window")
-            await self._store.cancel_bet(conn, bet_id)
-            table = await self._store.table(conn, table_id)
-            await self._machine_for(variant_of(table["variant"])).release(conn, bet["round_id"], bet["stake_minor"])
-            cancelled = ev.BetCancelled(
-                table_id=table_id, round_id=bet["round_id"], bet_id=bet_id, player=bet["player"], cause=cause
-            )
-            await self._store.append(
-                conn, bet_stream(table_id, bet_id), "table.bet_cancelled", cancelled, correlation_id=bet["round_id"]
-            )
-        # The settlement lists this hold again, so the wallet releases it even if this call is lost.
-        await self._ctx.wallet.void_hold(bet["hold_id"])
-        self._ctx.wake(table_id)
-        return BetReceipt.of({**bet, "status": "cancelled"}, replayed=False)
+            # The round's row, then the table's ordering lock, then the bet's row: the order a bet's
+            # recording takes them in (``lock_for_recording``), so a cancel and a bet never wait in a cycle.
+            await self._store.lock_for_recording(conn, [bet["round_id"]], bet_stream(table_id, bet["bet_id"]))
+            locked = await self._store.bet(conn, bet["bet_id"], lock=True)
+            assert locked is not None
+            fresh = locked["status"] != "cancelled"
+            if fresh:
+                await self._cancel_locked(conn, locked, variant, cause)
+        # The settlement lists this hold again, so the wallet releases it even if this call is lost; a
+        # repeated cancel asks again (the wallet answers a repeated void as the first).
+        await self._ctx.wallet.void_hold(locked["hold_id"])
+        if fresh:
+            self._ctx.wake(table_id)
+        return BetReceipt.of({**locked, "status": "cancelled"}, replayed=not fresh)
+
+    async def own_bet_at(self, conn: Conn, player: str, table_id: str, bet_id: str) -> Row:
+        """The player's bet at the table, by the PlaceBet command id (the contract) or by the bet id a
+        receipt or a round view showed."""
+        bet = await self._store.bet(conn, scoped_id(player, bet_id)) or await self._store.bet(conn, bet_id)
+        if bet is None or bet["table_id"] != table_id or bet["player"] != player:
+            raise NotFound("BET_NOT_FOUND", f"you have no bet {clip(bet_id)} at table {clip(table_id)}")
+        return bet
+
+    async def _cancel_locked(self, conn: Conn, bet: Row, variant: str, cause: str) -> None:
+        """The cancel itself, under the bet's row lock: refused outside the betting window."""
+        if bet["status"] != "placed" or not window_open(
+            await self._store.window(conn, bet["round_id"]), self._ctx.now()
+        ):
+            raise FailedPrecondition("BETTING_CLOSED", "a bet can be cancelled only during the betting window")
+        await self._store.cancel_bet(conn, bet["bet_id"])
+        await self._machine_for(variant_of(variant)).release(conn, bet["round_id"], bet["stake_minor"])
+        cancelled = ev.BetCancelled(
+            table_id=bet["table_id"], round_id=bet["round_id"], bet_id=bet["bet_id"], player=bet["player"], cause=cause
+        )
+        await self._store.append(
+            conn,
+            bet_stream(bet["table_id"], bet["bet_id"]),
+            "table.bet_cancelled",
+            cancelled,
+            correlation_id=bet["round_id"],
+        )
 
     async def cancel_open(self, who: Principal, table_id: str) -> list[str]:
         """Cancel the player's bets of a round still in its betting window (leaving the table)."""

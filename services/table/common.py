@@ -96,6 +96,7 @@ class BetReceipt:
     hold_minor: int
     status: str
     replayed: bool
+    hold_id: str
 
     @classmethod
     def of(cls, bet: Mapping[str, object], *, replayed: bool) -> BetReceipt:
@@ -107,6 +108,7 @@ class BetReceipt:
             int(bet["hold_minor"]),  # type: ignore[call-overload]
             str(bet["status"]),
             replayed,
+            str(bet["hold_id"]),
         )
 
 

@@ -2,24 +2,27 @@
 
 A bid is at least ``bidding.min_minor`` and at least ``bidding.increment_minor``
 above the highest bid. The wallet holds each bid plus the dealer's three fees
-(hold ``bid.<command id>``) before the bid is recorded; the bid it beats has its
+(hold ``bid.<bid id>.<attempt>``, one for each attempt) before the bid is recorded; the bid it beats has its
 hold released at once. The bid is recorded under the ``envelope_rounds`` row's
 lock, so of two racing bids only one can lead; a bid that lost the race has its
 hold released and is refused.
 
 ``ChangeBet`` changes a bet's stake in the betting window (the wallet resizes the
-hold first when it grows, after the commit when it shrinks) or, with 0, cancels it.
+hold first when it grows, after the commit when it shrinks, each time conditionally on
+the amount it read: ``EnvelopeCommands._restake``) or, with 0, cancels it.
 """
 
 from __future__ import annotations
 
 import contextlib
 import logging
+import secrets
 from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import timedelta
 from typing import Any
 
+import psycopg
 from niuniu.table.v1 import events_pb2 as ev
 
 from backbone.auth import Principal, Role, require
@@ -28,9 +31,7 @@ from backbone.errors import (
     DomainError,
     FailedPrecondition,
     InvalidArgument,
-    NotFound,
     Unavailable,
-    clip,
 )
 from bull.variants import RoundShape
 from bull.variants.red_envelope_bull import MAX_BID_MINOR, EnvelopeTableConfig
@@ -53,6 +54,8 @@ from services.table.round_base import check_not_closing, limits_of
 from services.table.store import Row
 
 log = logging.getLogger(__name__)
+
+CHANGED_MEANWHILE = "the bet was changed meanwhile; repeat your change"
 
 
 @dataclass(frozen=True, slots=True)
@@ -123,7 +126,7 @@ class EnvelopeCommands:
             "round_id": current["round_id"],
             "player": player,
             "amount_minor": amount_minor,
-            "hold_id": f"bid.{bid_id}",
+            "hold_id": f"bid.{bid_id}.{secrets.token_hex(6)}",  # an attempt's own, as a bet's (attempt_hold_id)
             "hold_minor": config.bid_hold_minor(amount_minor),
         }
         expires = row["bidding_closes_at"] + timedelta(seconds=limits_of(current).betting_seconds) + HOLD_GRACE
@@ -140,6 +143,9 @@ class EnvelopeCommands:
         except FailedPrecondition:
             await self._ctx.wallet.void_hold(bid["hold_id"])
             raise
+        if receipt.replayed:  # the same command, sent twice at once, was recorded with the other call's hold
+            await self._ctx.wallet.void_hold(bid["hold_id"])
+            return receipt
         if outbid_hold:
             # Also listed in the round's settlement or void, so a lost call here is made good there.
             with contextlib.suppress(DomainError):
@@ -183,16 +189,12 @@ class EnvelopeCommands:
         if not 0 <= amount_minor <= MAX_STAKE_MINOR:
             raise InvalidArgument("AMOUNT_INVALID", "amount_minor must be 0 (cancel) or positive, at most 10^13")
         player = player_account(who)
-        command_id = scoped_id(player, command_id)  # the change's id, per player like every command id
+        change_id = scoped_id(player, command_id)  # the change's id, per player like every command id
         async with self._store.read() as conn:
-            done = await self._store.change(conn, command_id)
-            # ``bet_id``: the PlaceBet command id (the contract), or the bet id a receipt or a round view showed.
-            bet = await self._store.bet(conn, scoped_id(player, bet_id)) or await self._store.bet(conn, bet_id)
-            if bet is None or bet["table_id"] != table_id or bet["player"] != player:
-                raise NotFound("BET_NOT_FOUND", f"you have no bet {clip(bet_id)} at table {clip(table_id)}")
-            bet_id = bet["bet_id"]
+            done = await self._store.change(conn, change_id)
+            bet = await self._bets.own_bet_at(conn, player, table_id, bet_id)
             if done is not None:
-                if (done["bet_id"], int(done["stake_minor"])) != (bet_id, amount_minor):
+                if (done["bet_id"], int(done["stake_minor"])) != (bet["bet_id"], amount_minor):
                     raise AlreadyExists("COMMAND_ID_REUSED", "this command id was used for a different change")
                 return BetReceipt.of(bet, replayed=True)
             table = await self._store.table(conn, table_id)
@@ -202,65 +204,93 @@ class EnvelopeCommands:
                 "CHANGE_NOT_SUPPORTED", f"bets at {table['variant']} tables are cancelled and placed again"
             )
         if amount_minor == 0:
-            return await self._bets.cancel(who, table_id, bet_id)
+            return await self._bets.cancel(who, table_id, bet["bet_id"])
         async with self._store.read() as conn:
             round_row = await self._store.round(conn, bet["round_id"])
-            await self._bets.check_stake(conn, round_row, player, amount_minor, replacing=bet_id)
+            await self._bets.check_stake(conn, round_row, player, amount_minor, replacing=bet["bet_id"])
         new_hold = variant.hold_minor(amount_minor, variant.parse_config(round_row["config"]))
-        old_hold = await self._restake(bet, command_id, amount_minor, new_hold)
-        if new_hold < old_hold:
-            # Releasing the difference after the commit; if this call is lost the settlement releases it.
-            try:
-                await self._ctx.wallet.resize_hold(f"change.{command_id}", bet["hold_id"], new_hold)
-            except DomainError as error:
-                log.warning("bet hold not reduced yet", extra={"bet_id": bet_id, "error": str(error)})
+        await self._restake(Change(bet, change_id, amount_minor, new_hold))
         self._ctx.wake(table_id)
-        return BetReceipt(bet_id, bet["round_id"], bet["area"], amount_minor, new_hold, "placed", False)
+        return BetReceipt.of({**bet, "stake_minor": amount_minor, "hold_minor": new_hold}, replayed=False)
 
-    async def _restake(self, bet: Row, command_id: str, amount_minor: int, new_hold: int) -> int:
-        """Change the bet's stake; returns the old hold.
+    async def _restake(self, change: Change) -> None:
+        """Change the bet's stake, and its hold with it, so that the wallet never holds less than the
+        table's record of the bet needs, whatever other change or cancel of the bet runs meanwhile.
 
-        A bigger hold is asked of the wallet first, outside any transaction (no remote call while
-        a row is locked: a slow wallet must not hold up the round's close or settlement). Then one
-        transaction, the round row shared then the bet row locked (the settlement's order), records
-        the change only if the bet is still as it was read: changes and cancels of one bet take
-        turns, and betting cannot close half-way. A change refused after the wallet grew the hold
-        leaves the hold larger than the bet until the round's settlement or void releases it (never
-        smaller: a repeated change with the same id finds the wallet's answer unchanged).
+        The bet is read, then every wallet call names the amount it expects the hold to hold
+        (a conditional resize, ``HOLD_CHANGED`` otherwise) under an id of this attempt's own. A bigger
+        hold is asked first, outside any transaction (no remote call while a row is locked); then one
+        transaction records the change only if the bet is still as it was read. If that transaction
+        refuses, the hold goes back to what it was (the change leaves no trace in the wallet). A smaller
+        hold is asked after the commit: until then, and if that call is lost or finds the hold changed,
+        the wallet holds more than the bet needs, never less, and the settlement releases the rest.
+        Of two changes made from one reading, at most one passes the wallet, and at most one the table.
         """
-        bet_id, table_id = bet["bet_id"], bet["table_id"]
+        bet_id = change.bet["bet_id"]
         async with self._store.read() as conn:
             read = await self._store.bet(conn, bet_id)
         assert read is not None
         if read["status"] != "placed":
             raise FailedPrecondition("BET_NOT_OPEN", f"bet {bet_id} is {read['status']}")
-        old_stake, old_hold = int(read["stake_minor"]), int(read["hold_minor"])
-        if new_hold > old_hold:  # the wallet first: a refusal changes nothing
-            await self._ctx.wallet.resize_hold(f"change.{command_id}", read["hold_id"], new_hold)
+        old_hold, hold_id = int(read["hold_minor"]), read["hold_id"]
+        attempt = f"{change.change_id}.{secrets.token_hex(6)}"
+        grows = change.new_hold > old_hold
+        if grows:  # the wallet first: a refusal changes nothing
+            await self._resize(f"change.{attempt}", hold_id, change.new_hold, old_hold)
+        try:
+            await self._record_change(change, read)
+        except (DomainError, *ROLLED_BACK):
+            if grows:  # the change was not recorded: the hold goes back to what the bet needs
+                await self._resize(f"undo.{attempt}", hold_id, old_hold, change.new_hold, quiet=True)
+            raise
+        if change.new_hold < old_hold:
+            await self._resize(f"change.{attempt}", hold_id, change.new_hold, old_hold, quiet=True)
+
+    async def _resize(self, resize_id: str, hold_id: str, amount: int, expected: int, *, quiet: bool = False) -> None:
+        """A conditional resize; ``HOLD_CHANGED`` is the table's ``CHANGE_CONFLICT``. ``quiet``: a refusal
+        only leaves the wallet holding more than the bet needs, so it is logged, not raised."""
+        try:
+            await self._ctx.wallet.resize_hold(resize_id, hold_id, amount, expected)
+        except DomainError as error:
+            if quiet:
+                log.warning("bet hold not resized", extra={"hold_id": hold_id, "error": str(error)})
+                return
+            if error.reason == "HOLD_CHANGED":
+                raise FailedPrecondition(
+                    "CHANGE_CONFLICT", "the bet was changed meanwhile; repeat your change"
+                ) from None
+            raise
+
+    async def _record_change(self, change: Change, read: Row) -> None:
+        """The change and its event, if the bet is still as ``read``: under the round's row, the table's
+        ordering lock and then the bet's row, the order a bet's recording and a cancel take them in."""
+        bet = change.bet
+        bet_id, table_id = bet["bet_id"], bet["table_id"]
         async with self._store.transaction() as conn:
+            await self._store.lock_for_recording(conn, [bet["round_id"]], bet_stream(table_id, bet_id))
             if not window_open(await self._store.window(conn, bet["round_id"]), self._ctx.now()):
                 raise FailedPrecondition("BETTING_CLOSED", "a bet can be changed only during the betting window")
             locked = await self._store.bet(conn, bet_id, lock=True)
             assert locked is not None
             if locked["status"] != "placed":
                 raise FailedPrecondition("BET_NOT_OPEN", f"bet {bet_id} is {locked['status']}")
-            if await self._store.change(conn, command_id) is not None:
+            if await self._store.change(conn, change.change_id) is not None:
                 raise FailedPrecondition("CHANGE_IN_PROGRESS", "this change is being applied; repeat it to see it")
-            if (int(locked["stake_minor"]), int(locked["hold_minor"])) != (old_stake, old_hold):
-                raise FailedPrecondition("CHANGE_CONFLICT", "the bet was changed meanwhile; repeat your change")
-            await self._store.restake(conn, bet_id, amount_minor, new_hold)
-            await self._store.insert_change(conn, command_id, bet_id, amount_minor, self._ctx.now())
+            if (locked["stake_minor"], locked["hold_minor"]) != (read["stake_minor"], read["hold_minor"]):
+                raise FailedPrecondition("CHANGE_CONFLICT", CHANGED_MEANWHILE)
+            await self._store.restake(conn, bet_id, change.amount_minor, change.new_hold)
+            await self._store.insert_change(conn, change.change_id, bet_id, change.amount_minor, self._ctx.now())
             changed = ev.BetChanged(
                 table_id=table_id,
                 round_id=bet["round_id"],
                 bet_id=bet_id,
                 player=bet["player"],
                 area=bet["area"],
-                previous_stake_minor=old_stake,
-                stake_minor=amount_minor,
-                hold_minor=new_hold,
+                previous_stake_minor=int(read["stake_minor"]),
+                stake_minor=change.amount_minor,
+                hold_minor=change.new_hold,
                 hold_id=locked["hold_id"],
-                change_id=command_id,
+                change_id=change.change_id,
             )
             await self._store.append(
                 conn,
@@ -268,9 +298,28 @@ class EnvelopeCommands:
                 "table.bet_changed",
                 changed,
                 correlation_id=bet["round_id"],
-                causation_id=command_id,
+                causation_id=change.change_id,
             )
-        return old_hold
+
+
+@dataclass(frozen=True, slots=True)
+class Change:
+    """A bet's new stake and the hold it needs, under the change's per-player id."""
+
+    bet: Row
+    change_id: str
+    amount_minor: int
+    new_hold: int
+
+
+ROLLED_BACK = (
+    psycopg.errors.LockNotAvailable,
+    psycopg.errors.DeadlockDetected,
+    psycopg.errors.QueryCanceled,
+    psycopg.errors.SerializationFailure,
+)
+"""Errors a statement of the change's transaction fails with: the transaction did not commit. (A broken
+connection is not among them: the COMMIT may have gone through, so the hold is left as it is.)"""
 
 
 def replay_bid(existing: Mapping[str, Any], player: str, table_id: str, amount: int) -> BidReceipt:

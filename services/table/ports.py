@@ -54,8 +54,9 @@ class WalletPort(Protocol):
 
     async def void_hold(self, hold_id: str) -> None: ...
 
-    async def resize_hold(self, resize_id: str, hold_id: str, amount_minor: int) -> None:
-        """Change an open hold's amount (idempotent by ``resize_id``)."""
+    async def resize_hold(self, resize_id: str, hold_id: str, amount_minor: int, expected_minor: int) -> None:
+        """Change an open hold that holds ``expected_minor`` to ``amount_minor`` (idempotent by ``resize_id``);
+        one that holds anything else is refused ``HOLD_CHANGED`` and stays as it is."""
 
     async def balance_minor(self, account: str) -> int:
         """The account's available balance now (system accounts hold nothing)."""
@@ -174,8 +175,10 @@ class GrpcWallet:
         except grpc.aio.AioRpcError as error:
             raise translate(error, "wallet") from None
 
-    async def resize_hold(self, resize_id: str, hold_id: str, amount_minor: int) -> None:
-        request = wallet_pb2.ResizeHoldRequest(resize_id=resize_id, hold_id=hold_id, amount_minor=amount_minor)
+    async def resize_hold(self, resize_id: str, hold_id: str, amount_minor: int, expected_minor: int) -> None:
+        request = wallet_pb2.ResizeHoldRequest(
+            resize_id=resize_id, hold_id=hold_id, amount_minor=amount_minor, expected_minor=expected_minor
+        )
         try:
             await self._stub.ResizeHold(request, metadata=self._metadata, timeout=CALL_TIMEOUT_S)
         except grpc.aio.AioRpcError as error:

@@ -143,6 +143,10 @@ class RoundMachine:
         """A cancelled bet's stake no longer counts."""
 
     changes_bets = False
+    checks_bets = False
+    """The shape refuses some bets itself (``check_bet``), before the wallet holds them."""
+    reserves_stakes = False
+    """The shape counts stakes in the bet's own transaction (``reserve``), so a bet is recorded alone."""
 
     # ------------------------------------------------------------------ shared steps
 

@@ -117,6 +117,9 @@ class HouseDealerRound(RoundMachine):
 class BankerSeatRound(HouseDealerRound):
     """A player banks: seated and held before the round opens, settled against, capped (``banker.py``)."""
 
+    checks_bets = True
+    reserves_stakes = True
+
     def __init__(self, ctx: TableContext, seats: BankerSeats) -> None:
         super().__init__(ctx)
         self.seats = seats

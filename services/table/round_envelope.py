@@ -89,6 +89,7 @@ def split_of(grabs: list[Grab]) -> EnvelopeSplit:
 
 class BiddingDealerRound(RoundMachine):
     changes_bets = True
+    checks_bets = True
 
     def steps(self) -> dict[str, Step]:
         return super().steps() | {

@@ -252,7 +252,9 @@ class WalletServicer(wallet_pb2_grpc.WalletServicer):
 
     async def ResizeHold(self, request: pb.ResizeHoldRequest, context: Context) -> pb.HoldResult:
         self._hold_caller(context)
-        decision = await self._app.resize_hold(ResizeRequest(request.resize_id, request.hold_id, request.amount_minor))
+        decision = await self._app.resize_hold(
+            ResizeRequest(request.resize_id, request.hold_id, request.amount_minor, request.expected_minor)
+        )
         return pb.HoldResult(hold=hold_pb(decision.hold), replayed=decision.replayed)
 
     async def GetHold(self, request: pb.GetHoldRequest, context: Context) -> pb.Hold:

@@ -478,6 +478,8 @@ class ResizeRequest:
     resize_id: str
     hold_id: str
     amount_minor: int
+    expected_minor: int = 0
+    """When positive, what the hold must hold for the resize to apply (a conditional resize); not kept."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -531,6 +533,8 @@ def check_resize_request(request: ResizeRequest) -> ResizeRequest:
     check_id(request.resize_id, "RESIZE_ID")
     check_id(request.hold_id, "HOLD_ID")
     check_amount(request.amount_minor)
+    if request.expected_minor < 0:
+        raise InvalidArgument("EXPECTED_INVALID", "expected_minor must be 0 (any) or the amount the hold holds")
     return request
 
 
@@ -543,10 +547,11 @@ def decide_resize(
     now: datetime,
 ) -> Decision:
     """Change an open hold's amount: a larger hold takes the difference from the available
-    balance (with PlaceHold's checks on the increase), a smaller one releases it. A repeat of
-    the same resize answers with the hold as it is now."""
+    balance (with PlaceHold's checks on the increase), a smaller one releases it. With
+    ``expected_minor``, only a hold that holds that amount changes (``HOLD_CHANGED`` otherwise). A
+    repeat of the same resize answers with the hold as it is now."""
     if existing is not None:
-        if existing.request != request:
+        if (existing.request.hold_id, existing.request.amount_minor) != (request.hold_id, request.amount_minor):
             raise AlreadyExists("RESIZE_ID_REUSED", f"resize {request.resize_id} was made with other fields")
         return Decision(hold, replayed=True)
     assert hold.hold_id == request.hold_id and hold.account == account.account
@@ -554,6 +559,10 @@ def decide_resize(
         raise _already_resolved(hold)
     if now >= hold.expires_at:  # as good as expired, whether or not the sweeper has run yet
         raise FailedPrecondition("HOLD_EXPIRED", f"hold {hold.hold_id} expired at {hold.expires_at.isoformat()}")
+    if request.expected_minor and request.expected_minor != hold.amount_minor:
+        raise FailedPrecondition(
+            "HOLD_CHANGED", f"hold {hold.hold_id} holds {hold.amount_minor}, not the {request.expected_minor} expected"
+        )
     change = request.amount_minor - hold.amount_minor
     if change > 0:
         check_may_hold(play, account, change, now)

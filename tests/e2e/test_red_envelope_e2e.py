@@ -90,9 +90,16 @@ async def create_table(c: Clients, table_id: str, config: dict[str, str], *, bid
     await c.table.CreateTable(request, metadata=c.admin)
 
 
-def held(kind: str, p: Player, command_id: str) -> str:
-    """The wallet hold of a player's bet or bid: command ids are per player (services.table.common.scoped_id)."""
-    return f"{kind}.{scoped_id(p.account, command_id)}"
+async def held(c: Clients, kind: str, p: Player, command_id: str) -> str:
+    """The wallet hold of a player's bet or bid: command ids are per player (services.table.common.scoped_id)
+    and each attempt at a bet or bid has a hold of its own (``<kind>.<id>.<attempt>``): the one found."""
+    prefix = f"{kind}.{scoped_id(p.account, command_id)}."
+    listed = await c.wallet.ListHolds(
+        wallet_pb2.ListHoldsRequest(account=p.account, include_resolved=True, page_size=1000), metadata=c.admin
+    )
+    found = [h.hold_id for h in listed.holds if h.hold_id.startswith(prefix)]
+    assert len(found) == 1, (prefix, found)
+    return found[0]
 
 
 def bid(
@@ -348,7 +355,7 @@ async def test_special_paths_forced_through_the_real_services(stack: Stack) -> N
             bid(c, rival, table_id, first, "zero", 0), grpc.StatusCode.INVALID_ARGUMENT, "AMOUNT_INVALID"
         )
         assert (await bid(c, dealer, table_id, first, "0", BID_MIN)).status == "leading"
-        assert await hold_amount(c, held("bid", dealer, f"{first}.{dealer.name}.bid0")) == (
+        assert await hold_amount(c, await held(c, "bid", dealer, f"{first}.{dealer.name}.bid0")) == (
             BID_MIN + DEALER_FEES,
             wallet_pb2.HOLD_STATUS_OPEN,
         )
@@ -365,7 +372,7 @@ async def test_special_paths_forced_through_the_real_services(stack: Stack) -> N
         chosen = await w.wait_for(lambda u: kind(u) == "dealer_chosen" and u.round_id == first)
         assert (chosen.dealer_chosen.dealer, chosen.dealer_chosen.dealer_pool_minor) == (dealer.account, 30_000)
         assert chosen.dealer_chosen.bids == 3
-        outbid = (held("bid", dealer, f"{first}.{dealer.name}.bid0"), held("bid", rival, f"{first}.{rival.name}.bid0"))
+        outbid = [await held(c, "bid", who, f"{first}.{who.name}.bid0") for who in (dealer, rival)]
         for hold_id in outbid:  # outbid: released
             assert (await hold_amount(c, hold_id))[1] != wallet_pb2.HOLD_STATUS_OPEN
         await expect_refused(
@@ -379,21 +386,23 @@ async def test_special_paths_forced_through_the_real_services(stack: Stack) -> N
         a_bet = f"{first}.{a.name}.bet0"
         changed = await change(c, a, table_id, a_bet, "up", 2_000)
         assert (changed.stake_minor, changed.hold_minor) == (2_000, 36_000)
-        assert (await hold_amount(c, held("bet", a, a_bet)))[0] == 36_000
+        assert (await hold_amount(c, await held(c, "bet", a, a_bet)))[0] == 36_000
         await change(c, a, table_id, a_bet, "down", 500)
-        assert (await hold_amount(c, held("bet", a, a_bet)))[0] == 9_000
+        assert (await hold_amount(c, await held(c, "bet", a, a_bet)))[0] == 9_000
         assert (await change(c, a, table_id, a_bet, "down", 500)).replayed
         await bet(c, b, table_id, first, "0", 1_000)
         cancelled = await change(c, b, table_id, f"{first}.{b.name}.bet0", "cancel", 0)
         assert cancelled.status == "cancelled"
-        assert (await hold_amount(c, held("bet", b, f"{first}.{b.name}.bet0")))[1] != wallet_pb2.HOLD_STATUS_OPEN
+        assert (await hold_amount(c, await held(c, "bet", b, f"{first}.{b.name}.bet0")))[
+            1
+        ] != wallet_pb2.HOLD_STATUS_OPEN
         await bet(c, b, table_id, first, "1", 300)
         await bet(c, d, table_id, first, "0", 1_000)
         d_bet = f"{first}.{d.name}.bet0"
         await expect_refused(
             change(c, d, table_id, d_bet, "huge", 60_000), grpc.StatusCode.FAILED_PRECONDITION, "INSUFFICIENT_FUNDS"
         )
-        assert (await hold_amount(c, held("bet", d, d_bet)))[0] == 18_000
+        assert (await hold_amount(c, await held(c, "bet", d, d_bet)))[0] == 18_000
         mine = await w.wait_for(lambda u: kind(u) == "my_bet_changed" and u.my_bet_changed.stake_minor == 500)
         assert mine.my_bet_changed.previous_stake_minor == 2_000
         totals = await w.wait_for(
@@ -480,9 +489,9 @@ async def test_an_rng_outage_voids_the_round_and_it_is_re_dealt_with_everything_
         assert total_money(balances) == before
         assert [balances[p.account] for p in (dealer, p1, p2)] == [(1_000_000, 0)] * 3
         for hold_id in (
-            held("bid", dealer, f"{first}.{dealer.name}.bid0"),
-            held("bet", p1, f"{first}.{p1.name}.bet0"),
-            held("bet", p2, f"{first}.{p2.name}.bet0"),
+            await held(c, "bid", dealer, f"{first}.{dealer.name}.bid0"),
+            await held(c, "bet", p1, f"{first}.{p1.name}.bet0"),
+            await held(c, "bet", p2, f"{first}.{p2.name}.bet0"),
         ):
             assert (await hold_amount(c, hold_id))[1] == wallet_pb2.HOLD_STATUS_VOIDED
         await verify_round_in_journal(stack, first)  # voided: no money moved, the commitment holds

@@ -65,6 +65,10 @@ class FakeWallet:
             self.unavailable -= 1
             raise Unavailable("WALLET_UNAVAILABLE", "the wallet service did not answer (fake)")
 
+    def bet_holds(self, bet_id: str) -> list[FakeHold]:
+        """The holds asked for a bet, one per attempt at placing it (``bet.<bet id>.<attempt>``)."""
+        return [hold for hold_id, hold in self.holds.items() if hold_id.startswith(f"bet.{bet_id}.")]
+
     def total_minor(self) -> int:
         held = sum(h.amount_minor for h in self.holds.values() if h.status == "open")
         return sum(self.available.values()) + held
@@ -95,13 +99,15 @@ class FakeWallet:
             self.available[hold.account] += hold.amount_minor
             hold.status = "voided"
 
-    async def resize_hold(self, resize_id: str, hold_id: str, amount_minor: int) -> None:
+    async def resize_hold(self, resize_id: str, hold_id: str, amount_minor: int, expected_minor: int) -> None:
         self._fail_if_down()
         if resize_id in self.resizes:
             return
         hold = self.holds.get(hold_id)
         if hold is None or hold.status != "open":
             raise FailedPrecondition("HOLD_ALREADY_RESOLVED", f"hold {hold_id} is not open")
+        if expected_minor and hold.amount_minor != expected_minor:
+            raise FailedPrecondition("HOLD_CHANGED", f"hold {hold_id} holds {hold.amount_minor}, not {expected_minor}")
         delta = amount_minor - hold.amount_minor
         if delta > self.available[hold.account]:
             raise FailedPrecondition("INSUFFICIENT_FUNDS", f"{hold.account} cannot hold {delta} more")

@@ -76,7 +76,7 @@ async def test_bets_placed_at_once_at_two_tables_are_recorded_in_fewer_transacti
         async with rig.pool.connection() as conn:
             for bet in bets:  # each bet's own stream, its one BetPlaced
                 assert await rig.events.stream_version(conn, bet_stream(table_id, bet["bet_id"])) == 1
-    assert sorted(rig.open_holds()) == sorted(f"bet.{r.bet_id}" for r in receipts)
+    assert sorted(rig.open_holds()) == sorted(r.hold_id for r in receipts)
 
 
 async def test_a_group_answers_each_bet_for_itself_closed_raced_or_recorded(rig: Rig) -> None:
@@ -187,4 +187,4 @@ async def test_a_players_bets_sent_at_once_stay_within_the_maximum_and_the_refus
     assert all(isinstance(e, FailedPrecondition) and e.reason == "ABOVE_TABLE_MAXIMUM" for e in refused), refused
     bets = await rig.app.round_bets((await rig.current("gb-m"))["round_id"])
     assert sum(b["stake_minor"] for b in bets) == 2_000
-    assert sorted(rig.open_holds()) == sorted(f"bet.{r.bet_id}" for r in placed)
+    assert sorted(rig.open_holds()) == sorted(r.hold_id for r in placed)

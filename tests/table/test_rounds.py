@@ -6,6 +6,7 @@ any variant takes milliseconds of table work, not its betting window.
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from typing import Any
 
 import pytest
@@ -28,9 +29,11 @@ async def rig(pool: AsyncConnectionPool) -> Rig:
     return Rig(pool, await setup_schema(pool), BALANCES)
 
 
-def held(kind: str, who: str, command_id: str) -> str:
-    """The wallet hold of a player's bet or bid: command ids are per player (``scoped_id``)."""
-    return f"{kind}.{scoped_id(f'player:{who}', command_id)}"
+def held(kind: str, who: str, command_id: str, among: Iterable[str]) -> str:
+    """The wallet hold of a player's bet or bid ``among`` hold ids: command ids are per player (``scoped_id``)
+    and each attempt at a bet or bid has a hold of its own (``<kind>.<id>.<attempt>``); "" when none."""
+    prefix = f"{kind}.{scoped_id(f'player:{who}', command_id)}."
+    return next((hold_id for hold_id in among if hold_id.startswith(prefix)), "")
 
 
 def transfer_keys(transfers: Any) -> list[tuple[str, str, str, str, int, str]]:
@@ -63,7 +66,7 @@ async def test_a_golden_bull_round_settles_what_the_variant_settles_and_conserve
     expected = await expected_settlement(rig, ended, "golden_bull", Funding())
     assert transfer_keys(settled.transfers) == transfer_keys(expected.transfers)
     assert not settled.HasField("jackpot_pool_minor")  # only a round that pays from the pool reads it
-    assert held("bet", "p4", "b4") in settled.hold_ids and len(settled.bets) == 4
+    assert held("bet", "p4", "b4", settled.hold_ids) and len(settled.bets) == 4
     reveals = (await rig.round_events(current["round_id"]))["table.hand_revealed"]
     assert len(reveals) == 4  # three areas, then the dealer
     assert rig.conserved() and rig.open_holds() == []
@@ -147,7 +150,7 @@ async def test_a_baibian_round_is_banked_by_a_player_and_settled_against_them(ri
     await rig.app.place_bet(player("p1"), "b1", "bn", "yellow", 40_000)
     with pytest.raises(FailedPrecondition, match="TABLE_CAP_REACHED"):  # capital / 10 = 100 000
         await rig.app.place_bet(player("p2"), "b2", "bn", "earth", 20_000)
-    assert held("bet", "p2", "b2") not in rig.open_holds()  # the refused bet's hold is released at once
+    assert not held("bet", "p2", "b2", rig.open_holds())  # the refused bet's hold is released at once
     ended = await rig.finish("bn")
     assert ended["phase"] == Phase.SETTLED
     settled = await rig.settled(current["round_id"])
@@ -177,7 +180,7 @@ async def bid_and_bet(rig: Rig, table_id: str) -> dict[str, Any]:
     current = await rig.to_phase(table_id, Phase.BIDDING)
     await rig.app.envelope.place_bid(player("p0"), "bid-a", table_id, 10_000)
     await rig.app.envelope.place_bid(player("p1"), "bid-b", table_id, 20_000)
-    assert rig.wallet.holds[held("bid", "p0", "bid-a")].status != "open"  # outbid: released at once
+    assert rig.wallet.holds[held("bid", "p0", "bid-a", rig.wallet.holds)].status != "open"  # outbid: released
     await rig.to_phase(table_id, Phase.BETTING)
     with pytest.raises(FailedPrecondition, match="DEALER_CANNOT_BET"):
         await rig.app.place_bet(player("p1"), "x", table_id, "dealer", 1_000)
@@ -186,7 +189,7 @@ async def bid_and_bet(rig: Rig, table_id: str) -> dict[str, Any]:
     with pytest.raises(FailedPrecondition, match="ALREADY_BET"):
         await rig.app.place_bet(player("p2"), "e2-again", table_id, "dealer", 1_000)
     await rig.app.envelope.change_bet(player("p3"), "c3", table_id, "e3", 3_000)
-    assert rig.wallet.holds[held("bet", "p3", "e3")].amount_minor == 3_000 * 18
+    assert rig.wallet.holds[held("bet", "p3", "e3", rig.wallet.holds)].amount_minor == 3_000 * 18
     await rig.app.envelope.change_bet(player("p4"), "c4", table_id, "e4", 0)  # cancels
     return current
 
@@ -205,9 +208,10 @@ async def test_a_red_envelope_round_bids_bets_grabs_and_settles_with_the_dealer_
     grabs = [e.unpack(ev.EnvelopeGrabbed()) for e in events["table.envelope_grabbed"]]
     assert sorted(g.position for g in grabs) == [0, 1, 2]  # the dealer and the two remaining bets
     settled = await rig.settled(current["round_id"])
-    assert {held("bid", "p0", "bid-a"), held("bid", "p1", "bid-b"), held("bet", "p4", "e4")} <= set(settled.hold_ids)
+    ids = settled.hold_ids
+    assert all(held(*which, ids) for which in [("bid", "p0", "bid-a"), ("bid", "p1", "bid-b"), ("bet", "p4", "e4")])
     dealer_paid = [t for t in settled.transfers if t.payer == "player:p1"]
-    assert dealer_paid and all(t.hold_id in (held("bid", "p1", "bid-b"), "") for t in dealer_paid)
+    assert dealer_paid and all(t.hold_id in (held("bid", "p1", "bid-b", ids), "") for t in dealer_paid)
     assert rig.conserved() and rig.open_holds() == []
     assert await rig.audit("re", current["round_id"]) == []
 
@@ -219,8 +223,8 @@ async def test_the_dealer_grabbing_001_voids_the_round_and_the_next_one_opens_at
     ended = await rig.finish("rv")
     assert ended["phase"] == Phase.VOIDED and ended["void_reason"].startswith("DEALER_GRABBED_0.01")
     voided = await rig.voided(current["round_id"])
-    bids = {held("bid", "p0", "bid-a"), held("bid", "p1", "bid-b")}
-    assert bids | {held("bet", "p2", "e2"), held("bet", "p3", "e3")} <= set(voided.hold_ids)
+    listed = [("bid", "p0", "bid-a"), ("bid", "p1", "bid-b"), ("bet", "p2", "e2"), ("bet", "p3", "e3")]
+    assert all(held(*which, voided.hold_ids) for which in listed)
     # The forced split is not the seed's: the auditor sees the shares differ.
     assert {f.check for f in await rig.audit("rv", current["round_id"])} >= {"recompute.split"}
     assert rig.conserved() and rig.open_holds() == []

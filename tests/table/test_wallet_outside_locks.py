@@ -48,7 +48,7 @@ class LockWatchingWallet(FakeWallet):
         self._schema = schema
         self.calls: Counter[str] = Counter()
         self.under_lock: list[tuple[str, list[tuple[str, str]]]] = []
-        self.after_hold: dict[str, Callable[[], Awaitable[Any]]] = {}  # hold id -> what happens meanwhile
+        self.after_hold: dict[str, Callable[[], Awaitable[Any]]] = {}  # bet.<bet id> -> what happens meanwhile
 
     async def _watch(self, call: str) -> None:
         self.calls[call] += 1
@@ -62,7 +62,7 @@ class LockWatchingWallet(FakeWallet):
     ) -> None:
         await self._watch("place_hold")
         await super().place_hold(hold_id, account, amount_minor, reason, round_id, expires_at_unix_ms)
-        meanwhile = self.after_hold.pop(hold_id, None)
+        meanwhile = self.after_hold.pop(hold_id.rsplit(".", 1)[0], None)
         if meanwhile is not None:
             await meanwhile()
 
@@ -70,9 +70,9 @@ class LockWatchingWallet(FakeWallet):
         await self._watch("void_hold")
         await super().void_hold(hold_id)
 
-    async def resize_hold(self, resize_id: str, hold_id: str, amount_minor: int) -> None:
+    async def resize_hold(self, resize_id: str, hold_id: str, amount_minor: int, expected_minor: int) -> None:
         await self._watch("resize_hold")
-        await super().resize_hold(resize_id, hold_id, amount_minor)
+        await super().resize_hold(resize_id, hold_id, amount_minor, expected_minor)
 
     async def balance_minor(self, account: str) -> int:
         await self._watch("balance_minor")
@@ -95,6 +95,7 @@ async def watched(pool: AsyncConnectionPool, dsn: str, schema: str) -> AsyncIter
 
 
 def bet_hold(who: str, command_id: str) -> str:
+    """A bet's hold id without its attempt (``bet.<bet id>``)."""
     return f"bet.{scoped_id(f'player:{who}', command_id)}"
 
 
@@ -126,7 +127,7 @@ async def test_a_banked_table_calls_the_wallet_outside_its_transactions(
     wallet.after_hold[bet_hold("p3", "b3")] = lambda: rig.app.place_bet(player("p0"), "b0b", "bn", "earth", 30_000)
     with pytest.raises(FailedPrecondition, match="TABLE_CAP_REACHED"):
         await rig.app.place_bet(player("p3"), "b3", "bn", "yellow", 40_000)
-    assert wallet.holds[bet_hold("p3", "b3")].status == "voided"  # released once the bet rolled back
+    assert [h.status for h in wallet.bet_holds(scoped_id("player:p3", "b3"))] == ["voided"]  # the bet rolled back
     assert {b["bet_id"] for b in await rig.app.round_bets(first["round_id"])} == {
         scoped_id("player:p0", "b0"),
         scoped_id("player:p0", "b0b"),
