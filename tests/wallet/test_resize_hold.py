@@ -133,6 +133,28 @@ async def test_an_increase_meets_the_same_player_checks_as_a_hold(wallet: Wallet
     assert await wallet.balance(player.account) == (9_900, 100)
 
 
+async def test_a_conditional_resize_applies_only_to_the_amount_it_expects(wallet: Wallet) -> None:
+    """Two changes made from one reading of a 300 hold, to 900 and to 400, each naming the 300 it replaces:
+    the first applies, the second is refused HOLD_CHANGED and changes nothing (no movement, no event)."""
+    player = await wallet.player(deposit_minor=1_000)
+    hold = await wallet.hold(player.account, 300, "r1")
+    grown = await wallet.resize_hold(hold.hold_id, 900, "rs-a", expected_minor=300)
+    assert grown.hold.amount_minor == 900
+    before = await snapshot(wallet, hold.hold_id)
+    await expect_error(
+        wallet.resize_hold(hold.hold_id, 400, "rs-b", expected_minor=300),
+        grpc.StatusCode.FAILED_PRECONDITION,
+        "HOLD_CHANGED",
+    )
+    assert await snapshot(wallet, hold.hold_id) == before
+    assert await wallet.count_events(events.HOLD_RESIZED) == 1
+    back = await wallet.resize_hold(hold.hold_id, 300, "rs-undo", expected_minor=900)  # an undo names what it undoes
+    assert back.hold.amount_minor == 300 and await wallet.balance(player.account) == (700, 300)
+    await expect_error(
+        wallet.resize_hold(hold.hold_id, 300, expected_minor=-1), grpc.StatusCode.INVALID_ARGUMENT, "EXPECTED_INVALID"
+    )
+
+
 async def test_a_resize_id_is_an_idempotency_key(wallet: Wallet) -> None:
     player = await wallet.player(deposit_minor=1_000)
     hold = await wallet.hold(player.account, 300, "r1")

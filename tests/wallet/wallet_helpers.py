@@ -110,9 +110,14 @@ class Wallet:
         reply: pb.HoldResult = await self.stub.PlaceHold(request, metadata=TABLE)
         return reply.hold
 
-    async def resize_hold(self, hold_id: str, amount_minor: int, resize_id: str = "") -> pb.HoldResult:
+    async def resize_hold(
+        self, hold_id: str, amount_minor: int, resize_id: str = "", *, expected_minor: int = 0
+    ) -> pb.HoldResult:
         request = pb.ResizeHoldRequest(
-            resize_id=resize_id or f"rs-{uuid.uuid4().hex}", hold_id=hold_id, amount_minor=amount_minor
+            resize_id=resize_id or f"rs-{uuid.uuid4().hex}",
+            hold_id=hold_id,
+            amount_minor=amount_minor,
+            expected_minor=expected_minor,
         )
         reply: pb.HoldResult = await self.stub.ResizeHold(request, metadata=TABLE)
         return reply
