@@ -1,6 +1,6 @@
 """The backbone's two benchmark commands on the real stack, CI-sized: each prints its figures beside
 the same run's limits of the components underneath, and leaves neither schemas nor topics behind.
-What the figures are on this machine is the README's business; here, that every one is printed."""
+What the figures are on this machine is docs/benchmarks.md's business; here, that every one is printed."""
 
 from __future__ import annotations
 

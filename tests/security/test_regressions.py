@@ -1,4 +1,4 @@
-"""Named regressions of issue 16 (hostile input, money at the edge), each against the real
+"""Named regressions of hostile input and money at the edge, each against the real
 four-process system: what an outsider did, and what they get now."""
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""No call to the wallet while the table's transaction holds a lock (issue 18, "bounded everything").
+"""No call to the wallet while the table's transaction holds a lock: every wait stays bounded.
 
 A slow or stopped wallet must not keep a table's rows, the banker seat or the jackpot
 claims locked. The wallet double here asks PostgreSQL, from a connection of its own, at

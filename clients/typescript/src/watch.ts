@@ -1,7 +1,7 @@
 /**
  * WatchTable with automatic resume and a keepalive.
  *
- * The stream contract (README, "For frontend teams"): every update has its own strictly
+ * The stream contract (docs/api/frontend/stream.md): every update has its own strictly
  * increasing `position`; a resume with `after_position = p` delivers everything after p, or
  * fails at once with OUT_OF_RANGE when p is unknown; every update carries the server time
  * and the server sends a keepalive when nothing else happens. This module:
