@@ -127,8 +127,16 @@ def auditor_env(kafka_principals: dict[str, tuple[str, str]]) -> dict[str, str]:
     user, password = kafka_principals.get("auditor", ("", ""))
     if not user:
         pytest.skip("no auditor Kafka principal (NIUNIU_AUDITOR_KAFKA_USER in .run/env)")
-    keep = ("PATH", "HOME", "LANG", "PYTHONPATH", "KAFKA_BOOTSTRAP_SERVERS", "KAFKA_SECURITY_PROTOCOL")
-    keep += ("KAFKA_SASL_MECHANISM",)  # PYTHONPATH: the checkout under test, not the one installed
+    # PYTHONPATH: the checkout under test runs, not the one installed.
+    keep = (
+        "PATH",
+        "HOME",
+        "LANG",
+        "PYTHONPATH",
+        "KAFKA_BOOTSTRAP_SERVERS",
+        "KAFKA_SECURITY_PROTOCOL",
+        "KAFKA_SASL_MECHANISM",
+    )
     env = {k: os.environ[k] for k in keep if k in os.environ}
     env["NIUNIU_AUDITOR_DSN"] = auditor_dsn()
     env["NIUNIU_AUDITOR_KAFKA_USER"], env["NIUNIU_AUDITOR_KAFKA_PASSWORD"] = user, password
