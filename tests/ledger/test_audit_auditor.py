@@ -4,11 +4,11 @@ The four services run as processes, each on its own database and role (as in
 production), under the topic prefix ``audited-<id>.`` that the local broker lets the
 auditor's principal read. An auditor account is created with the wallet's admin tool;
 the audit then runs with nothing but the auditor's credentials: the read-only
-PostgreSQL role ``niuniu_auditor`` (its one extra right, CREATEDB, for the scratch
-database it creates and drops), the Kafka principal ``niuniu_auditor`` (read-only
-ACLs) and a token from the wallet's Login. A Golden Bull table keeps playing during the
-audit; the report must still be OK (the wallet is compared at a consistent cut). A
-journal row altered afterwards is found.
+PostgreSQL role ``niuniu_auditor``, which may connect to the ledger's database only (its
+one extra right, CREATEDB, for the scratch database it creates and drops), the Kafka
+principal ``niuniu_auditor`` (read-only ACLs) and a token from the wallet's Login. A
+Golden Bull table keeps playing during the audit; the report must still be OK (the wallet
+is compared at a consistent cut). A journal row altered afterwards is found.
 """
 
 from __future__ import annotations
@@ -48,7 +48,6 @@ from stack import BIN, ROOT, SERVICES, Stack  # noqa: E402
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
 AUDITED_PREFIX = "audited-"  # deploy/local/kafka/provision.py: the auditor may read these test topics
-SERVICE_DATABASES = [f"niuniu_{s}" for s in SERVICES]
 AUDITS_TO_SEE_PLAY_GO_ON = 10
 
 FAST = ev.TableLimits(
@@ -232,30 +231,42 @@ async def wallet_position(c: Clients) -> int:
 
 def no_write_grant_anywhere(schema: str) -> None:
     """The auditor's role: no superuser, no write role, no INSERT/UPDATE/DELETE/TRUNCATE, no CREATE."""
-    for database in SERVICE_DATABASES:
-        with psycopg.connect(auditor_dsn(database)) as conn:
-            row = conn.execute(
-                "SELECT rolsuper, rolcreaterole, rolbypassrls,"
-                " pg_has_role(current_user, 'pg_write_all_data', 'MEMBER'),"
-                " has_database_privilege(current_database(), 'CREATE')"
-                " FROM pg_roles WHERE rolname = current_user"
-            ).fetchone()
-            assert row == (False, False, False, False, False), (database, row)
-            writable = conn.execute(
-                "SELECT n.nspname || '.' || c.relname FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace"
-                " WHERE c.relkind IN ('r', 'p', 'v', 'm', 'S')"
-                " AND n.nspname NOT IN ('pg_catalog', 'information_schema')"
-                " AND (has_table_privilege(c.oid, 'INSERT') OR has_table_privilege(c.oid, 'UPDATE')"
-                "   OR has_table_privilege(c.oid, 'DELETE') OR has_table_privilege(c.oid, 'TRUNCATE'))"
-            ).fetchall()
-            assert writable == [], (database, writable[:5])
-            creatable = conn.execute(
-                "SELECT nspname FROM pg_namespace WHERE has_schema_privilege(oid, 'CREATE')"
-                " AND nspname NOT LIKE 'pg_temp%' AND nspname NOT LIKE 'pg_toast_temp%'"
-            ).fetchall()
-            assert creatable == [], (database, creatable)
+    with psycopg.connect(auditor_dsn()) as conn:
+        row = conn.execute(
+            "SELECT rolsuper, rolcreaterole, rolbypassrls,"
+            " pg_has_role(current_user, 'pg_write_all_data', 'MEMBER'),"
+            " has_database_privilege(current_database(), 'CREATE')"
+            " FROM pg_roles WHERE rolname = current_user"
+        ).fetchone()
+        assert row == (False, False, False, False, False), row
+        writable = conn.execute(
+            "SELECT n.nspname || '.' || c.relname FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace"
+            " WHERE c.relkind IN ('r', 'p', 'v', 'm', 'S')"
+            " AND n.nspname NOT IN ('pg_catalog', 'information_schema')"
+            " AND (has_table_privilege(c.oid, 'INSERT') OR has_table_privilege(c.oid, 'UPDATE')"
+            "   OR has_table_privilege(c.oid, 'DELETE') OR has_table_privilege(c.oid, 'TRUNCATE'))"
+        ).fetchall()
+        assert writable == [], writable[:5]
+        creatable = conn.execute(
+            "SELECT nspname FROM pg_namespace WHERE has_schema_privilege(oid, 'CREATE')"
+            " AND nspname NOT LIKE 'pg_temp%' AND nspname NOT LIKE 'pg_toast_temp%'"
+        ).fetchall()
+        assert creatable == [], creatable
     with psycopg.connect(auditor_dsn()) as conn, pytest.raises(psycopg.errors.InsufficientPrivilege):
         conn.execute(sql.SQL("DELETE FROM {}.journal_lines").format(sql.Identifier(schema)))
+
+
+def no_secret_within_reach(stack: AuditedStack) -> None:
+    """The auditor's role reads neither the server seed of the round the table has open (``rng_rounds``,
+    the rng's database) nor the wallet's password hashes (``wallet_users``): it may not connect to the
+    rng's, the table's or the wallet's database at all."""
+    with psycopg.connect(own_dsn("rng")) as conn:
+        rng_rounds = sql.SQL("{}.rng_rounds").format(sql.Identifier(stack.schema_of("rng")))
+        open_round = conn.execute(sql.SQL("SELECT count(*) FROM {} WHERE closed_at IS NULL").format(rng_rounds))
+        assert open_round.fetchone() != (0,), "no open round at the rng to hide"
+    for database in ("niuniu_rng", "niuniu_table", "niuniu_wallet"):
+        with pytest.raises(psycopg.OperationalError, match="permission denied for database"):
+            psycopg.connect(auditor_dsn(database), connect_timeout=5).close()
 
 
 def kafka_write_refused(topic: str, kafka_principals: dict[str, tuple[str, str]]) -> None:
@@ -290,6 +301,7 @@ async def test_an_auditor_with_no_write_grant_reconciles_a_table_in_play(
     spans: list[tuple[tuple[int, int], int, tuple[int, int]]] = []
     async with playing(stack) as (c, play):
         await play.until_settled(2)
+        no_secret_within_reach(stack)
         for _ in range(AUDITS_TO_SEE_PLAY_GO_ON):
             before = (len(play.settled), await wallet_position(c))
             code, report = await run_audit(stack, auditor_login, kafka_principals)
