@@ -9,7 +9,11 @@
       check both trial balances are zero, check each balances table against its lines,
       and compare every account with the wallet's balances at the same cut (the rebuilt
       journal as of the page's wallet position), so play going on meanwhile is never a
-      difference. Prints a reconciliation report; progress goes to stderr.
+      difference. From the same events it reconciles the table with the wallet, round by
+      round (services/ledger/settlements.py): every round the table ended must be applied
+      by the wallet (a refusal is a difference), pass verify-round's checks against the
+      wallet's movements, and every live bet's hold must be what the table's record needs.
+      Prints a reconciliation report; progress goes to stderr.
   niuniu-audit verify-round ROUND [--table HOST:PORT] [--no-recompute]
                            [--wallet HOST:PORT] [--username NAME] [--password-file F]
       Show the round's journal and check it against the table's RoundSettled: every
@@ -62,7 +66,7 @@ import time
 import uuid
 from collections.abc import AsyncIterator, Callable, Coroutine, Sequence
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, TextIO, TypeVar
@@ -97,6 +101,7 @@ from services.ledger.reconcile import (
     compare_journals,
     compare_with_wallet,
 )
+from services.ledger.settlements import SettlementReconciler, SettlementReconciliation
 from services.ledger.synthetic import SyntheticStream
 from services.ledger.verify import RoundEvidence, journal_text, settlement_text, verify
 
@@ -147,6 +152,7 @@ class AuditReport:
     # The wallet event position the wallet comparison was made at (0: no wallet comparison).
     cut_position: int = 0
     scratch: str = ""
+    settlements: SettlementReconciliation | None = None
 
     @property
     def ok(self) -> bool:
@@ -254,12 +260,16 @@ async def audit_replay(
                 f"Kafka holds wallet events up to position {reached} only, {config.cut_timeout_s:.0f} s after the"
                 f" wallet's snapshot at position {cut}: is the wallet's relay publishing?"
             )
+    partitions = await asyncio.to_thread(partition_counts, config.kafka, topic_names)
+    settlements = SettlementReconciler(config.topics.wallet_events, config.topics.table_events, partitions)
+    assert JOURNAL.stager is not None
+    projection = replace(JOURNAL, stager=settlements.observing(JOURNAL.stager))  # fed the events the replay reads
     async with scratch_store(config) as (scratch_dsn, scratch_label):
         replayed = await replay(  # the plain indexes only for a replay kept for inspection: nothing here reads them
             scratch_dsn,
             config.kafka,
             topic_names,
-            JOURNAL,
+            projection,
             config.replay_schema,
             progress=progress,
             indexes=config.keep_replay,
@@ -268,6 +278,8 @@ async def audit_replay(
         replay_conn = await _connect(scratch_dsn, config.replay_schema)
         async with live_conn, replay_conn:
             report = await _reconcile(live_conn, replay_conn, replayed, listed)
+    report.settlements = settlements.finish()
+    report.differences.extend(report.settlements.differences)
     report.wallet_error = wallet_error
     report.cut_position = cut
     report.scratch = scratch_label
@@ -321,6 +333,15 @@ async def _dropping_schema(dsn: str, schema: str, keep: bool) -> AsyncIterator[N
 
 def _dbname(dsn: str) -> str:
     return str(conninfo_to_dict(dsn).get("dbname", "?"))
+
+
+def partition_counts(kafka: str, topics: Sequence[str]) -> dict[str, int]:
+    """How many partitions each of ``topics`` has (0: the topic does not exist yet)."""
+    consumer = make_consumer(kafka, None, "niuniu-audit-partitions")
+    try:
+        return {topic: len(consumer.partitions_for_topic(topic) or ()) for topic in topics}
+    finally:
+        consumer.close()
 
 
 def wallet_position_in_kafka(kafka: str, topic: str) -> int:
@@ -452,6 +473,13 @@ def print_report(report: AuditReport, out: TextIO, *, wallet_skipped: bool) -> N
             file=out,
         )
     print(f"  rejects    {len(report.rejects)} movements refused by the journal", file=out)
+    if report.settlements is not None:
+        s = report.settlements
+        print(
+            f"  rounds     table vs wallet: {s.rounds_applied} applied, {s.rounds_refused} refused by the wallet,"
+            f" {s.rounds_awaiting} awaiting its answer; {s.bets_compared} bets' holds compared",
+            file=out,
+        )
     if wallet_skipped:
         print("  wallet     skipped (--no-wallet)", file=out)
     elif report.wallet_error:

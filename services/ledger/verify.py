@@ -177,11 +177,16 @@ CHECKS: tuple[Check, ...] = (
 )
 
 
+def run_checks(evidence: RoundEvidence, checks: Sequence[Check] = CHECKS) -> list[Finding]:
+    """The findings of ``checks`` (no I/O): what ``verify`` finds without its recompute step."""
+    return [finding for check in checks for finding in check(evidence)]
+
+
 async def verify(
     evidence: RoundEvidence, *, checks: Sequence[Check] = CHECKS, recompute: RecomputeStep | None = None
 ) -> tuple[list[Finding], bool]:
     """All findings, and whether the recompute step ran."""
-    findings = [finding for check in checks for finding in check(evidence)]
+    findings = run_checks(evidence, checks)
     if recompute is not None:
         findings.extend(await recompute(evidence))
     return findings, recompute is not None

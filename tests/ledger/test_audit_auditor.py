@@ -4,11 +4,11 @@ The four services run as processes, each on its own database and role (as in
 production), under the topic prefix ``audited-<id>.`` that the local broker lets the
 auditor's principal read. An auditor account is created with the wallet's admin tool;
 the audit then runs with nothing but the auditor's credentials: the read-only
-PostgreSQL role ``niuniu_auditor`` (its one extra right, CREATEDB, for the scratch
-database it creates and drops), the Kafka principal ``niuniu_auditor`` (read-only
-ACLs) and a token from the wallet's Login. A Golden Bull table keeps playing during the
-audit; the report must still be OK (the wallet is compared at a consistent cut). A
-journal row altered afterwards is found.
+PostgreSQL role ``niuniu_auditor``, which may connect to the ledger's database only (its
+one extra right, CREATEDB, for the scratch database it creates and drops), the Kafka
+principal ``niuniu_auditor`` (read-only ACLs) and a token from the wallet's Login. A
+Golden Bull table keeps playing during the audit; the report must still be OK (the wallet
+is compared at a consistent cut). A journal row altered afterwards is found.
 """
 
 from __future__ import annotations
@@ -48,7 +48,6 @@ from stack import BIN, ROOT, SERVICES, Stack  # noqa: E402
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
 AUDITED_PREFIX = "audited-"  # deploy/local/kafka/provision.py: the auditor may read these test topics
-SERVICE_DATABASES = [f"niuniu_{s}" for s in SERVICES]
 AUDITS_TO_SEE_PLAY_GO_ON = 10
 
 FAST = ev.TableLimits(
@@ -127,7 +126,16 @@ def auditor_env(kafka_principals: dict[str, tuple[str, str]]) -> dict[str, str]:
     user, password = kafka_principals.get("auditor", ("", ""))
     if not user:
         pytest.skip("no auditor Kafka principal (NIUNIU_AUDITOR_KAFKA_USER in .run/env)")
-    keep = ("PATH", "HOME", "LANG", "KAFKA_BOOTSTRAP_SERVERS", "KAFKA_SECURITY_PROTOCOL", "KAFKA_SASL_MECHANISM")
+    # PYTHONPATH: the checkout under test runs, not the one installed.
+    keep = (
+        "PATH",
+        "HOME",
+        "LANG",
+        "PYTHONPATH",
+        "KAFKA_BOOTSTRAP_SERVERS",
+        "KAFKA_SECURITY_PROTOCOL",
+        "KAFKA_SASL_MECHANISM",
+    )
     env = {k: os.environ[k] for k in keep if k in os.environ}
     env["NIUNIU_AUDITOR_DSN"] = auditor_dsn()
     env["NIUNIU_AUDITOR_KAFKA_USER"], env["NIUNIU_AUDITOR_KAFKA_PASSWORD"] = user, password
@@ -223,30 +231,42 @@ async def wallet_position(c: Clients) -> int:
 
 def no_write_grant_anywhere(schema: str) -> None:
     """The auditor's role: no superuser, no write role, no INSERT/UPDATE/DELETE/TRUNCATE, no CREATE."""
-    for database in SERVICE_DATABASES:
-        with psycopg.connect(auditor_dsn(database)) as conn:
-            row = conn.execute(
-                "SELECT rolsuper, rolcreaterole, rolbypassrls,"
-                " pg_has_role(current_user, 'pg_write_all_data', 'MEMBER'),"
-                " has_database_privilege(current_database(), 'CREATE')"
-                " FROM pg_roles WHERE rolname = current_user"
-            ).fetchone()
-            assert row == (False, False, False, False, False), (database, row)
-            writable = conn.execute(
-                "SELECT n.nspname || '.' || c.relname FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace"
-                " WHERE c.relkind IN ('r', 'p', 'v', 'm', 'S')"
-                " AND n.nspname NOT IN ('pg_catalog', 'information_schema')"
-                " AND (has_table_privilege(c.oid, 'INSERT') OR has_table_privilege(c.oid, 'UPDATE')"
-                "   OR has_table_privilege(c.oid, 'DELETE') OR has_table_privilege(c.oid, 'TRUNCATE'))"
-            ).fetchall()
-            assert writable == [], (database, writable[:5])
-            creatable = conn.execute(
-                "SELECT nspname FROM pg_namespace WHERE has_schema_privilege(oid, 'CREATE')"
-                " AND nspname NOT LIKE 'pg_temp%' AND nspname NOT LIKE 'pg_toast_temp%'"
-            ).fetchall()
-            assert creatable == [], (database, creatable)
+    with psycopg.connect(auditor_dsn()) as conn:
+        row = conn.execute(
+            "SELECT rolsuper, rolcreaterole, rolbypassrls,"
+            " pg_has_role(current_user, 'pg_write_all_data', 'MEMBER'),"
+            " has_database_privilege(current_database(), 'CREATE')"
+            " FROM pg_roles WHERE rolname = current_user"
+        ).fetchone()
+        assert row == (False, False, False, False, False), row
+        writable = conn.execute(
+            "SELECT n.nspname || '.' || c.relname FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace"
+            " WHERE c.relkind IN ('r', 'p', 'v', 'm', 'S')"
+            " AND n.nspname NOT IN ('pg_catalog', 'information_schema')"
+            " AND (has_table_privilege(c.oid, 'INSERT') OR has_table_privilege(c.oid, 'UPDATE')"
+            "   OR has_table_privilege(c.oid, 'DELETE') OR has_table_privilege(c.oid, 'TRUNCATE'))"
+        ).fetchall()
+        assert writable == [], writable[:5]
+        creatable = conn.execute(
+            "SELECT nspname FROM pg_namespace WHERE has_schema_privilege(oid, 'CREATE')"
+            " AND nspname NOT LIKE 'pg_temp%' AND nspname NOT LIKE 'pg_toast_temp%'"
+        ).fetchall()
+        assert creatable == [], creatable
     with psycopg.connect(auditor_dsn()) as conn, pytest.raises(psycopg.errors.InsufficientPrivilege):
         conn.execute(sql.SQL("DELETE FROM {}.journal_lines").format(sql.Identifier(schema)))
+
+
+def no_secret_within_reach(stack: AuditedStack) -> None:
+    """The auditor's role reads neither the server seed of the round the table has open (``rng_rounds``,
+    the rng's database) nor the wallet's password hashes (``wallet_users``): it may not connect to the
+    rng's, the table's or the wallet's database at all."""
+    with psycopg.connect(own_dsn("rng")) as conn:
+        rng_rounds = sql.SQL("{}.rng_rounds").format(sql.Identifier(stack.schema_of("rng")))
+        open_round = conn.execute(sql.SQL("SELECT count(*) FROM {} WHERE closed_at IS NULL").format(rng_rounds))
+        assert open_round.fetchone() != (0,), "no open round at the rng to hide"
+    for database in ("niuniu_rng", "niuniu_table", "niuniu_wallet"):
+        with pytest.raises(psycopg.OperationalError, match="permission denied for database"):
+            psycopg.connect(auditor_dsn(database), connect_timeout=5).close()
 
 
 def kafka_write_refused(topic: str, kafka_principals: dict[str, tuple[str, str]]) -> None:
@@ -281,6 +301,7 @@ async def test_an_auditor_with_no_write_grant_reconciles_a_table_in_play(
     spans: list[tuple[tuple[int, int], int, tuple[int, int]]] = []
     async with playing(stack) as (c, play):
         await play.until_settled(2)
+        no_secret_within_reach(stack)
         for _ in range(AUDITS_TO_SEE_PLAY_GO_ON):
             before = (len(play.settled), await wallet_position(c))
             code, report = await run_audit(stack, auditor_login, kafka_principals)
@@ -291,6 +312,8 @@ async def test_an_auditor_with_no_write_grant_reconciles_a_table_in_play(
             assert code == audit.EXIT_OK, report
             assert "differences: 0" in report and "RESULT: OK" in report, report
             assert "may be timing" not in report, report
+            reconciled = re.search(r"rounds +table vs wallet: (\d+) applied, 0 refused", report)
+            assert reconciled and int(reconciled.group(1)) >= 2, report  # at least the two rounds played first
             cut = re.search(r"cut +the wallet's balances at wallet position (\d+)", report)
             scratch = re.search(r"scratch +database (niuniu_audit_\w+) \(created for this audit", report)
             assert cut and scratch, report
@@ -357,6 +380,66 @@ async def test_an_auditor_verifies_a_round_from_its_seed_with_its_login_alone(
     assert code == audit.EXIT_OK, report
     assert "recompute: done" in report and "RESULT: OK" in report, report
     assert "minted" not in report, report
+
+
+async def test_a_bet_whose_hold_the_wallet_shrank_is_a_difference(
+    stack: AuditedStack, auditor_login: tuple[str, Path], kafka_principals: dict[str, tuple[str, str]]
+) -> None:
+    """The table's record and the wallet's split apart (the bet's hold made smaller through the wallet's
+    own API, as a ChangeBet that lost a race left it): the replay names the bet, and the round when the
+    wallet refused its settlement, as differences; before, it printed RESULT: OK."""
+    async with connect(stack) as c:
+        player = await register(c, f"split{stack.run_id}", DEPOSIT_MINOR)
+        table_id = f"split-{stack.run_id}"
+        limits = ev.TableLimits()
+        limits.CopyFrom(FAST)
+        limits.betting_seconds = 3  # room for the resize inside the window
+        await c.table.CreateTable(
+            table_pb2.CreateTableRequest(table_id=table_id, variant="golden_bull", limits=limits), metadata=c.admin
+        )
+        watcher = Watcher(c, player, table_id)
+        try:
+            opened = await watcher.wait_for(lambda u: kind(u) == "round_opened")
+            receipt = await c.table.PlaceBet(
+                table_pb2.PlaceBetRequest(
+                    command_id=f"split.{stack.run_id}", table_id=table_id, area="area_1", amount_minor=5_000,
+                    round_id=opened.round_id,
+                ),
+                metadata=player.auth,
+            )  # fmt: skip
+            await c.wallet.ResizeHold(
+                wallet_pb2.ResizeHoldRequest(resize_id=f"shrink.{stack.run_id}", hold_id=f"bet.{receipt.bet_id}",
+                                             amount_minor=1),
+                metadata=c.admin,
+            )  # fmt: skip
+            await watcher.wait_for(update_is("result", opened.round_id))
+            settlement = await wallet_answer(c, opened.round_id)
+        finally:
+            await watcher.stop()
+
+    code, report = await run_audit(stack, auditor_login, kafka_principals)
+    print(report)  # the reconciliation report, for the record (pytest -s)
+    assert code == audit.EXIT_DIFFERENCES, report
+    assert "RESULT: FAILED" in report, report
+    needs = f"the table's record needs a hold of {receipt.hold_minor}, the wallet holds 1"
+    assert f"[holds] bet {receipt.bet_id} (round {opened.round_id}): {needs}" in report, report
+    refused = f"[settlement] round {opened.round_id}: settled by the table, refused by the wallet"
+    if settlement.status == "rejected":  # the player lost more than the 1 held
+        assert f"{refused} ({settlement.reason})" in report, report
+    else:
+        assert refused not in report, report
+
+
+async def wallet_answer(c: Clients, round_id: str) -> wallet_pb2.RoundSettlement:
+    """The wallet's answer to the round's settlement, once it has one."""
+    request = wallet_pb2.GetRoundSettlementRequest(round_id=round_id)
+    for _ in range(300):
+        with contextlib.suppress(grpc.aio.AioRpcError):  # NOT_FOUND: not consumed yet
+            answer = await c.wallet.GetRoundSettlement(request, metadata=c.admin)
+            if answer.status:
+                return answer
+        await asyncio.sleep(0.1)
+    raise AssertionError(f"the wallet never answered round {round_id}")
 
 
 def test_outside_development_the_audit_takes_no_token_it_was_not_given(monkeypatch: pytest.MonkeyPatch) -> None:

@@ -257,18 +257,36 @@ def test_a_service_role_owns_its_database_and_reaches_no_other(service: str) -> 
         psycopg.connect(_with_database(dsn, "niuniu_test"), connect_timeout=5).close()
 
 
-@pytest.mark.parametrize("service", SERVICES)
-def test_the_auditor_reads_every_service_database_and_changes_nothing(service: str) -> None:
-    dsn = _with_database(_env("NIUNIU_AUDITOR_DSN"), f"niuniu_{service}")
+def test_the_auditor_reads_the_ledgers_database_and_changes_nothing() -> None:
+    dsn = _with_database(_env("NIUNIU_AUDITOR_DSN"), "niuniu_ledger")
     with psycopg.connect(dsn, connect_timeout=5, autocommit=True) as conn:
         tables = [r[0] for r in conn.execute("SELECT tablename FROM pg_tables WHERE schemaname = 'public'").fetchall()]
-        for table in tables:  # every table the service made is readable
+        for table in tables:  # every table the ledger made is readable
             conn.execute(f'SELECT count(*) FROM public."{table}"').fetchone()
         with pytest.raises(psycopg.errors.InsufficientPrivilege):
             conn.execute("CREATE TABLE public.auditor_was_here (x int)")
         if tables:
             with pytest.raises(psycopg.errors.InsufficientPrivilege):
                 conn.execute(f'DELETE FROM public."{tables[0]}"')
+        # Nothing secret in what it reads: no seed, no password (hash) column anywhere it may select.
+        secret = conn.execute(
+            "SELECT n.nspname || '.' || c.relname || '.' || a.attname FROM pg_attribute a"
+            " JOIN pg_class c ON c.oid = a.attrelid JOIN pg_namespace n ON n.oid = c.relnamespace"
+            " WHERE a.attnum > 0 AND NOT a.attisdropped AND n.nspname NOT IN ('pg_catalog', 'information_schema')"
+            " AND a.attname ~ '(seed|password|hash)' AND has_column_privilege(c.oid, a.attnum, 'SELECT')"
+        ).fetchall()
+    assert secret == [], secret
+
+
+@pytest.mark.parametrize("service", ("rng", "table", "wallet"))
+def test_the_auditor_cannot_reach_another_services_database(service: str) -> None:
+    """Not the rng's (an open round's server seed), the table's, nor the wallet's (password hashes): the
+    audit reads what it needs of them through their gRPC APIs (tests/ledger/test_audit_auditor.py)."""
+    dsn = _with_database(_env("NIUNIU_AUDITOR_DSN"), f"niuniu_{service}")
+    with pytest.raises(psycopg.OperationalError, match="permission denied for database"):
+        psycopg.connect(dsn, connect_timeout=5).close()
+    with pytest.raises(psycopg.OperationalError, match="permission denied for database"):
+        psycopg.connect(_with_database(dsn, "niuniu_test"), connect_timeout=5).close()
 
 
 # --- Redis ------------------------------------------------------------------------------------------------
