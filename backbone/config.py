@@ -15,6 +15,24 @@ Every wait on a dependency is bounded; the bounds are settings too (defaults in 
   may take (backbone/healthcheck.py). Health turns NOT_SERVING after the first failed
   round, so within interval + timeout of a dependency going away.
 
+How calls spread over a service's pods (backbone/tls.py, backbone/grpcserver.py):
+
+- ``NIUNIU_GRPC_LB_POLICY`` [round_robin]: how a channel picks among the addresses its target
+  resolves to (a headless Service resolves to every pod): ``round_robin`` spreads calls over
+  all of them, ``pick_first`` sends every call to one;
+- ``NIUNIU_GRPC_MAX_CONNECTION_AGE_MS`` [60000]: a server closes each client connection after
+  about this long (gRPC adds a jitter), so clients resolve the name again and reach pods
+  added since they connected;
+- ``NIUNIU_GRPC_MAX_CONNECTION_AGE_GRACE_MS`` [600000]: how long calls in flight on such a
+  connection may still run; a WatchTable stream older than age + grace is ended (its client
+  watches again).
+
+Database connections:
+
+- ``NIUNIU_DB_POOL_MAX_SIZE`` [20]: the most PostgreSQL connections one process holds. Every
+  pod of every service draws on one budget: replicas x pool <= max_connections - reserve
+  (docs/capacity.md).
+
 A value that is not a positive integer is a ``ConfigError`` (the service refuses to start).
 """
 
@@ -92,6 +110,47 @@ class HealthSettings:
         )
 
 
+LB_POLICIES = ("round_robin", "pick_first")
+
+
+@dataclass(frozen=True, slots=True)
+class GrpcSettings:
+    """How channels pick a pod and how long servers keep a connection (see the module docstring)."""
+
+    lb_policy: str = "round_robin"
+    max_connection_age_ms: int = 60_000
+    max_connection_age_grace_ms: int = 600_000
+
+    @classmethod
+    def from_env(cls, env: Mapping[str, str] | None = None) -> GrpcSettings:
+        env = os.environ if env is None else env
+        d = cls()
+        policy = env.get("NIUNIU_GRPC_LB_POLICY") or d.lb_policy
+        if policy not in LB_POLICIES:
+            raise ConfigError(f"NIUNIU_GRPC_LB_POLICY must be one of {', '.join(LB_POLICIES)}, not {policy[:40]!r}")
+        return cls(
+            lb_policy=policy,
+            max_connection_age_ms=_positive(env, "NIUNIU_GRPC_MAX_CONNECTION_AGE_MS", d.max_connection_age_ms),
+            max_connection_age_grace_ms=_positive(
+                env, "NIUNIU_GRPC_MAX_CONNECTION_AGE_GRACE_MS", d.max_connection_age_grace_ms
+            ),
+        )
+
+
+DEFAULT_DB_POOL_MAX_SIZE = 20
+
+
+MIN_DB_POOL_SIZE = 2
+"""The pool keeps two connections open (``backbone.db.open_pool``): a smaller maximum cannot hold them."""
+
+
+def db_pool_max_size(env: Mapping[str, str] | None = None) -> int:
+    size = _positive(os.environ if env is None else env, "NIUNIU_DB_POOL_MAX_SIZE", DEFAULT_DB_POOL_MAX_SIZE)
+    if size < MIN_DB_POOL_SIZE:
+        raise ConfigError(f"NIUNIU_DB_POOL_MAX_SIZE must be at least {MIN_DB_POOL_SIZE}, not {size}")
+    return size
+
+
 DEFAULT_REDIS_TIMEOUT_MS = 2_000
 
 
@@ -113,6 +172,7 @@ class Settings:
     bind_host: str = DEFAULT_BIND_HOST
     db_timeouts: DbTimeouts = field(default_factory=DbTimeouts.from_env)
     redis_timeout_ms: int = field(default_factory=redis_timeout_ms)
+    db_pool_max_size: int = field(default_factory=db_pool_max_size)
     health: HealthSettings = field(default_factory=HealthSettings.from_env)
 
     @classmethod

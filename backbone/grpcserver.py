@@ -16,7 +16,7 @@ import inspect
 import logging
 import signal
 import time
-from collections.abc import AsyncIterator, Awaitable, Callable, Coroutine, Iterable, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Coroutine, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, TypeAlias
 
@@ -27,6 +27,7 @@ from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection
 
 from backbone import logs, metrics
+from backbone.config import GrpcSettings
 from backbone.errors import (
     MAX_MESSAGE_CHARS,
     MAX_REASON_CHARS,
@@ -53,6 +54,18 @@ SERVER_OPTIONS = (
     ("grpc.max_receive_message_length", MAX_RECEIVE_MESSAGE_BYTES),
     ("grpc.max_send_message_length", MAX_SEND_MESSAGE_BYTES),
 )
+
+
+def server_options(env: Mapping[str, str] | None = None) -> tuple[tuple[str, int], ...]:
+    """``SERVER_OPTIONS`` and a maximum connection age (backbone/config.py ``GrpcSettings``): a client
+    reconnects at least that often and resolves the name again, so a pod added meanwhile gets calls."""
+    settings = GrpcSettings.from_env(env)
+    return (
+        *SERVER_OPTIONS,
+        ("grpc.max_connection_age_ms", settings.max_connection_age_ms),
+        ("grpc.max_connection_age_grace_ms", settings.max_connection_age_grace_ms),
+    )
+
 
 Behavior = Callable[..., Any]
 BackgroundTask = Callable[[asyncio.Event], Coroutine[Any, Any, None]]
@@ -304,7 +317,7 @@ async def start_server(
     ``niuniu.rng.v1.Rng.SetTestDeck``); ``credentials`` (TLS) replace the plaintext port.
     ``dependencies`` turns health NOT_SERVING while a dependency it probes is unreachable.
     """
-    server = grpc.aio.server(interceptors=[MetricsInterceptor(), ErrorInterceptor()], options=SERVER_OPTIONS)
+    server = grpc.aio.server(interceptors=[MetricsInterceptor(), ErrorInterceptor()], options=server_options())
     names = list(register(server))
     health_servicer = health.aio.HealthServicer()
     health_pb2_grpc.add_HealthServicer_to_server(health_servicer, server)

@@ -134,7 +134,9 @@ async def start(
     if schema is not None:
         async with await connect(settings.dsn, autocommit=True, timeouts=settings.db_timeouts) as conn:
             await create_schema(conn, schema)
-    pool = await open_pool(settings.dsn, schema=schema, timeouts=settings.db_timeouts)
+    pool = await open_pool(
+        settings.dsn, schema=schema, max_size=settings.db_pool_max_size, timeouts=settings.db_timeouts
+    )
     store = EventStore(spec.name, spec.default_topic(topics))
     await _set_up_tables(pool, store, spec)
     redis_timeout_s = settings.redis_timeout_ms / 1000

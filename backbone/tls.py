@@ -16,13 +16,14 @@ token (backbone/auth.py).
 
 from __future__ import annotations
 
+import json
 import os
 from collections.abc import Mapping
 from pathlib import Path
 
 import grpc
 
-from backbone.config import ConfigError
+from backbone.config import ConfigError, GrpcSettings
 
 CA_ENV = "NIUNIU_TLS_CA_FILE"
 CLIENT_AUTH_ENV = "NIUNIU_TLS_CLIENT_AUTH"
@@ -104,9 +105,22 @@ server was down for a while kept failing calls for tens of seconds after the ser
 answers up to ``MAX_ANSWER_BYTES``."""
 
 
+def channel_options(env: Mapping[str, str] | None = None) -> tuple[tuple[str, int | str], ...]:
+    """``CHANNEL_OPTIONS`` and the load-balancing policy (``NIUNIU_GRPC_LB_POLICY``, backbone/config.py).
+
+    gRPC's default, ``pick_first``, sends every call of a channel to the first address its target
+    resolves to: a headless Service's other pods got none. ``round_robin`` keeps a connection to
+    each address and takes them in turn (a ClusterIP name resolves to one address: no change).
+    """
+    policy = GrpcSettings.from_env(env).lb_policy
+    config = json.dumps({"loadBalancingConfig": [{policy: {}}]})
+    return (*CHANNEL_OPTIONS, ("grpc.service_config", config))
+
+
 def aio_channel(target: str, service: str | None, env: Mapping[str, str] | None = None) -> grpc.aio.Channel:
     """A channel from ``service`` to ``target``: mutual TLS when configured, plaintext otherwise."""
     credentials = channel_credentials(service, env)
+    options = channel_options(env)
     if credentials is None:
-        return grpc.aio.insecure_channel(target, options=CHANNEL_OPTIONS)
-    return grpc.aio.secure_channel(target, credentials, options=CHANNEL_OPTIONS)
+        return grpc.aio.insecure_channel(target, options=options)
+    return grpc.aio.secure_channel(target, credentials, options=options)

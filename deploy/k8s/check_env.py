@@ -92,7 +92,17 @@ ONLY_FOR: dict[str, tuple[str, ...]] = {
     # The browser gateway imports backbone.config and backbone.auth for a constant or two but holds
     # no database, no Redis and no key (the callers' tokens pass through), and serves no gRPC: what
     # Settings.from_env and Tokens.from_env read is the four services' alone.
-    **dict.fromkeys(("NIUNIU_DSN", "NIUNIU_GRPC_PORT", "NIUNIU_KEY_FILE", "NIUNIU_JWKS_FILE", "REDIS_URL"), SERVICES),
+    **dict.fromkeys(
+        (
+            "NIUNIU_DSN",
+            "NIUNIU_GRPC_PORT",
+            "NIUNIU_KEY_FILE",
+            "NIUNIU_JWKS_FILE",
+            "REDIS_URL",
+            "NIUNIU_DB_POOL_MAX_SIZE",
+        ),
+        SERVICES,
+    ),
 }
 
 # The key files (backbone/auth.py KEY_ENV_VARS): required, except in development mode, where a

@@ -1,10 +1,16 @@
-"""Runs every table's rounds, one owner per table across replicas.
+"""Runs every table's rounds, one owner per table across replicas, the tables shared among them.
 
-Each replica's supervisor tries to take a Redis lease per table; the holder runs
-that table's round loop while a keeper renews the lease in the background. A
-replica that dies stops renewing, the lease expires, and another replica takes
-the table over and resumes from the stored round (every step re-reads its state,
-so nothing is done twice).
+Each replica's supervisor announces itself among the table replicas and takes the Redis
+lease of each open table that the assignment gives it (``placement``: rendezvous hashing
+over the live replicas, at most one table more than any other replica); the holder runs
+that table's round loop while a keeper renews the lease in the background. A replica that
+dies stops renewing its membership and its leases, both expire, and the replicas the
+tables now fall to take them over and resume from the stored round (every step re-reads
+its state, so nothing is done twice). A replica whose table now falls to another (one
+joined, or the tables changed) finishes the step in progress, releases the lease, and the
+other takes the table on its next round of supervision; so a table moves within one lease
+time to live of a replica joining or leaving. Bets do not depend on who runs the table:
+any replica records them in PostgreSQL under the round's locks.
 
 The lease's fencing token comes from the table service's own database
 (``backbone.lease.PgFence``), so it grows with every new owner whatever Redis
@@ -31,6 +37,7 @@ from backbone.errors import DomainError
 from backbone.lease import PgFence, RedisLease, StaleOwner, fenced
 from services.table import metrics
 from services.table.app import TableApp
+from services.table.placement import Membership, assign
 
 log = logging.getLogger(__name__)
 
@@ -47,13 +54,24 @@ def lease_name(prefix: str, table_id: str) -> str:
     return f"table:{prefix}{table_id}"
 
 
+def member_group(prefix: str) -> str:
+    """The membership group of the table replicas of one system (its topic prefix)."""
+    return f"table:{prefix}"
+
+
 class TableSupervisor:
     def __init__(self, app: TableApp, redis: Redis, owner: str, *, lease_prefix: str = "") -> None:
         self._app = app
         self._redis = redis
         self._owner = owner
         self._lease_prefix = lease_prefix
+        self._membership = Membership(redis, member_group(lease_prefix), owner, LEASE_TTL_MS)
         self._loops: dict[str, asyncio.Task[None]] = {}
+        self._handovers: dict[str, asyncio.Event] = {}
+
+    def running(self) -> frozenset[str]:
+        """The tables whose rounds this replica runs now."""
+        return frozenset(table_id for table_id, task in self._loops.items() if not task.done())
 
     async def run(self, stop: asyncio.Event) -> None:
         try:
@@ -70,11 +88,20 @@ class TableSupervisor:
             for task in self._loops.values():
                 with contextlib.suppress(asyncio.CancelledError, Exception):
                     await task
+            with contextlib.suppress(Exception):  # else the others wait for the key to expire
+                await self._membership.leave()
 
     async def _supervise(self, stop: asyncio.Event) -> None:
-        for table_id in await self._app.list_tables(open_only=True):
-            task = self._loops.get(table_id)
-            if task is not None and not task.done():
+        members = await self._membership.beat()
+        owners = assign(await self._app.list_tables(open_only=True), members)
+        self._loops = {table_id: task for table_id, task in self._loops.items() if not task.done()}
+        self._handovers = {table_id: self._handovers[table_id] for table_id in self._loops}
+        for table_id in self._loops:
+            if owners.get(table_id) != self._owner and not self._handovers[table_id].is_set():
+                log.info("handing table over", extra={"table_id": table_id, "to": owners.get(table_id)})
+                self._handovers[table_id].set()  # the loop stops after its step in progress and releases
+        for table_id, owner in owners.items():
+            if owner != self._owner or table_id in self._loops:
                 continue
             name = lease_name(self._lease_prefix, table_id)
             lease = RedisLease(self._redis, name, self._owner, LEASE_TTL_MS, fence=PgFence(self._app.pool, name))
@@ -82,15 +109,19 @@ class TableSupervisor:
             if token is not None:
                 log.info("took table", extra={"table_id": table_id, "fencing_token": token})
                 metrics.table_started(table_id, self._app.ctx.now())
-                self._loops[table_id] = asyncio.create_task(self._table_loop(table_id, lease, token, stop))
+                handover = self._handovers[table_id] = asyncio.Event()
+                self._loops[table_id] = asyncio.create_task(self._table_loop(table_id, lease, token, stop, handover))
 
-    async def _table_loop(self, table_id: str, lease: RedisLease, token: int, stop: asyncio.Event) -> None:
+    async def _table_loop(
+        self, table_id: str, lease: RedisLease, token: int, stop: asyncio.Event, handover: asyncio.Event
+    ) -> None:
+        """Step the table's rounds while the lease is ours, until stopped or the table is another's."""
         assert lease.fence is not None
         lost = asyncio.Event()
         keeper = asyncio.create_task(_keep(lease, lost, stop))
         try:
             with fenced(lease.fence, token):
-                while not stop.is_set() and not lost.is_set():
+                while not (stop.is_set() or lost.is_set() or handover.is_set()):
                     try:
                         delay = await _unless(lost, self._app.step(table_id, token))
                     except StaleOwner as error:
@@ -107,8 +138,7 @@ class TableSupervisor:
                         metrics.table_closed(table_id)
                         return
                     if delay > 0:
-                        with contextlib.suppress(TimeoutError):
-                            await asyncio.wait_for(stop.wait(), min(delay, MAX_STEP_SLEEP_S))
+                        await _first(stop, handover, timeout_s=min(delay, MAX_STEP_SLEEP_S))
             if lost.is_set():
                 log.warning("lost table lease", extra={"table_id": table_id})
         finally:
@@ -117,6 +147,16 @@ class TableSupervisor:
                 await keeper
             with contextlib.suppress(Exception):
                 await lease.release()
+
+
+async def _first(*events: asyncio.Event, timeout_s: float) -> None:
+    """Wait until one of ``events`` is set, or ``timeout_s`` passed."""
+    waiters = [asyncio.create_task(event.wait()) for event in events]
+    try:
+        await asyncio.wait(waiters, timeout=timeout_s, return_when=asyncio.FIRST_COMPLETED)
+    finally:
+        for waiter in waiters:
+            waiter.cancel()
 
 
 async def _keep(lease: RedisLease, lost: asyncio.Event, stop: asyncio.Event) -> None:

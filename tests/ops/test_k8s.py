@@ -79,17 +79,44 @@ def test_deployment_probes_security_resources_env(rendered: dict[str, list[Doc]]
     assert not any(name == "niuniu-jwt" for _, name in sources), "the services read signing keys from files now"
     _signing_keys_are_mounted_files(rendered[where], where, service, pod, container)
     config = named(rendered[where], "ConfigMap", f"niuniu-{service}")["data"]
+    pool = config.pop("NIUNIU_DB_POOL_MAX_SIZE")
     assert config == {
         f"NIUNIU_{service.upper()}_GRPC_PORT": str(grpc_port),
         f"NIUNIU_{service.upper()}_METRICS_PORT": str(metrics_port),
     }
+    hpa = named(rendered[where], "HorizontalPodAutoscaler", f"niuniu-{service}")
+    # The connection budget (docs/capacity.md): every pod at its pool's size fits in max_connections - reserve.
+    assert hpa["spec"]["maxReplicas"] * int(pool) <= MAX_CONNECTIONS - RESERVED_CONNECTIONS
     dsn = f"NIUNIU_{service.upper()}_DSN"
     from_env = {e["name"]: e for e in container.get("env", [])}
-    if dsn in from_env:
+    if dsn in from_env and "value" in from_env[dsn]:  # production: through the database's pooler
+        assert f"host=niuniu-{service}-pooler-rw " in from_env[dsn]["value"]
+        user = from_env[f"NIUNIU_{service.upper()}_DB_USER"]["valueFrom"]["secretKeyRef"]
+        assert user == {"name": f"niuniu-{service}-pg-app", "key": "username"}
+        _pooler_fits_the_budget(rendered[where], service)
+    elif dsn in from_env:
         assert from_env[dsn]["valueFrom"]["secretKeyRef"] == {"name": f"niuniu-{service}-pg-app", "key": "uri"}
     else:
         assert ("secretRef", f"niuniu-{service}-db") in sources
         assert dsn in named(rendered[where], "Secret", f"niuniu-{service}-db")["stringData"]
+
+
+MAX_CONNECTIONS = 200
+RESERVED_CONNECTIONS = 30
+"""PostgreSQL's max_connections in the manifests, and what is kept for the operator, replication and people."""
+
+
+def _pooler_fits_the_budget(docs: list[Doc], service: str) -> None:
+    """The pooler's server connections fit the budget, and it passes psycopg's prepared statements on."""
+    pooler = named(docs, "Pooler", f"niuniu-{service}-pooler-rw")
+    assert pooler["spec"]["cluster"]["name"] == f"niuniu-{service}-pg"
+    bouncer = pooler["spec"]["pgbouncer"]
+    assert bouncer["poolMode"] == "transaction"
+    servers = pooler["spec"]["instances"] * int(bouncer["parameters"]["default_pool_size"])
+    assert servers <= MAX_CONNECTIONS - RESERVED_CONNECTIONS
+    assert int(bouncer["parameters"]["max_prepared_statements"]) > 0
+    cluster = named(docs, "Cluster", f"niuniu-{service}-pg")
+    assert cluster["spec"]["postgresql"]["parameters"]["max_connections"] == str(MAX_CONNECTIONS)
 
 
 KEY_MOUNTS = {
