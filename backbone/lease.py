@@ -13,6 +13,9 @@ refused. The new owner's increment waits for the share locks of writes in
 flight, so once it has its token no older owner's write can still commit.
 Without a fence (unit tests) the token is a Redis counter: monotonic only while
 Redis keeps its data.
+
+``PartitionLeases`` divides a group's partitions (a relay's, a consumer's) among its
+live members, one fenced lease per partition (docs/decisions/0001-partition-ownership.md).
 """
 
 from __future__ import annotations
@@ -171,8 +174,8 @@ class RedisLease:
     With ``fence`` the tokens come from PostgreSQL and never go backwards; without, from Redis.
 
     ``renew_every_ms`` (fenced leases only): ``renew`` asks Redis only when the lease was last
-    confirmed longer ago than this, so an owner that checks its lease in a tight loop (the
-    outbox relay, 20 times a second) does not pay a Redis round trip each time. It may then act
+    confirmed longer ago than this, so an owner that checks its lease in a tight loop does not
+    pay a Redis round trip each time. It may then act
     on a lease it lost for up to that long; its fenced writes are refused all the same.
     """
 
