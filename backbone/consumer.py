@@ -8,12 +8,14 @@ where to resume and for lag dashboards: they are committed after the database,
 so they can lag behind it, never run ahead of it. That makes the consumer safe
 across crashes, restarts and group rebalances.
 
-Given a ``lease`` the consumer assigns itself every partition of its topics while
-it holds the lease (no Kafka group membership), starting each from the position
-stored in PostgreSQL (or Kafka's hint, when further). A restarted process then
-resumes within the lease's time to live instead of waiting for the group
-coordinator to drop its dead predecessor (a session timeout, 45 s by default, and
-a rebalance); replicas of a service take turns through the lease.
+Given ``leases`` (``backbone.lease.PartitionLeases``) the replicas of a consumer
+divide its topics' partitions among themselves, each assigning itself its share
+(no Kafka group membership) and starting each partition from the position stored
+in PostgreSQL (or Kafka's hint, when further). A partition whose owner stopped
+moves at the others' next refresh, one whose owner died within the lease's time
+to live, and the partitions that do not move are never paused (docs/decisions/
+0001-partition-ownership.md). Every transaction checks the fencing tokens of its
+partitions: an owner deposed without noticing commits nothing for them.
 """
 
 from __future__ import annotations
@@ -35,7 +37,7 @@ from psycopg_pool import AsyncConnectionPool
 
 from backbone import logs, metrics
 from backbone.db import framed, run_ddl
-from backbone.lease import RedisLease
+from backbone.lease import PartitionLeases, StalePartitions
 
 log = logging.getLogger(__name__)
 
@@ -116,8 +118,6 @@ METADATA_WAIT_S = 30.0
 COMMIT_HINT_INTERVAL_S = 1.0
 """How often Kafka is told the consumer's offsets (a hint: the database is the truth)."""
 LAG_SAMPLE_INTERVAL_S = 1.0
-PARTITION_CHECK_INTERVAL_S = 10.0
-"""With a lease: how often the consumer looks for partitions added to its topics."""
 REDIS_WARN_INTERVAL_S = 30.0
 
 _RECORD_PROCESSED = (
@@ -174,7 +174,7 @@ class ExactlyOnceConsumer:
         batch_size: int = 500,
         event_types: Collection[str] | None = None,
         pipeline: bool = False,
-        lease: RedisLease | None = None,
+        leases: PartitionLeases | None = None,
         parallel_partitions: int = 1,
     ) -> None:
         if not 1 <= batch_size <= MAX_BATCH_SIZE:
@@ -209,11 +209,9 @@ class ExactlyOnceConsumer:
         self._hints: dict[TopicPartition, int] = {}
         self._hinted_at = 0.0
         self._lag_sampled_at = 0.0
-        self._lease = lease
-        self._renewed_at = 0.0
-        self._partitions_checked_at = 0.0
+        self._leases = leases
+        self._shared_at = float("-inf")
         self._redis_warned_at = 0.0
-        self._held = False
         # Test seam: called after a record's transaction committed.
         self.after_commit: Callable[[Any], Awaitable[None]] | None = None
 
@@ -223,11 +221,10 @@ class ExactlyOnceConsumer:
 
     async def poll_once(self) -> int:
         """Poll once and apply what came; returns the number of events applied (duplicates excluded)."""
-        if self._lease is not None:
-            if not await self._hold_lease():
+        if self._leases is not None:
+            if not await self._take_share():
                 await asyncio.sleep(self._poll_timeout_ms / 1000)
                 return 0
-            await self._assign_all()
         elif not self._subscribed:
             await asyncio.to_thread(self._await_topic_metadata)
             self._kafka.subscribe(self.topics)
@@ -244,14 +241,16 @@ class ExactlyOnceConsumer:
             self._assignment = assignment
             self._positions.clear()
         try:
-            if len(batches) > 1 and sum(len(records) for records in batches.values()) <= self._batch_size:
-                applied = await self._apply_together(batches)
-            elif len(batches) > 1 and self._parallel_partitions > 1:
-                applied = await self._apply_side_by_side(batches)
-            else:
-                applied = 0
-                for tp, records in batches.items():
-                    applied += await self._apply_records(tp, records)
+            applied = await self._apply_polled(batches)
+        except StalePartitions as error:
+            # Another replica owns these now (its token is newer): what this poll applied of the others
+            # stays, the rest is read again from the stored positions once the share is taken again.
+            log.warning("consumer deposed from partitions", extra={"consumer": self.name, "error": str(error)})
+            assert self._leases is not None
+            self._leases.lose(error.parts)
+            self._shared_at = float("-inf")
+            self._reread(batches)
+            return 0
         except BaseException:
             # Kafka has moved past what this poll brought, applied or not (a failure outside a handler:
             # the database unreachable for the stored position, a side-by-side partition cancelled):
@@ -267,50 +266,39 @@ class ExactlyOnceConsumer:
             await asyncio.to_thread(self._record_lag)
         return applied
 
-    async def _hold_lease(self) -> bool:
-        """Keep (or take) the lease; when it is lost, give the partitions up.
+    async def _take_share(self) -> bool:
+        """Every third of the leases' time to live: this replica's share of the partitions, assigned
+        from where the database (or Kafka's hint) says when it changed. Returns whether it holds any.
 
-        The lease only divides the work: the database keeps every effect exactly once whoever
-        applies it. So while Redis cannot be reached the consumer goes on applying rather than
-        stopping the service's consumption with it (two replicas may then both read; one of
-        them applies each event, the other finds it applied).
+        The leases only divide the work: the database keeps every effect exactly once whoever
+        applies it, and every transaction checks its partitions' fences. So while Redis cannot be
+        reached the consumer goes on applying the partitions it held rather than stopping the
+        service's consumption with it (their leases run out meanwhile for everyone).
         """
-        assert self._lease is not None
+        assert self._leases is not None
         now = time.monotonic()
-        if self._held and now - self._renewed_at < self._lease.ttl_ms / 3000:
-            return True
+        if now - self._shared_at < self._leases.ttl_ms / 3000:
+            return bool(self._assignment)
+        self._shared_at = now
+        parts = await asyncio.to_thread(self._all_partitions)
         try:
-            held = await self._lease.renew() or await self._lease.acquire() is not None
+            held = {TopicPartition(topic, partition) for topic, partition in await self._leases.refresh(parts)}
         except Exception as error:  # Redis unreachable: not a reason to stop applying
             if now - self._redis_warned_at > REDIS_WARN_INTERVAL_S:
                 self._redis_warned_at = now
-                log.warning("consumer lease unreachable; applying anyway", extra={"error": repr(error)})
-            held = True
-        self._held = held
-        if held:
-            self._renewed_at = now
-        elif self._subscribed:
-            log.warning("consumer lease lost; leaving the partitions", extra={"consumer": self.name})
-            await asyncio.to_thread(self._kafka.unsubscribe)
-            self._subscribed = False
-            self._assignment = set()
-            self._positions.clear()
-            self._hints.clear()
-        return held
+                log.warning("consumer leases unreachable; applying what it held", extra={"error": repr(error)})
+            held = {TopicPartition(topic, partition) for topic, partition in self._leases.held}
+        if held != self._assignment:
+            await self._assign(held)
+        return bool(held)
 
-    async def _assign_all(self) -> None:
-        """Assign every partition of the topics, each from where the database (or Kafka's hint) says."""
-        now = time.monotonic()
-        if self._subscribed and now - self._partitions_checked_at < PARTITION_CHECK_INTERVAL_S:
-            return
-        self._partitions_checked_at = now
-        partitions = await asyncio.to_thread(self._all_partitions)
-        if self._subscribed and partitions == self._assignment:
-            return
-        self._kafka.assign(sorted(partitions))
-        self._subscribed = True
+    async def _assign(self, partitions: set[TopicPartition]) -> None:
+        """Assign ``partitions``, each from where the database (or Kafka's hint) says."""
+        self._kafka.assign(sorted(partitions))  # none: unsubscribes
+        self._subscribed = bool(partitions)
         self._assignment = set(partitions)
         self._positions.clear()
+        self._hints = {tp: offset for tp, offset in self._hints.items() if tp in partitions}
         for tp in sorted(partitions):
             stored = await self._stored_position(tp)
             hint = await asyncio.to_thread(self._kafka.committed, tp)
@@ -319,7 +307,7 @@ class ExactlyOnceConsumer:
                 self._kafka.seek(tp, start)
             else:
                 self._kafka.seek_to_beginning(tp)
-        log.info("consumer assigned itself", extra={"consumer": self.name, "partitions": len(partitions)})
+        log.info("consumer took its share", extra={"consumer": self.name, "partitions": len(partitions)})
 
     def _all_partitions(self) -> set[TopicPartition]:
         self._await_topic_metadata()
@@ -343,6 +331,16 @@ class ExactlyOnceConsumer:
                     log.warning("no partitions known for topic; subscribing anyway", extra={"topic": topic})
                     return
                 time.sleep(0.2)
+
+    async def _apply_polled(self, batches: dict[TopicPartition, list[Any]]) -> int:
+        if len(batches) > 1 and sum(len(records) for records in batches.values()) <= self._batch_size:
+            return await self._apply_together(batches)
+        if len(batches) > 1 and self._parallel_partitions > 1:
+            return await self._apply_side_by_side(batches)
+        applied = 0
+        for tp, records in batches.items():
+            applied += await self._apply_records(tp, records)
+        return applied
 
     async def _apply_records(self, tp: TopicPartition, records: list[Any]) -> int:
         """A partition's records, ``batch_size`` a transaction; returns how many were new."""
@@ -369,6 +367,8 @@ class ExactlyOnceConsumer:
         if any(part.items for part in parts):  # else nothing the handler acts on: no transaction
             try:
                 applied = await self._apply_batch([part for part in parts if part.items])
+            except StalePartitions:
+                raise
             except Exception:
                 for tp, fresh in read:
                     applied += await self._apply_records(tp, fresh)
@@ -425,6 +425,8 @@ class ExactlyOnceConsumer:
             return 0, True
         try:
             applied = await self._apply_batch([_Part(tp, wanted, fresh[-1].offset + 1)])
+        except StalePartitions:
+            raise
         except Exception:
             # Something in the batch failed and nothing of it was committed: go one by one
             # so every record before the failing one lands, then retry from the failing one.
@@ -463,6 +465,8 @@ class ExactlyOnceConsumer:
         for record, envelope in items:
             try:
                 applied += await self._apply_batch([_Part(tp, [(record, envelope)], record.offset + 1)])
+            except StalePartitions:
+                raise
             except Exception:
                 metrics.CONSUMER_FAILURES.labels(self.name, tp.topic).inc()
                 log.exception("handler failed; will retry", extra={"topic": tp.topic, "offset": record.offset})
@@ -500,6 +504,8 @@ class ExactlyOnceConsumer:
                         [r.offset for _, r, _ in items],
                     ),
                 )
+                if self._leases is not None:  # reads its result: the round trip of the tracking rows' too
+                    await self._leases.check(conn, [part.tp for part in parts])
             new = {(topic, partition, offset) for topic, partition, offset in await cur.fetchall()}
             fresh = [(tp, r, e) for tp, r, e in items if (tp.topic, tp.partition, r.offset) in new]
             applied = Counter(tp.topic for tp, _, _ in fresh)
@@ -574,9 +580,9 @@ class ExactlyOnceConsumer:
         if self._hints:
             await self._commit_hints()
         await asyncio.to_thread(self._kafka.close)
-        if self._lease is not None:
+        if self._leases is not None:
             with contextlib.suppress(Exception):
-                await self._lease.release()
+                await self._leases.leave()
 
 
 def _envelope(record: Any) -> events_pb2.EventEnvelope:

@@ -64,10 +64,13 @@ SCHEMA: tuple[str, ...] = (
         position      BIGINT PRIMARY KEY REFERENCES events (position),
         topic         TEXT NOT NULL,
         record_key    TEXT NOT NULL,
-        published_at  TIMESTAMPTZ
+        published_at  TIMESTAMPTZ,
+        key_hash      INT CHECK (key_hash >= 0)
     )
     """,
     "CREATE INDEX IF NOT EXISTS outbox_unpublished_idx ON outbox (position) WHERE published_at IS NULL",
+    # Outboxes made before rows knew their partition: the relays hash their unpublished rows (``key_hash``).
+    "ALTER TABLE outbox ADD COLUMN IF NOT EXISTS key_hash INT CHECK (key_hash >= 0)",
 )
 
 # The store-wide lock: shared by appends, exclusive for readers that need a prefix of positions.
@@ -78,7 +81,7 @@ DOMAIN_LOCK_CLASS = 0x6E6E
 APPEND_FUNCTION = f"""
 CREATE OR REPLACE FUNCTION niuniu_append_events(
     p_stream TEXT, p_domain TEXT, p_expected BIGINT, p_ids UUID[], p_types TEXT[], p_correlations TEXT[],
-    p_occurred TIMESTAMPTZ[], p_envelopes BYTEA[], p_topics TEXT[]
+    p_occurred TIMESTAMPTZ[], p_envelopes BYTEA[], p_topics TEXT[], p_key_hash INT
 ) RETURNS BIGINT[] LANGUAGE plpgsql VOLATILE AS $$
 DECLARE
     current_version BIGINT;
@@ -97,8 +100,8 @@ BEGIN
         FROM unnest(p_ids, p_types, p_correlations, p_occurred, p_envelopes) WITH ORDINALITY AS e (id, t, c, o, env, n)
         RETURNING position, version
     ), new_outbox AS (
-        INSERT INTO outbox (position, topic, record_key)
-        SELECT position, p_topics[version - p_expected], p_stream FROM new_events
+        INSERT INTO outbox (position, topic, record_key, key_hash)
+        SELECT position, p_topics[version - p_expected], p_stream, p_key_hash FROM new_events
     )
     SELECT array_agg(position ORDER BY version) INTO positions FROM new_events;
     RETURN positions;
@@ -112,13 +115,13 @@ $$
 STRICT_APPEND_FUNCTION = """
 CREATE OR REPLACE FUNCTION niuniu_append_events_strict(
     p_stream TEXT, p_domain TEXT, p_expected BIGINT, p_ids UUID[], p_types TEXT[], p_correlations TEXT[],
-    p_occurred TIMESTAMPTZ[], p_envelopes BYTEA[], p_topics TEXT[]
+    p_occurred TIMESTAMPTZ[], p_envelopes BYTEA[], p_topics TEXT[], p_key_hash INT
 ) RETURNS BIGINT[] LANGUAGE plpgsql VOLATILE AS $$
 DECLARE
     positions BIGINT[];
 BEGIN
     positions := niuniu_append_events(p_stream, p_domain, p_expected, p_ids, p_types, p_correlations, p_occurred,
-                                      p_envelopes, p_topics);
+                                      p_envelopes, p_topics, p_key_hash);
     IF positions IS NULL THEN
         RAISE EXCEPTION 'stream % is no longer at version %', p_stream, p_expected USING ERRCODE = '40001';
     END IF;
@@ -133,7 +136,7 @@ $$
 APPEND_ONE_FUNCTION = f"""
 CREATE OR REPLACE FUNCTION niuniu_append_event(
     p_stream TEXT, p_domain TEXT, p_expected BIGINT, p_id UUID, p_type TEXT, p_correlation TEXT,
-    p_occurred TIMESTAMPTZ, p_envelope BYTEA, p_topic TEXT
+    p_occurred TIMESTAMPTZ, p_envelope BYTEA, p_topic TEXT, p_key_hash INT
 ) RETURNS BIGINT LANGUAGE plpgsql VOLATILE AS $$
 DECLARE
     new_position BIGINT;
@@ -148,7 +151,7 @@ BEGIN
     VALUES (nextval('events_position_seq'), p_id, p_stream, p_expected + 1, p_type, p_correlation, p_occurred,
             p_envelope)
     RETURNING position INTO new_position;
-    INSERT INTO outbox (position, topic, record_key) VALUES (new_position, p_topic, p_stream);
+    INSERT INTO outbox (position, topic, record_key, key_hash) VALUES (new_position, p_topic, p_stream, p_key_hash);
     RETURN new_position;
 END
 $$
@@ -157,13 +160,13 @@ $$
 STRICT_APPEND_ONE_FUNCTION = """
 CREATE OR REPLACE FUNCTION niuniu_append_event_strict(
     p_stream TEXT, p_domain TEXT, p_expected BIGINT, p_id UUID, p_type TEXT, p_correlation TEXT,
-    p_occurred TIMESTAMPTZ, p_envelope BYTEA, p_topic TEXT
+    p_occurred TIMESTAMPTZ, p_envelope BYTEA, p_topic TEXT, p_key_hash INT
 ) RETURNS BIGINT[] LANGUAGE plpgsql VOLATILE AS $$
 DECLARE
     new_position BIGINT;
 BEGIN
     new_position := niuniu_append_event(p_stream, p_domain, p_expected, p_id, p_type, p_correlation, p_occurred,
-                                        p_envelope, p_topic);
+                                        p_envelope, p_topic, p_key_hash);
     IF new_position IS NULL THEN
         RAISE EXCEPTION 'stream % is no longer at version %', p_stream, p_expected USING ERRCODE = '40001';
     END IF;
@@ -182,17 +185,18 @@ SCHEMA = (
 
 _APPEND_ARGS = (
     "%({p}stream)s, %({p}domain)s, %({p}expected)s, %({p}ids)b::uuid[], %({p}types)b::text[],"
-    " %({p}correlations)b::text[], %({p}occurred)b::timestamptz[], %({p}envelopes)b::bytea[], %({p}topics)b::text[]"
+    " %({p}correlations)b::text[], %({p}occurred)b::timestamptz[], %({p}envelopes)b::bytea[], %({p}topics)b::text[],"
+    " %({p}key_hash)s::int"
 )
 
 _APPEND_MANY = (
     "SELECT niuniu_append_events(%s, %s, %s, %b::uuid[], %b::text[], %b::text[], %b::timestamptz[],"
-    " %b::bytea[], %b::text[])"
+    " %b::bytea[], %b::text[], %s::int)"
 )
-_APPEND_ONE = "SELECT niuniu_append_event(%s, %s, %s, %s::uuid, %s, %s, %s, %s, %s)"
+_APPEND_ONE = "SELECT niuniu_append_event(%s, %s, %s, %s::uuid, %s, %s, %s, %s, %s, %s::int)"
 _APPEND_ONE_ARGS = (
     "%({p}stream)s, %({p}domain)s, %({p}expected)s, %({p}id)s::uuid, %({p}type)s, %({p}correlation)s,"
-    " %({p}occurred)s, %({p}envelope)s, %({p}topic)s"
+    " %({p}occurred)s, %({p}envelope)s, %({p}topic)s, %({p}key_hash)s::int"
 )
 
 _WAIT_FOR_APPENDS = f"SELECT pg_advisory_xact_lock(hashtext('{STORE_LOCK_KEY}'))"
@@ -218,6 +222,35 @@ _STORE_POSITION_TAG = b"\x48"  # EventEnvelope.store_position: field 9, varint
 def ordering_domain(stream_id: str) -> str:
     """The streams whose appends commit in position order: the stream id up to its first '.'."""
     return stream_id.split(".", 1)[0]
+
+
+def murmur2(data: bytes) -> int:
+    """Kafka's murmur2 of a record key (its Java client's ``Utils.murmur2``), as an unsigned 32-bit int.
+
+    Written out here rather than taken from kafka-python (whose ``DefaultPartitioner`` computes the
+    same; ``tests/backbone/test_partitions.py`` holds the two together) so the store, which the
+    gateway imports for its errors, does not load the Kafka client."""
+    m, mask = 0x5BD1E995, 0xFFFFFFFF
+    h = (0x9747B28C ^ len(data)) & mask
+    whole = len(data) - len(data) % 4
+    for i in range(0, whole, 4):
+        k = int.from_bytes(data[i : i + 4], "little") * m & mask
+        k = (k ^ (k >> 24)) * m & mask
+        h = (h * m & mask) ^ k
+    tail = data[whole:]
+    if tail:
+        for i in reversed(range(len(tail))):
+            h ^= tail[i] << (8 * i)
+        h = h * m & mask
+    h ^= h >> 13
+    h = h * m & mask
+    return h ^ (h >> 15)
+
+
+def key_hash(record_key: str) -> int:
+    """The outbox row's ``key_hash``: its partition on a topic of N partitions is ``key_hash % N``, the
+    partition Kafka's default partitioner gives the key (``murmur2(key) & 0x7fffffff``, modulo N)."""
+    return murmur2(record_key.encode()) & 0x7FFFFFFF
 
 
 def with_store_position(envelope: bytes, position: int) -> bytes:
@@ -356,6 +389,7 @@ class EventStore:
                         occurred,
                         envelope.SerializeToString(),
                         event.topic or self.default_topic,
+                        key_hash(stream_id),
                     ),
                 )
             else:
@@ -373,6 +407,7 @@ class EventStore:
                         [occurred for _, occurred in built],
                         [e.SerializeToString() for e in envelopes],
                         [event.topic or self.default_topic for event in events],
+                        key_hash(stream_id),
                     ),
                 )
         except psycopg.errors.UniqueViolation:
@@ -411,6 +446,7 @@ class EventStore:
                 f"{prefix}occurred": occurred,
                 f"{prefix}envelope": envelope.SerializeToString(),
                 f"{prefix}topic": event.topic or self.default_topic,
+                f"{prefix}key_hash": key_hash(stream_id),
             }
             return "niuniu_append_event_strict(" + _APPEND_ONE_ARGS.format(p=prefix) + ")", one
         built = [self._envelope(stream_id, expected_version + i, event) for i, event in enumerate(events, 1)]
@@ -425,6 +461,7 @@ class EventStore:
             f"{prefix}occurred": [occurred for _, occurred in built],
             f"{prefix}envelopes": [e.SerializeToString() for e in envelopes],
             f"{prefix}topics": [event.topic or self.default_topic for event in events],
+            f"{prefix}key_hash": key_hash(stream_id),
         }
         return "niuniu_append_events_strict(" + _APPEND_ARGS.format(p=prefix) + ")", params
 

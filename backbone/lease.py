@@ -13,13 +13,16 @@ refused. The new owner's increment waits for the share locks of writes in
 flight, so once it has its token no older owner's write can still commit.
 Without a fence (unit tests) the token is a Redis counter: monotonic only while
 Redis keeps its data.
+
+``PartitionLeases`` divides a group's partitions (a relay's, a consumer's) among its
+live members, one fenced lease per partition (docs/decisions/0001-partition-ownership.md).
 """
 
 from __future__ import annotations
 
 import contextvars
 import time
-from collections.abc import Iterator
+from collections.abc import Collection, Iterator, Sequence
 from contextlib import contextmanager
 
 import psycopg
@@ -171,8 +174,8 @@ class RedisLease:
     With ``fence`` the tokens come from PostgreSQL and never go backwards; without, from Redis.
 
     ``renew_every_ms`` (fenced leases only): ``renew`` asks Redis only when the lease was last
-    confirmed longer ago than this, so an owner that checks its lease in a tight loop (the
-    outbox relay, 20 times a second) does not pay a Redis round trip each time. It may then act
+    confirmed longer ago than this, so an owner that checks its lease in a tight loop does not
+    pay a Redis round trip each time. It may then act
     on a lease it lost for up to that long; its fenced writes are refused all the same.
     """
 
@@ -260,3 +263,136 @@ class RedisLease:
 
     def _value(self) -> str:
         return f"{self.owner}|{self.token}"
+
+
+Part = tuple[str, int]
+"""A partition of a topic: (topic, partition); Kafka's ``TopicPartition`` is one."""
+
+# KEYS[1] the group's members (a sorted set scored by last heartbeat, Redis's clock); ARGV[1] owner,
+# ARGV[2] ttl_ms, ARGV[3] '1' to stay a member, '0' to leave. Drops members silent for ttl_ms and
+# returns the live ones.
+_MEMBERS = """
+local t = redis.call('TIME')
+local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+redis.call('ZREMRANGEBYSCORE', KEYS[1], '-inf', now - tonumber(ARGV[2]))
+if ARGV[3] == '1' then
+  redis.call('ZADD', KEYS[1], now, ARGV[1])
+  redis.call('PEXPIRE', KEYS[1], 2 * tonumber(ARGV[2]))
+else
+  redis.call('ZREM', KEYS[1], ARGV[1])
+end
+return redis.call('ZRANGE', KEYS[1], 0, -1)
+"""
+
+MAX_GROUP_PARTITIONS = 1_000
+"""Bound on the partitions one group divides (``backbone.topics.MAX_PARTITIONS`` of one topic)."""
+
+
+class StalePartitions(StaleOwner):
+    """Fenced writes for partitions whose lease another owner has taken since."""
+
+    def __init__(self, parts: Collection[Part], detail: str) -> None:
+        super().__init__("STALE_OWNER", detail)
+        self.parts = frozenset(parts)
+
+
+def share(parts: Collection[Part], members: Sequence[str], owner: str) -> frozenset[Part]:
+    """``owner``'s share of ``parts`` among ``members``: the i-th partition (by topic, then number) goes
+    to the (i mod n)-th member (by name).
+
+    Every member computes the same division from the same list; each gets ⌊P/n⌋ or ⌈P/n⌉ of the
+    partitions, and of each topic's as many as any other member give or take one (a topic's
+    partitions are consecutive in the order)."""
+    ordered = sorted(set(members))
+    if owner not in ordered:
+        return frozenset()
+    mine = ordered.index(owner)
+    return frozenset(part for i, part in enumerate(sorted(parts)) if i % len(ordered) == mine)
+
+
+class PartitionLeases:
+    """This owner's share of a group's partitions, one fenced lease per partition.
+
+    The members of ``group`` (every replica of a service's relay, or of one of its consumers)
+    heartbeat into a Redis sorted set; each ``refresh`` divides the partitions among the live
+    members (``share``), gives up the leases of partitions no longer its own, and takes those of
+    its share once their previous owner has let them go (at its own next refresh) or its lease ran
+    out (it died). A member that stops (``leave``) hands its partitions over at the others' next
+    refresh; one that dies, within ``ttl_ms`` and a refresh.
+
+    Each partition's lease is a ``RedisLease`` whose fencing token comes from PostgreSQL
+    (``PgFence`` named ``<group>:<topic>:<partition>``); writes for a partition check it in their
+    own transaction (``check``), so an owner deposed without noticing commits nothing for it.
+    """
+
+    def __init__(self, redis: Redis, group: str, owner: str, ttl_ms: int, pool: AsyncConnectionPool) -> None:
+        if "|" in owner:
+            raise ValueError("owner must not contain '|'")
+        if ttl_ms <= 0:
+            raise ValueError("ttl_ms must be positive")
+        self._redis = redis
+        self._pool = pool
+        self.group = group
+        self.owner = owner
+        self.ttl_ms = ttl_ms
+        self._members_key = f"niuniu:members:{group}"
+        self._held: dict[Part, RedisLease] = {}
+
+    @property
+    def held(self) -> frozenset[Part]:
+        return frozenset(self._held)
+
+    def fence_name(self, part: Part) -> str:
+        return f"{self.group}:{part[0]}:{part[1]}"
+
+    async def members(self) -> list[str]:
+        """The live members (this one included: it heartbeats)."""
+        raw = await self._redis.eval(_MEMBERS, 1, self._members_key, self.owner, self.ttl_ms, "1")
+        return [m.decode() if isinstance(m, bytes) else str(m) for m in raw]
+
+    async def refresh(self, parts: Collection[Part]) -> frozenset[Part]:
+        """Heartbeat, then hold this owner's share of ``parts`` (as far as their leases are free).
+
+        Returns the partitions held. Raises when Redis cannot be reached: the caller keeps acting
+        for what it held (its writes are fenced whatever Redis says)."""
+        if len(parts) > MAX_GROUP_PARTITIONS:
+            raise ValueError(f"a group divides at most {MAX_GROUP_PARTITIONS} partitions")
+        mine = share(parts, await self.members(), self.owner)
+        for part in sorted(self.held - mine):
+            await self._held.pop(part).release()
+        for part, lease in sorted(self._held.items()):
+            if not await lease.renew():
+                del self._held[part]
+        for part in sorted(mine - self.held):
+            lease = RedisLease(self._redis, self.fence_name(part), self.owner, self.ttl_ms, fence=self._fence(part))
+            if await lease.acquire() is not None:
+                self._held[part] = lease
+        return self.held
+
+    def lose(self, parts: Collection[Part]) -> None:
+        """Forget ``parts`` (their fences refused a write): another owner holds them now."""
+        for part in parts:
+            self._held.pop(part, None)
+
+    async def leave(self) -> None:
+        """Give every lease up and leave the group, so the others take the partitions at once."""
+        for lease in self._held.values():
+            await lease.release()
+        self._held.clear()
+        await self._redis.eval(_MEMBERS, 1, self._members_key, self.owner, self.ttl_ms, "0")
+
+    async def check(self, conn: psycopg.AsyncConnection, parts: Collection[Part]) -> None:
+        """In a write's transaction: refuse it unless this owner holds every one of ``parts`` under its
+        newest token (share locks on their fences, kept to commit, so no new owner's token comes
+        between this check and the commit)."""
+        tokens = {self.fence_name(p): (p, self._held[p].token if p in self._held else None) for p in parts}
+        cur = await conn.execute(
+            "SELECT name, token FROM lease_fences WHERE name = ANY(%s) ORDER BY name FOR SHARE", (sorted(tokens),)
+        )
+        newest = {str(name): int(token) for name, token in await cur.fetchall()}
+        stale = [part for name, (part, token) in tokens.items() if token is None or token < newest.get(name, 0)]
+        if stale:
+            raise StalePartitions(stale, f"{self.group}: partitions {sorted(stale)} have another owner now")
+
+    def _fence(self, part: Part) -> PgFence:
+        return PgFence(self._pool, self.fence_name(part))

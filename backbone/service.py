@@ -31,18 +31,19 @@ from backbone.eventstore import EventStore
 from backbone.grpcserver import BackgroundTask, RunningServer, serve_forever, start_server
 from backbone.healthcheck import DependencyMonitor, KafkaProbe, PostgresProbe, Probe, RedisProbe
 from backbone.kafka import ensure_topics, make_consumer, make_producer, use_identity
-from backbone.lease import PgFence, RedisLease
+from backbone.lease import PartitionLeases, PgFence
 from backbone.metrics import serve_metrics
 from backbone.relay import OutboxRelay
 from backbone.topics import Topics
 
 log = logging.getLogger(__name__)
 
-RELAY_LEASE_TTL_MS = 10_000
-RELAY_LEASE_RENEW_EVERY_MS = 2_500
-"""The relay checks its lease before every poll of the outbox; Redis is asked this often at most (the
-relay's writes are fenced in PostgreSQL whatever Redis says). Asking on every poll was 3-7 % of a
-service's busy time at one bet in flight (py-spy, ``niuniu-load --profile``)."""
+PARTITION_LEASE_TTL_MS = 6_000
+"""The leases of the partitions a relay or consumer replica owns (``backbone.lease.PartitionLeases``):
+a dead replica's partitions move to the others within this and a refresh (a third of it). A replica
+refreshes its leases every third of it, not before every poll of the outbox: its writes are fenced in
+PostgreSQL whatever Redis says (asking Redis on every poll was 3-7 % of a service's busy time at one
+bet in flight; py-spy, ``niuniu-load --profile``)."""
 RELAY_IDLE_SLEEP_S = 0.1
 """How long the relay waits after finding the outbox empty. Polling every 50 ms (three round trips
 each) was 17-56 % of a service's busy time at one bet in flight, 62-68 % of the rng's; this halves it
@@ -53,8 +54,6 @@ costs a transaction that waits for the disk (the fencing check writes its row), 
 and a fetch and a transaction in every consumer of the topic. Polling again at once published a
 trickle of events one or two at a time: at 64 bets in flight, 30 s runs alternated on 3 December,
 74 / 146 bets/s without against 144 / 186 with (machine CPU a bet 24.6 / 12.3 ms against 12.6 / 9.8)."""
-CONSUMER_LEASE_TTL_MS = 6_000
-"""A consumer's lease (see backbone/consumer.py): a restarted process resumes within this."""
 GATHER_BYTES = 256 * 1024
 """What a gathering consumer's fetch waits for (``ConsumerSpec.gather_ms``): some hundreds of events."""
 DDL_ATTEMPTS = 8
@@ -143,15 +142,6 @@ async def start(
     redis = Redis.from_url(settings.redis_url, socket_timeout=redis_timeout_s, socket_connect_timeout=redis_timeout_s)
     ctx = ServiceContext(settings, topics, pool, store, redis, tokens)
     owner = f"{socket.gethostname()}-{os.getpid()}-{id(ctx)}"
-    relay_lease = f"relay:{topics.prefix}{spec.name}:{schema or ''}"
-    lease = RedisLease(
-        redis,
-        relay_lease,
-        owner,
-        RELAY_LEASE_TTL_MS,
-        fence=PgFence(pool, relay_lease),
-        renew_every_ms=RELAY_LEASE_RENEW_EVERY_MS,
-    )
 
     def relay_producer() -> KafkaProducer:
         return make_producer(settings.kafka_bootstrap_servers, f"{spec.name}-relay")
@@ -161,7 +151,10 @@ async def start(
         pool,
         relay_producer(),
         new_producer=relay_producer,
-        lease=lease,
+        leases=PartitionLeases(
+            redis, f"relay:{topics.prefix}{spec.name}:{schema or ''}", owner, PARTITION_LEASE_TTL_MS, pool
+        ),
+        topics=published_topics(spec, topics),
         idle_sleep_s=RELAY_IDLE_SLEEP_S,
         linger_s=RELAY_LINGER_S,
     )
@@ -184,7 +177,7 @@ async def start(
             kafka,
             batch_size=consumer_spec.batch_size,
             parallel_partitions=consumer_spec.parallel_partitions,
-            lease=RedisLease(redis, f"consumer:{group}:{schema or ''}", owner, CONSUMER_LEASE_TTL_MS),
+            leases=PartitionLeases(redis, f"consumer:{group}:{schema or ''}", owner, PARTITION_LEASE_TTL_MS, pool),
         )
         tasks.append(consumer.run)
     tasks.extend(make(ctx) for make in spec.background)
@@ -199,6 +192,13 @@ async def start(
         dependencies=dependency_monitor(spec, settings),
     )
     return running, ctx
+
+
+def published_topics(spec: ServiceSpec, topics: Topics) -> list[str]:
+    """The topics ``spec``'s events go to: its default one and the others of its own name
+    (``niuniu.<service>.*``, the names its Kafka principal may write: the rng's audit topic)."""
+    own = f"{topics.prefix}niuniu.{spec.name}."
+    return sorted({spec.default_topic(topics), *(t.name for t in topics.specs() if t.name.startswith(own))})
 
 
 async def _set_up_tables(pool: AsyncConnectionPool, store: EventStore, spec: ServiceSpec) -> None:

@@ -22,7 +22,7 @@ from backbone.consumer import ExactlyOnceConsumer, batched, handling
 from backbone.db import open_pool, run_ddl
 from backbone.eventstore import MAX_PAYLOAD_BYTES, EventStore, NewEvent
 from backbone.kafka import TopicSpec, ensure_topics, make_consumer, make_producer
-from backbone.lease import PgFence, RedisLease, StaleOwner
+from backbone.lease import PartitionLeases, PgFence
 from backbone.relay import RENEW_PRODUCER_AFTER, OutboxRelay, PendingRecord
 
 pytestmark = pytest.mark.integration
@@ -305,19 +305,22 @@ async def test_a_selective_consumer_skips_other_event_types_without_tracking_the
 async def test_a_leased_consumer_killed_mid_stream_is_replaced_within_the_lease_and_applies_once(
     pool: AsyncConnectionPool, store: EventStore, topic: str, kafka_servers: str, unique: str, redis_url: str
 ) -> None:
-    """No group coordinator to wait for: the successor assigns itself the partitions once the lease expires."""
-    await append_credits(pool, store, 60)
-    await OutboxRelay("test", pool, make_producer(kafka_servers, "relay")).publish_once()
+    """No group coordinator to wait for: the successor assigns itself the partitions once the leases expire."""
+    async with pool.connection() as conn:
+        await PgFence.setup(conn)
     name = f"g-{unique}"
     redis = Redis.from_url(redis_url)
     try:
 
         def leased(owner: str) -> ExactlyOnceConsumer:
             kafka = make_consumer(kafka_servers, name, f"{name}-{owner}")
-            lease = RedisLease(redis, f"consumer:{name}", owner, ttl_ms=1_500)
-            return ExactlyOnceConsumer(name, [topic], pool, apply_credit, kafka, lease=lease)
+            leases = PartitionLeases(redis, f"consumer:{name}", owner, 1_500, pool)
+            return ExactlyOnceConsumer(name, [topic], pool, apply_credit, kafka, leases=leases)
 
-        first, standby = leased("first"), leased("second")
+        first = leased("first")
+        assert await first.poll_once() == 0  # the only member: it takes every partition
+        await append_credits(pool, store, 60)
+        await OutboxRelay("test", pool, make_producer(kafka_servers, "relay")).publish_once()
         seen = 0
 
         async def die_after_some(record: Any) -> None:
@@ -330,13 +333,13 @@ async def test_a_leased_consumer_killed_mid_stream_is_replaced_within_the_lease_
         with pytest.raises(Crash):
             for _ in range(100):
                 await first.poll_once()
-                assert await standby.poll_once() == 0  # the lease holder alone applies
         first._kafka.close(autocommit=False)  # a dead process commits nothing more and never renews
 
         killed_at = time.monotonic()
         async with pool.connection() as conn:
             applied_before = sum(applied for _, applied in (await credits(conn)).values())
         assert applied_before >= 17
+        standby = leased("second")
         await drain(standby, pool, 60)
         took_over_in = time.monotonic() - killed_at
         for _ in range(3):
@@ -350,38 +353,10 @@ async def test_a_leased_consumer_killed_mid_stream_is_replaced_within_the_lease_
         await redis.aclose()
 
 
-async def test_a_superseded_relay_publishes_nothing(
+async def test_a_relay_polling_an_empty_outbox_locks_nothing_and_writes_nothing(
     pool: AsyncConnectionPool, store: EventStore, topic: str, kafka_servers: str, unique: str, redis_url: str
 ) -> None:
-    """Redis forgets the relay's lease; another relay leads: the first one's next batch is refused (fencing)."""
-    async with pool.connection() as conn:
-        await PgFence.setup(conn)
-    await append_credits(pool, store, 5)
-    redis = Redis.from_url(redis_url)
-    name = f"relay:{unique}"
-    try:
-        old = RedisLease(redis, name, "old", ttl_ms=10_000, fence=PgFence(pool, name))
-        assert await old.acquire() is not None
-        await redis.delete(old.key)  # Redis lost the lease (a restart without persistence, a FLUSHALL)
-        new = RedisLease(redis, name, "new", ttl_ms=10_000, fence=PgFence(pool, name))
-        new_token = await new.acquire()
-        assert new_token is not None and old.token is not None and new_token > old.token
-        stale = OutboxRelay("test", pool, make_producer(kafka_servers, "relay-old"), lease=old)
-        with pytest.raises(StaleOwner):
-            await stale.publish_once()
-        assert records_on_topic(kafka_servers, topic) == 0
-        leader = OutboxRelay("test", pool, make_producer(kafka_servers, "relay-new"), lease=new)
-        assert await leader.publish_once() == 5
-        assert records_on_topic(kafka_servers, topic) == 5
-        await new.release()
-    finally:
-        await redis.aclose()
-
-
-async def test_a_relay_polling_an_empty_outbox_locks_nothing_and_writes_nothing(
-    pool: AsyncConnectionPool, store: EventStore, kafka_servers: str, unique: str, redis_url: str
-) -> None:
-    """The idle poll reads; only a poll with events to publish checks the fence under its row lock.
+    """The idle poll reads; only a poll with events to publish checks the fences under their row locks.
 
     A lock taken with FOR SHARE is written into the row (its ``xmax``), and the poll's commit then
     waits for the disk: the relays' idle polls were the database's most frequent flushed commits.
@@ -389,53 +364,60 @@ async def test_a_relay_polling_an_empty_outbox_locks_nothing_and_writes_nothing(
     async with pool.connection() as conn:
         await PgFence.setup(conn)
     redis = Redis.from_url(redis_url)
-    name = f"relay:{unique}"
 
-    async def fence_locker() -> int:
+    async def fence_lockers() -> list[int]:
         async with pool.connection() as conn:
-            cur = await conn.execute("SELECT xmax::text::bigint FROM lease_fences WHERE name = %s", (name,))
-            row = await cur.fetchone()
-            assert row is not None
-            return int(row[0])
+            cur = await conn.execute("SELECT xmax::text::bigint FROM lease_fences ORDER BY name")
+            return [int(row[0]) for row in await cur.fetchall()]
 
     try:
-        lease = RedisLease(redis, name, "only", ttl_ms=10_000, fence=PgFence(pool, name))
-        assert await lease.acquire() is not None
-        relay = OutboxRelay("test", pool, make_producer(kafka_servers, "relay-idle"), lease=lease)
-        before = await fence_locker()  # the acquire's own update
+        leases = PartitionLeases(redis, f"relay:{unique}", "only", 10_000, pool)
+        relay = OutboxRelay("test", pool, make_producer(kafka_servers, "relay-idle"), leases=leases, topics=[topic])
+        await relay.refresh(force=True)
+        assert len(leases.held) == 3
+        before = await fence_lockers()  # the acquires' own updates
         for _ in range(3):
             assert await relay.publish_once() == 0
-        assert await fence_locker() == before
+        assert await fence_lockers() == before
         await append_credits(pool, store, 2)
         assert await relay.publish_once() == 2
-        assert await fence_locker() != before  # with events to publish, the token is checked under its lock
-        await lease.release()
+        assert await fence_lockers() != before  # with events to publish, the tokens are checked under their locks
+        await leases.leave()
     finally:
         await redis.aclose()
 
 
 async def test_a_leased_consumer_goes_on_applying_while_redis_is_unreachable(
-    pool: AsyncConnectionPool, store: EventStore, topic: str, kafka_servers: str, unique: str
+    pool: AsyncConnectionPool, store: EventStore, topic: str, kafka_servers: str, unique: str, redis_url: str
 ) -> None:
-    """The lease only divides the work (the database keeps effects exactly once): no Redis, no stall."""
-    await append_credits(pool, store, 30)
-    await OutboxRelay("test", pool, make_producer(kafka_servers, "relay")).publish_once()
+    """The leases only divide the work (the database keeps effects exactly once, each transaction checks
+    its partitions' fences): Redis gone, the consumer goes on applying the partitions it held."""
+    async with pool.connection() as conn:
+        await PgFence.setup(conn)
     with socket.socket() as probe:  # a port nobody listens on
         probe.bind(("127.0.0.1", 0))
         port = probe.getsockname()[1]
-    redis = Redis.from_url(f"redis://127.0.0.1:{port}/0", socket_connect_timeout=0.2, socket_timeout=0.2)
+    redis = Redis.from_url(redis_url)
+    gone = Redis.from_url(f"redis://127.0.0.1:{port}/0", socket_connect_timeout=0.2, socket_timeout=0.2)
     try:
         name = f"g-{unique}"
-        lease = RedisLease(redis, f"consumer:{name}", "only", ttl_ms=3_000)
+        leases = PartitionLeases(redis, f"consumer:{name}", "only", 3_000, pool)
         consumer = ExactlyOnceConsumer(
-            name, [topic], pool, apply_credit, make_consumer(kafka_servers, name, f"{name}-c"), lease=lease
+            name, [topic], pool, apply_credit, make_consumer(kafka_servers, name, f"{name}-c"), leases=leases
         )
+        assert await consumer.poll_once() == 0  # takes every partition
+        assert len(leases.held) == 3
+        leases._redis = gone  # Redis is unreachable from here on
+        consumer._shared_at = float("-inf")  # and the next poll asks it
+        await append_credits(pool, store, 30)
+        await OutboxRelay("test", pool, make_producer(kafka_servers, "relay")).publish_once()
         await drain(consumer, pool, 30)
         async with pool.connection() as conn:
             assert await credits(conn) == expected_totals(30)
         consumer._kafka.close()
     finally:
         await redis.aclose()
+        await gone.aclose()
 
 
 async def test_a_record_whose_transaction_fails_is_applied_before_any_record_after_it(
@@ -475,7 +457,7 @@ class WedgedProducer:
     def __init__(self) -> None:
         self.closed = False
 
-    def send(self, topic: str, key: bytes, value: bytes) -> None:
+    def send(self, topic: str, key: bytes, value: bytes, partition: int | None = None) -> None:
         return None
 
     def flush(self, timeout: float | None = None) -> None:

@@ -23,7 +23,7 @@ import pytest
 from psycopg import sql
 
 from backbone.eventstore import EventStore
-from backbone.relay import FIRST_UNPUBLISHED, PENDING
+from backbone.relay import FIRST_UNPUBLISHED, OWNED, PENDING
 from services.table.server import setup as table_setup
 from services.table.store import BETS_BY_ID
 from services.wallet import repo as wallet_repo
@@ -36,7 +36,7 @@ Setup = Callable[[psycopg.AsyncConnection], Awaitable[None]]
 def _positional(statement: str) -> str:
     """psycopg's placeholders as PostgreSQL's ($1, $2, ...), for PREPARE."""
     numbers = iter(range(1, 100))
-    return re.sub(r"%[sb]", lambda _: f"${next(numbers)}", statement)
+    return re.sub(r"%(\(\w+\))?[sb]", lambda _: f"${next(numbers)}", statement)
 
 
 async def _generic_plan(dsn: str, schema: str, setup: Setup, statement: str, types: list[str], args: str) -> str:
@@ -63,7 +63,15 @@ HOT = [
     pytest.param(
         wallet_repo.setup, wallet_repo._LOCK_HOLDS, ["text[]"], "('{a,b}')", "wallet_holds", id="wallet: holds locked"
     ),
-    pytest.param(_table_only, FIRST_UNPUBLISHED, [], "", "outbox", id="relay: its probe"),
+    pytest.param(_table_only, FIRST_UNPUBLISHED.format(owned=""), [], "", "outbox", id="relay: its probe"),
+    pytest.param(
+        _table_only,
+        FIRST_UNPUBLISHED.format(owned=OWNED),
+        ["text[]", "int[]", "int[]"],
+        "('{a}', '{3}', '{0}')",
+        "outbox",
+        id="relay: its probe of its partitions",
+    ),
     pytest.param(_table_only, PENDING, [], "", "events", id="relay: the backlog's age"),
 ]
 
