@@ -14,7 +14,7 @@ divide its topics' partitions among themselves, each assigning itself its share
 in PostgreSQL (or Kafka's hint, when further). A partition whose owner stopped
 moves at the others' next refresh, one whose owner died within the lease's time
 to live, and the partitions that do not move are never paused (docs/decisions/
-0001-partition-ownership.md). Every transaction checks the fencing tokens of its
+0011-partition-ownership.md). Every transaction checks the fencing tokens of its
 partitions: an owner deposed without noticing commits nothing for them.
 """
 

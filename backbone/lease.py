@@ -15,7 +15,7 @@ Without a fence (unit tests) the token is a Redis counter: monotonic only while
 Redis keeps its data.
 
 ``PartitionLeases`` divides a group's partitions (a relay's, a consumer's) among its
-live members, one fenced lease per partition (docs/decisions/0001-partition-ownership.md).
+live members, one fenced lease per partition (docs/decisions/0011-partition-ownership.md).
 """
 
 from __future__ import annotations
