@@ -13,8 +13,9 @@ docs/settlement.md:
 * an uncovered bet is refunded: its stake is treated as never accepted, it is left
   out of the settlement (the rest of the round is settled without it) and its hold,
   still listed with the round's holds, is released by the wallet if it is open;
-* when the dealer's or banker's hold does not cover what the settlement takes from
-  it, no bet can be left out to mend that: the round is voided (every hold released).
+* when the dealer's or banker's hold is not covered the same way (open, theirs, of
+  this round, at least what the table recorded and what the settlement takes), no
+  bet can be left out to mend that: the round is voided (every hold released).
 
 These functions are pure: the settlement and the holds come in, the verdict goes out.
 """
@@ -90,16 +91,20 @@ def covered_settlement(
 ) -> Verdict:
     """Settle ``live`` without the bets the wallet's ``holds`` do not cover.
 
-    ``recorded``: per bet's hold id, the bettor and the ``hold_minor`` the table recorded. Leaving
+    ``recorded``: per bet's hold id, the bettor and the ``hold_minor`` the table recorded (the
+    dealer's hold is recorded in ``funding``). Leaving
     a bet out changes what the others take (a red-envelope dealer pays from the losers' payments),
     so the settlement is made again until every hold covers it: at most once per bet, since each
     pass leaves at least one out.
     """
     bets = list(live)
     refunded: dict[str, str] = {}
+    dealer: dict[str, Need] = {}
+    if funding.dealer_hold_id:
+        dealer = {funding.dealer_hold_id: Need(funding.dealer, funding.dealer_hold_minor)}
     for _ in range(len(bets) + 1):
         settlement = settle(bets)
-        wanted = needs(settlement, {b.hold_id: recorded[b.hold_id] for b in bets})
+        wanted = needs(settlement, {b.hold_id: recorded[b.hold_id] for b in bets} | dealer)
         reasons = {h: refusal(holds.get(h), need, round_id) for h, need in wanted.items()}
         if funding.dealer_hold_id and reasons.get(funding.dealer_hold_id):
             reason = reasons[funding.dealer_hold_id]
