@@ -44,11 +44,11 @@ def shrink(rig: Rig, hold_id: str, amount_minor: int) -> None:
 
 
 def refunded_count(reason: str) -> float:
-    return metrics.BETS_REFUNDED_UNCOVERED.labels(reason)._value.get()
+    return float(metrics.BETS_REFUNDED_UNCOVERED.labels(reason)._value.get())
 
 
 def checks(result: str) -> float:
-    return metrics.SETTLEMENT_CHECKS.labels(result)._value.get()
+    return float(metrics.SETTLEMENT_CHECKS.labels(result)._value.get())
 
 
 async def test_bets_the_wallet_does_not_cover_are_refunded_and_the_rest_of_the_round_settles(rig: Rig) -> None:
