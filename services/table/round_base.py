@@ -364,6 +364,33 @@ class RoundMachine:
         metrics.round_ended(table_id, self.ctx.now())
         self.ctx.wake(table_id)
 
+    async def void_rejected(self, table_id: str, round_id: str, reason: str) -> ev.RoundVoided | None:
+        """Void a settled round whose settlement the wallet refused: the operator's repair (``repair.py``).
+
+        The RoundVoided lists every hold of the round, so the wallet, which accepts a void of a round
+        whose settlement it rejected, releases them all; the round's bets become refunds. None when
+        the round is voided already. Raises ConcurrencyError when the table's stream moved meanwhile
+        (the caller tries again), FailedPrecondition ROUND_NOT_SETTLED for a round in any other phase.
+        """
+        async with self.ctx.store.transaction() as conn:
+            locked = await self.ctx.store.round(conn, round_id, lock=True)
+            if locked["table_id"] != table_id:
+                raise FailedPrecondition("ROUND_NOT_AT_TABLE", f"round {round_id} is not table {table_id}'s")
+            if locked["phase"] == Phase.VOIDED:
+                return None
+            if locked["phase"] != Phase.SETTLED:
+                raise FailedPrecondition("ROUND_NOT_SETTLED", f"round {round_id} is {locked['phase']}, not settled")
+            bets = await self.ctx.store.round_bets(conn, round_id)
+            _, holds = await self.funding(conn, locked)
+            await self.ctx.store.refund_settled_round(conn, round_id)
+            await self.ctx.store.end_round(conn, round_id, Phase.VOIDED, self.ctx.now(), reason)
+            voided = ev.RoundVoided(
+                table_id=table_id, round_id=round_id, reason=reason, hold_ids=[b["hold_id"] for b in bets] + holds
+            )
+            await self.append(conn, table_id, "table.round_voided", voided, round_id)
+        self.ctx.wake(table_id)
+        return voided
+
     async def append(self, conn: Conn, table_id: str, event_type: str, payload: Any, round_id: str) -> None:
         """An event on the table's stream; the round (or table) row lock orders the appends.
 

@@ -457,3 +457,11 @@ class TableStore:
             " WHERE bet_id = ANY(%s) AND status = 'placed'",
             (list(bet_ids),),
         )
+
+    async def refund_settled_round(self, conn: Conn, round_id: str) -> None:
+        """Refund every bet of a settled round an operator voids (its settlement was never applied)."""
+        await conn.execute(
+            "UPDATE bets SET status = 'refunded', outcome = 'refund', net_minor = 0"
+            " WHERE round_id = %s AND status IN ('placed', 'settled')",
+            (round_id,),
+        )

@@ -13,9 +13,10 @@ from __future__ import annotations
 import pytest
 from psycopg_pool import AsyncConnectionPool
 
+from backbone.errors import FailedPrecondition
 from bull.money import Settlement, Transfer, TransferKind
 from bull.variants import Funding, TableBet
-from services.table import metrics
+from services.table import metrics, repair
 from services.table.common import Phase, scoped_id
 from services.table.coverage import Need, covered_settlement, refusal
 from services.table.ports import WalletHold
@@ -117,6 +118,30 @@ async def test_a_wallet_that_does_not_answer_holds_the_round_then_it_settles_unc
     assert ended["phase"] == Phase.SETTLED and checks("unchecked") == unchecked + 1
     await rig.deliver("gw")
     assert rig.wallet.applied[current["round_id"]] == "settled" and rig.conserved()
+
+
+async def test_the_repair_voids_a_settled_round_the_wallet_rejected_listing_every_hold(rig: Rig) -> None:
+    await rig.create("bb", "baibian_bull", {"banker.min_capital_minor": "100000"})
+    await rig.app.banker.apply(player("p5"), "bb", 1_000_000)
+    current = await rig.next_round("bb")
+    for i in range(2):
+        await rig.app.place_bet(player(f"p{i}"), f"b{i}", "bb", "heaven", 10_000)
+    ended = await rig.finish("bb")
+    round_id = current["round_id"]
+    with pytest.raises(FailedPrecondition, match="ROUND_NOT_REJECTED"):  # the wallet applied it: nothing to do
+        await repair.void_round(rig.app, rig.wallet, round_id, "REPAIRED")
+    assert ended["phase"] == Phase.SETTLED
+    rig.wallet.applied[round_id] = "rejected"  # as if the wallet had refused the settlement
+    assert await repair.void_round(rig.app, rig.wallet, round_id, "REPAIRED: test") == "voided"
+    row = await rig.app.round_row(round_id)
+    assert (row["phase"], row["void_reason"]) == (Phase.VOIDED, "REPAIRED: test")
+    voided = await rig.voided(round_id)
+    settled = await rig.settled(round_id)
+    assert set(voided.hold_ids) == set(settled.hold_ids)  # the bets' holds and the banker's
+    assert any(h.startswith("banker.") for h in voided.hold_ids) and len(voided.hold_ids) == 3
+    assert {b["status"] for b in await rig.app.round_bets(round_id)} == {"refunded"}
+    assert await repair.void_round(rig.app, rig.wallet, round_id, "REPAIRED: again") == "already voided"
+    assert len((await rig.round_events(round_id))["table.round_voided"]) == 1
 
 
 # ---------------------------------------------------------------------- the rule, pure
