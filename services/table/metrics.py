@@ -78,6 +78,19 @@ LAST_ROUND_ENDED = Gauge(
     "When a round of the table last ended (settled or voided), or this process took the table.",
     ["table"],
 )
+SETTLEMENT_CHECKS = Counter(
+    "niuniu_table_settlement_checks_total",
+    "Rounds whose holds the table checked with the wallet before settling, by result: covered, refunded"
+    " (bets the holds did not cover were left out), voided (the dealer's hold did not cover), unchecked"
+    " (the wallet did not answer in time: settled as recorded).",
+    ["result"],
+)
+BETS_REFUNDED_UNCOVERED = Counter(
+    "niuniu_table_bets_refunded_uncovered_total",
+    "Bets refunded when their round settled because the wallet's hold did not cover them, by the reason"
+    " the wallet would have refused (HOLD_NOT_OPEN, HOLD_INSUFFICIENT ...).",
+    ["reason"],
+)
 ROUND_WAIT = Gauge(
     "niuniu_table_round_wait_seconds",
     "The waits a round of the table is configured with (bidding + betting + pause), seconds.",

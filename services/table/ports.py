@@ -7,6 +7,7 @@ refused their bet; an unreachable service is UNAVAILABLE.
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Protocol
@@ -34,6 +35,8 @@ HOLD_CALLS_IN_FLIGHT = 2
 """PlaceHolds calls under way at once; the holds asked meanwhile go together in the next one."""
 MAX_HOLDS_WAITING = 1024
 """Bound on holds waiting for a call; one more is refused UNAVAILABLE TABLE_BUSY."""
+HOLD_READS_IN_FLIGHT = 16
+"""GetHold calls under way at once when the table reads a round's holds (``GrpcWallet.read_holds``)."""
 CALL_TIMEOUT_S = 3.0
 """The deadline of every call to the wallet and the rng. A round step makes at most one try of a
 call (``round_base.RNG_PATIENCE``), so a step ends well inside the table's 5 s lease
@@ -45,6 +48,17 @@ class RevealedSeed:
     server_seed: str
     commitment: str
     client_seed: str
+
+
+@dataclass(frozen=True, slots=True)
+class WalletHold:
+    """A hold as the wallet has it now: what the table checks before it settles a round."""
+
+    hold_id: str
+    account: str
+    amount_minor: int
+    round_id: str
+    is_open: bool
 
 
 class WalletPort(Protocol):
@@ -63,6 +77,9 @@ class WalletPort(Protocol):
 
     async def settlement_status(self, round_id: str) -> str | None:
         """What the wallet did with the round's settlement ("settled", "voided", "rejected"), None if unseen."""
+
+    async def read_holds(self, hold_ids: Sequence[str]) -> dict[str, WalletHold]:
+        """The holds the wallet has of ``hold_ids``, by id; an unknown hold is left out. Raises Unavailable."""
 
 
 class RngPort(Protocol):
@@ -203,6 +220,27 @@ class GrpcWallet:
                 return None
             raise translate(error, "wallet") from None
         return str(reply.status)
+
+    async def read_holds(self, hold_ids: Sequence[str]) -> dict[str, WalletHold]:
+        """One GetHold per hold, ``HOLD_READS_IN_FLIGHT`` at a time (the wallet has no call that reads
+        holds by id in bulk); the first failure other than NOT_FOUND is raised."""
+        gate = asyncio.Semaphore(HOLD_READS_IN_FLIGHT)
+
+        async def read(hold_id: str) -> WalletHold | None:
+            async with gate:
+                try:
+                    hold = await self._stub.GetHold(
+                        wallet_pb2.GetHoldRequest(hold_id=hold_id), metadata=self._metadata, timeout=CALL_TIMEOUT_S
+                    )
+                except grpc.aio.AioRpcError as error:
+                    if error.code() == grpc.StatusCode.NOT_FOUND:
+                        return None
+                    raise translate(error, "wallet") from None
+            is_open = hold.status == wallet_pb2.HOLD_STATUS_OPEN
+            return WalletHold(hold.hold_id, hold.account, hold.amount_minor, hold.round_id, is_open)
+
+        found = await asyncio.gather(*(read(h) for h in dict.fromkeys(hold_ids)))
+        return {h.hold_id: h for h in found if h is not None}
 
 
 class GrpcRng:

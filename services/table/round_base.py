@@ -13,14 +13,15 @@ settlement and who funds it; a machine decides only when and what is stored.
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable, Mapping
+import logging
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from datetime import datetime, timedelta
 from typing import Any
 
 from niuniu.table.v1 import events_pb2 as ev
 
-from backbone.errors import FailedPrecondition
+from backbone.errors import FailedPrecondition, Unavailable
 from backbone.lease import check_fence
 from bull.money import JACKPOT_POOL, Settlement
 from bull.variants import Funding, SeatHand, TableBet, Variant
@@ -35,7 +36,9 @@ from services.table.common import (
     variant_of,
 )
 from services.table.context import TableContext
+from services.table.coverage import Need, covered_settlement
 from services.table.jackpot import JackpotPool, PoolReading
+from services.table.ports import WalletHold
 from services.table.store import Conn, Row
 
 Step = Callable[[Row, Row], Awaitable[float | None]]
@@ -49,11 +52,26 @@ loop inside a step, so a step stays well within the table's lease, and the round
 as the rng answers again.
 """
 RNG_RETRY_S = 0.5
+SETTLE_CHECK_PATIENCE = timedelta(seconds=20)
+"""How long a round ready to settle waits for the wallet to answer its hold check (``settle``).
+
+Past it the round settles as the table recorded it, unchecked (counted, logged): the wallet that
+did not answer applies the settlement from Kafka later, and a settlement it then refuses goes to
+the operator's repair path (docs/runbooks/NiuniuWalletSettlementRejected.md).
+"""
+WALLET_RETRY_S = 0.5
+
+log = logging.getLogger(__name__)
 
 
 def rng_patience_left(current: Mapping[str, Any], now: datetime) -> bool:
     """May the round still wait for the rng (else it is voided)?"""
     return bool(now < current["betting_closes_at"] + RNG_PATIENCE)
+
+
+def settling_since(current: Mapping[str, Any]) -> datetime:
+    """When the round became ready to settle: its last reveal's step time (the betting deadline at the latest)."""
+    return current["next_step_at"] or current["betting_closes_at"]  # type: ignore[no-any-return]
 
 
 @dataclass
@@ -194,11 +212,36 @@ class RoundMachine:
             await self.append(conn, table_id, "table.betting_closed", closed, round_id)
         self.ctx.wake(table_id)
 
-    async def settle(self, table: Row, current: Row) -> None:
+    async def settle(self, table: Row, current: Row) -> float | None:
+        """Check the round's holds with the wallet, then settle (``_settle``); seconds to wait when the
+        wallet did not answer and the round may still wait for it (``SETTLE_CHECK_PATIENCE``)."""
+        try:
+            holds: Mapping[str, WalletHold] | None = await self._read_holds(current)
+        except Unavailable as error:
+            if self.ctx.now() < settling_since(current) + SETTLE_CHECK_PATIENCE:
+                return WALLET_RETRY_S
+            log.warning("settling unchecked: the wallet did not answer", extra={"round_id": current["round_id"],
+                                                                                "error": str(error)})  # fmt: skip
+            metrics.SETTLEMENT_CHECKS.labels("unchecked").inc()
+            holds = None
         # Paying from the jackpot pool needs the wallet, which is read before the transaction (jackpot.py).
-        await self.jackpot.with_reading(self.ctx.store.pool, lambda reading: self._settle(table, current, reading))
+        await self.jackpot.with_reading(
+            self.ctx.store.pool, lambda reading: self._settle(table, current, reading, holds)
+        )
+        return None
 
-    async def _settle(self, table: Row, current: Row, reading: PoolReading | None) -> None:
+    async def _read_holds(self, current: Row) -> Mapping[str, WalletHold]:
+        """The wallet's view of every hold the settlement may take from (read outside any transaction:
+        betting has closed, so the bets and the dealer's hold are final)."""
+        async with self.ctx.store.read() as conn:
+            bets = await self.ctx.store.round_bets(conn, current["round_id"])
+            funding, _ = await self.funding(conn, current)
+        hold_ids = [b["hold_id"] for b in bets if b["status"] == "placed"]
+        return await self.ctx.wallet.read_holds(hold_ids + [funding.dealer_hold_id] * bool(funding.dealer_hold_id))
+
+    async def _settle(
+        self, table: Row, current: Row, reading: PoolReading | None, holds: Mapping[str, WalletHold] | None
+    ) -> None:
         round_id, table_id = current["round_id"], current["table_id"]
         variant = variant_of(table["variant"])
         config = variant.parse_config(current["config"])
@@ -210,10 +253,14 @@ class RoundMachine:
             hands = await self.hands(conn, locked, variant, config)
             void = variant.void_reason(hands, config)
             if not void:
-                settlement = await self._settle_in(conn, table_id, locked, variant, config, hands, reading)
+                settled = await self._settle_in(conn, table_id, locked, variant, config, hands, reading, holds)
         if void:
             await self.redeal(table_id, round_id, void)
             return
+        if isinstance(settled, str):  # the dealer's hold does not cover the round: nothing was written
+            await self.void_round(table_id, round_id, f"DEALER_HOLD_UNCOVERED: {settled}")
+            return
+        settlement = settled
         SETTLEMENT_SECONDS.labels(variant.variant_id).observe((self.ctx.now() - started).total_seconds())
         ROUNDS.labels(variant.variant_id, Phase.SETTLED).inc()
         metrics.round_settled(table_id, variant, config, settlement, self.ctx.now())
@@ -228,11 +275,20 @@ class RoundMachine:
         config: Any,
         hands: dict[str, SeatHand],
         reading: PoolReading | None = None,
-    ) -> Settlement:
+        holds: Mapping[str, WalletHold] | None = None,
+    ) -> Settlement | str:
+        """Settle the round in ``conn``; or, when the dealer's hold does not cover it, why (nothing written)."""
         round_id = current["round_id"]
         bets = await self.ctx.store.round_bets(conn, round_id)
         live = [table_bet(b) for b in bets if b["status"] == "placed"]
-        funding, holds = await self.funding(conn, current)
+        funding, holds_besides = await self.funding(conn, current)
+        refunded: list[str] = []
+        if holds is not None:
+            checked = self._check_coverage(round_id, bets, live, hands, variant, config, funding, holds)
+            if isinstance(checked, str):
+                return checked
+            refunded = [b.bet_id for b in live if b not in checked]
+            live = checked
         pool = None
         if variant.claims_jackpot_pool(hands, live, config):
             pool = await self.jackpot.lock_and_read(conn, reading)
@@ -241,6 +297,7 @@ class RoundMachine:
         if pool is not None:
             pool_delta = settlement.net_by_party().get(JACKPOT_POOL, 0)
             await self.jackpot.record_claim(conn, table_id, round_id, pool_delta, pool)
+        await self.ctx.store.refund_bet_ids(conn, refunded)
         await self.ctx.store.save_outcomes(conn, settlement.bets)
         odds = variant.area_odds(hands, config)
         settled = settlement_event(
@@ -248,7 +305,7 @@ class RoundMachine:
             round_id,
             variant.variant_id,
             settlement,
-            [b["hold_id"] for b in bets] + holds,
+            [b["hold_id"] for b in bets] + holds_besides,
             {b["bet_id"]: b["hold_id"] for b in bets},
             odds,
             None if pool is None else pool.payable_minor,
@@ -258,6 +315,35 @@ class RoundMachine:
         await self.ctx.store.end_round(conn, round_id, Phase.SETTLED, self.ctx.now())
         await self.append(conn, table_id, "table.round_settled", settled, round_id)
         return settlement
+
+    def _check_coverage(
+        self,
+        round_id: str,
+        bets: Sequence[Row],
+        live: list[TableBet],
+        hands: dict[str, SeatHand],
+        variant: Variant,
+        config: Any,
+        funding: Funding,
+        holds: Mapping[str, WalletHold],
+    ) -> list[TableBet] | str:
+        """The live bets the wallet's holds cover (``coverage.py``), or why the dealer's hold does not
+        cover the round. Counts and logs what it leaves out."""
+        recorded = {b["hold_id"]: Need(b["player"], int(b["hold_minor"])) for b in bets if b["status"] == "placed"}
+        verdict = covered_settlement(
+            lambda some: variant.settle(hands, some, config, funding), live, recorded, funding, holds, round_id
+        )
+        for bet_id, reason in verdict.refunded.items():
+            metrics.BETS_REFUNDED_UNCOVERED.labels(reason).inc()
+            log.error("bet refunded at settlement: the wallet's hold does not cover it",
+                      extra={"round_id": round_id, "bet_id": bet_id, "reason": reason})  # fmt: skip
+        if verdict.void_reason:
+            metrics.SETTLEMENT_CHECKS.labels("voided").inc()
+            log.error("round voided at settlement: the dealer's hold does not cover it",
+                      extra={"round_id": round_id, "reason": verdict.void_reason})  # fmt: skip
+            return verdict.void_reason
+        metrics.SETTLEMENT_CHECKS.labels("refunded" if verdict.refunded else "covered").inc()
+        return list(verdict.live)
 
     async def redeal(self, table_id: str, round_id: str, reason: str) -> None:
         """Void a round the hands cannot settle (a shape that re-deals opens the next one at once)."""
@@ -281,6 +367,33 @@ class RoundMachine:
         ROUNDS.labels(table["variant"], Phase.VOIDED).inc()
         metrics.round_ended(table_id, self.ctx.now())
         self.ctx.wake(table_id)
+
+    async def void_rejected(self, table_id: str, round_id: str, reason: str) -> ev.RoundVoided | None:
+        """Void a settled round whose settlement the wallet refused: the operator's repair (``repair.py``).
+
+        The RoundVoided lists every hold of the round, so the wallet, which accepts a void of a round
+        whose settlement it rejected, releases them all; the round's bets become refunds. None when
+        the round is voided already. Raises ConcurrencyError when the table's stream moved meanwhile
+        (the caller tries again), FailedPrecondition ROUND_NOT_SETTLED for a round in any other phase.
+        """
+        async with self.ctx.store.transaction() as conn:
+            locked = await self.ctx.store.round(conn, round_id, lock=True)
+            if locked["table_id"] != table_id:
+                raise FailedPrecondition("ROUND_NOT_AT_TABLE", f"round {round_id} is not table {table_id}'s")
+            if locked["phase"] == Phase.VOIDED:
+                return None
+            if locked["phase"] != Phase.SETTLED:
+                raise FailedPrecondition("ROUND_NOT_SETTLED", f"round {round_id} is {locked['phase']}, not settled")
+            bets = await self.ctx.store.round_bets(conn, round_id)
+            _, holds = await self.funding(conn, locked)
+            await self.ctx.store.refund_settled_round(conn, round_id)
+            await self.ctx.store.end_round(conn, round_id, Phase.VOIDED, self.ctx.now(), reason)
+            voided = ev.RoundVoided(
+                table_id=table_id, round_id=round_id, reason=reason, hold_ids=[b["hold_id"] for b in bets] + holds
+            )
+            await self.append(conn, table_id, "table.round_voided", voided, round_id)
+        self.ctx.wake(table_id)
+        return voided
 
     async def append(self, conn: Conn, table_id: str, event_type: str, payload: Any, round_id: str) -> None:
         """An event on the table's stream; the round (or table) row lock orders the appends.

@@ -447,3 +447,21 @@ class TableStore:
             " WHERE b.bet_id = r.bet_id",
             ([r.bet_id for r in results], [str(r.outcome) for r in results], [r.net_minor for r in results]),
         )
+
+    async def refund_bet_ids(self, conn: Conn, bet_ids: Sequence[str]) -> None:
+        """Refund bets a settlement leaves out (their holds do not cover them: ``coverage.py``)."""
+        if not bet_ids:
+            return
+        await conn.execute(
+            "UPDATE bets SET status = 'refunded', outcome = 'refund', net_minor = 0"
+            " WHERE bet_id = ANY(%s) AND status = 'placed'",
+            (list(bet_ids),),
+        )
+
+    async def refund_settled_round(self, conn: Conn, round_id: str) -> None:
+        """Refund every bet of a settled round an operator voids (its settlement was never applied)."""
+        await conn.execute(
+            "UPDATE bets SET status = 'refunded', outcome = 'refund', net_minor = 0"
+            " WHERE round_id = %s AND status IN ('placed', 'settled')",
+            (round_id,),
+        )

@@ -26,7 +26,7 @@ from niuniu.table.v1 import events_pb2 as ev
 from backbone.errors import AlreadyExists, FailedPrecondition, NotFound, Unavailable
 from bull import fairness as fair
 from bull.money import SYSTEM_ACCOUNTS
-from services.table.ports import RevealedSeed
+from services.table.ports import RevealedSeed, WalletHold
 
 
 class FakeClock:
@@ -121,6 +121,14 @@ class FakeWallet:
 
     async def settlement_status(self, round_id: str) -> str | None:
         return self.applied.get(round_id)
+
+    async def read_holds(self, hold_ids: Sequence[str]) -> dict[str, WalletHold]:
+        self._fail_if_down()
+        return {
+            hold_id: WalletHold(hold_id, hold.account, hold.amount_minor, hold.round_id, hold.status == "open")
+            for hold_id, hold in self.holds.items()
+            if hold_id in hold_ids
+        }
 
     # ------------------------------------------------------------------ the wallet's consumer
 

@@ -229,6 +229,34 @@ async def test_an_invalid_settlement_changes_nothing_and_is_recorded_as_rejected
     assert await wallet.balance(a.account) == (880, 0)
 
 
+async def test_a_round_whose_settlement_was_rejected_is_repaired_by_its_void_which_releases_every_hold(
+    wallet: Wallet,
+) -> None:
+    """The operator's repair (``services/table/repair.py``): the table voids a round the wallet refused."""
+    a, b = await wallet.player(1_000), await wallet.player(1_000)
+    ha, hb = await wallet.hold(a.account, 300, "r-fix"), await wallet.hold(b.account, 300, "r-fix")
+    split = settled("r-fix", [transfer(a.account, "house", 400, hold_id=ha.hold_id)], [ha.hold_id, hb.hold_id])
+    await wallet.settle_direct(ROUND_SETTLED, split, "r-fix")
+    assert (await round_status(wallet, "r-fix")).reason == "HOLD_INSUFFICIENT"
+    assert await wallet.balance(a.account) == (700, 300)  # frozen: nothing of the round applied
+    void = table_pb.RoundVoided(round_id="r-fix", reason="REPAIRED", hold_ids=[ha.hold_id, hb.hold_id])
+    rejected = sum(rejected_total(r) for r in ("ROUND_ALREADY_VOIDED", "ROUND_ALREADY_SETTLED"))
+    await wallet.settle_direct(ROUND_VOIDED, void, "r-fix")
+    assert (await round_status(wallet, "r-fix")).status == "voided"
+    for player, hold in ((a, ha), (b, hb)):
+        assert await wallet.balance(player.account) == (1_000, 0)
+        got = await wallet.stub.GetHold(pb.GetHoldRequest(hold_id=hold.hold_id), metadata=TABLE)
+        assert got.status == pb.HOLD_STATUS_VOIDED
+    # The void again is a duplicate; the refused settlement again is refused and moves nothing.
+    await wallet.settle_direct(ROUND_VOIDED, void, "r-fix")
+    assert sum(rejected_total(r) for r in ("ROUND_ALREADY_VOIDED", "ROUND_ALREADY_SETTLED")) == rejected
+    await wallet.settle_direct(ROUND_SETTLED, split, "r-fix")
+    status = await round_status(wallet, "r-fix")
+    assert (status.status, status.reason) == ("voided", "ROUND_ALREADY_VOIDED")
+    assert await wallet.balance(a.account) == (1_000, 0)
+    await wallet.ledger_agrees()
+
+
 async def test_a_hold_from_another_round_is_refused(wallet: Wallet) -> None:
     a = await wallet.player(1_000)
     other = await wallet.hold(a.account, 300, "r-other")
