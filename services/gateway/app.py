@@ -88,6 +88,10 @@ CONNECT_UNARY_TYPES = {"application/proto", "application/json"}
 CONNECT_STREAM_TYPES = {"application/connect+proto", "application/connect+json"}
 
 
+class SlowBody(Exception):
+    """The request's body did not arrive within the read timeout."""
+
+
 @dataclass(frozen=True, slots=True)
 class GatewayConfig:
     # Exact origins ("https://play.example.com"), an origin with any port ("http://127.0.0.1:*"), or "*".
@@ -102,7 +106,7 @@ class GatewayConfig:
     # A request's body must have arrived this long after its headers.
     read_timeout_s: float = DEFAULT_READ_TIMEOUT_S
     # A connection is closed when no request's headers have arrived this long after it opened or after
-    # its last answer: an idle connection, and one sending its headers too slowly (server.runner).
+    # its last answer: an idle connection, and one sending its headers too slowly (server.http_runner).
     idle_timeout_s: float = DEFAULT_IDLE_TIMEOUT_S
     # A directory of static files (the reference web table's build) served at GET / and
     # GET /<file>, so a page can be same-origin with the API. None: no files.
@@ -241,7 +245,7 @@ class Gateway:
             metadata, timeout_s = self._call_options(request, method)
         except ProtocolError as error:
             return await self._refuse(request, wire, cors, call.answered(Status(error.code, error.reason)))
-        except TimeoutError:
+        except SlowBody:
             return await self._too_slow(request, cors, call)
         if method.server_streaming:
             return await self._stream(request, wire, cors, method, payload, metadata, timeout_s, call)
@@ -262,6 +266,8 @@ class Gateway:
                 body = await request.read()
         except web.HTTPRequestEntityTooLarge:
             raise ProtocolError(grpc.StatusCode.RESOURCE_EXHAUSTED, self._too_large()) from None
+        except TimeoutError:
+            raise SlowBody from None
         if wire.text:
             body = protocol.decode_text(body)
         raw = body if wire.kind == "connect-unary" else protocol.single_message(body)
