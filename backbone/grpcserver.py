@@ -3,7 +3,8 @@
 Servicers stay thin: proto in, command to the application, proto out. This
 module adds what every service needs around them: health checking and
 reflection, the interceptor that maps domain errors to status codes (bad input
-never comes back as UNKNOWN), the RED metrics interceptor, correlation ids in
+never comes back as UNKNOWN; an integer that overflowed on the wire or a NUL in a
+text is INVALID_ARGUMENT before a handler runs), the RED metrics interceptor, correlation ids in
 the logs, and a graceful shutdown (health NOT_SERVING first, then
 ``server.stop(grace)``).
 """
