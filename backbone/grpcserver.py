@@ -3,7 +3,8 @@
 Servicers stay thin: proto in, command to the application, proto out. This
 module adds what every service needs around them: health checking and
 reflection, the interceptor that maps domain errors to status codes (bad input
-never comes back as UNKNOWN), the RED metrics interceptor, correlation ids in
+never comes back as UNKNOWN; an integer that overflowed on the wire or a NUL in a
+text is INVALID_ARGUMENT before a handler runs), the RED metrics interceptor, correlation ids in
 the logs, and a graceful shutdown (health NOT_SERVING first, then
 ``server.stop(grace)``).
 """
@@ -14,6 +15,7 @@ import asyncio
 import contextlib
 import inspect
 import logging
+import re
 import signal
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Coroutine, Iterable, Mapping, Sequence
@@ -22,6 +24,7 @@ from typing import TYPE_CHECKING, Any, TypeAlias
 
 import grpc
 from google.protobuf import descriptor, descriptor_pb2, descriptor_pool
+from google.protobuf.descriptor import FieldDescriptor
 from google.protobuf.message import Message
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection
@@ -76,9 +79,18 @@ else:
 Continuation: TypeAlias = Callable[[grpc.HandlerCallDetails], Awaitable["MethodHandler | None"]]
 
 
-def _rebuild(handler: MethodHandler, wrap: Callable[[Behavior, bool], Behavior]) -> MethodHandler:
+def _rebuild(
+    handler: MethodHandler,
+    wrap: Callable[[Behavior, bool], Behavior],
+    deserializer: Callable[[Callable[[bytes], Any]], Callable[[bytes], Any]] | None = None,
+) -> MethodHandler:
+    """``handler`` with its behavior wrapped; with ``deserializer``, its unary requests parsed by
+    ``deserializer(the handler's own)`` (a streamed request keeps the handler's own)."""
+    parse = handler.request_deserializer
+    if deserializer is not None and parse is not None and not handler.request_streaming:
+        parse = deserializer(parse)
     kwargs = {
-        "request_deserializer": handler.request_deserializer,
+        "request_deserializer": parse,
         "response_serializer": handler.response_serializer,
     }
     if handler.unary_unary:
@@ -153,6 +165,127 @@ def check_text(request: Any) -> None:
             raise InvalidArgument("TEXT_INVALID", f"{name} contains a NUL character")
 
 
+_VARINT_TYPES = frozenset(
+    (
+        FieldDescriptor.TYPE_INT32,
+        FieldDescriptor.TYPE_INT64,
+        FieldDescriptor.TYPE_UINT32,
+        FieldDescriptor.TYPE_UINT64,
+        FieldDescriptor.TYPE_SINT32,
+        FieldDescriptor.TYPE_SINT64,
+        FieldDescriptor.TYPE_BOOL,
+        FieldDescriptor.TYPE_ENUM,
+    )
+)
+_INT32_TYPES = frozenset((FieldDescriptor.TYPE_INT32, FieldDescriptor.TYPE_ENUM))
+_UINT32_TYPES = frozenset((FieldDescriptor.TYPE_UINT32, FieldDescriptor.TYPE_SINT32))
+_WIDE_VARINT = re.compile(rb"[\x80-\xff]{4}")
+"""Four continuation bytes in a row: the shortest varint that can exceed 28 bits, hence the least a
+message with an overflowed integer holds (checked first, so most messages are not walked)."""
+
+
+def _read_varint(raw: bytes, position: int) -> tuple[int, int]:
+    value = shift = 0
+    while True:
+        byte = raw[position]
+        position += 1
+        value |= (byte & 0x7F) << shift
+        shift += 7
+        if not byte & 0x80:
+            return value, position
+
+
+def _fits(value: int, field: FieldDescriptor | None) -> bool:
+    """Whether protobuf keeps ``value`` as sent: at most 64 bits, and for a 32-bit field a value
+    of that field's range (an int32 or enum may be negative, sent sign-extended to 64 bits)."""
+    if value >> 64:
+        return False
+    kind = field.type if field is not None else None
+    if kind in _INT32_TYPES:
+        return value < 1 << 31 or value >= (1 << 64) - (1 << 31)
+    if kind in _UINT32_TYPES:
+        return value < 1 << 32
+    return True
+
+
+def _overflow_in(raw: bytes, message: descriptor.Descriptor) -> str | None:
+    """The first field of ``raw`` (well-formed: it was parsed) whose integer overflowed, or None.
+
+    Fields of a group (wire types 3 and 4, unknown to proto3) and unknown fields get the 64-bit check only.
+    """
+    position, groups = 0, 0
+    while position < len(raw):
+        key, position = _read_varint(raw, position)
+        wire = key & 7
+        field = None if groups else message.fields_by_number.get(key >> 3)
+        name = field.name if field is not None else str(key >> 3)
+        if wire == 0:
+            value, position = _read_varint(raw, position)
+            if not _fits(value, field):
+                return name
+        elif wire == 2:
+            length, position = _read_varint(raw, position)
+            inner = _overflow_in_bytes(raw[position : position + length], field)
+            position += length
+            if inner is not None:
+                return f"{name}.{inner}" if inner else name
+        else:
+            position += {1: 8, 5: 4}.get(wire, 0)
+            groups += {3: 1, 4: -1}.get(wire, 0)
+    return None
+
+
+def _overflow_in_bytes(raw: bytes, field: FieldDescriptor | None) -> str | None:
+    """In a length-delimited field: a nested message ("" for the field itself in a packed list)."""
+    if field is None:
+        return None
+    if field.message_type is not None:
+        return _overflow_in(raw, field.message_type)
+    if field.type in _VARINT_TYPES:  # a packed repeated field: varints one after another
+        position = 0
+        while position < len(raw):
+            value, position = _read_varint(raw, position)
+            if not _fits(value, field):
+                return ""
+    return None
+
+
+def overflowed_field(raw: bytes, kind: type[Message]) -> str | None:
+    """The dotted name of the first integer field whose value on the wire does not fit its type.
+
+    Protobuf keeps the low bits of such a value (an amount sent as 2^64 + 5 is read as 5): the
+    parsed message cannot tell, only the bytes can. Call on bytes that parsed as ``kind``.
+    """
+    if _WIDE_VARINT.search(raw) is None:
+        return None
+    message: descriptor.Descriptor = kind.DESCRIPTOR  # type: ignore[assignment]  # upb's Descriptor is the same
+    return _overflow_in(raw, message)
+
+
+@dataclass(frozen=True, slots=True)
+class Overflowed:
+    """What a request whose integer overflowed is parsed into: refused before its handler runs."""
+
+    field: str
+
+
+def _checking_overflow(parse: Callable[[bytes], Any]) -> Callable[[bytes], Any]:
+    def deserialize(raw: bytes) -> Any:
+        request = parse(raw)
+        field = overflowed_field(raw, type(request)) if isinstance(request, Message) else None
+        return request if field is None else Overflowed(field)
+
+    return deserialize
+
+
+def check_request(request: Any) -> None:
+    """INVALID_ARGUMENT for a request whose integer overflowed (a deserializer that raised would make
+    the answer INTERNAL) or whose text holds a NUL."""
+    if isinstance(request, Overflowed):
+        raise InvalidArgument("INTEGER_OVERFLOW", f"{request.field} holds a value wider than its type")
+    check_text(request)
+
+
 def _is_abort(error: BaseException) -> bool:
     """Already a status (abort) or the client went away (cancel): not an error to map."""
     return isinstance(error, grpc.aio.AbortError | asyncio.CancelledError | GeneratorExit)
@@ -169,7 +302,7 @@ class ErrorInterceptor(grpc.aio.ServerInterceptor):
         handler = await continuation(details)
         if handler is None:
             return handler
-        return _rebuild(handler, self._wrap)
+        return _rebuild(handler, self._wrap, _checking_overflow)
 
     @staticmethod
     def _wrap(behavior: Behavior, streaming: bool) -> Behavior:
@@ -178,7 +311,7 @@ class ErrorInterceptor(grpc.aio.ServerInterceptor):
             async def stream(request: Any, context: grpc.aio.ServicerContext[Any, Any]) -> AsyncIterator[Any]:
                 _bind_correlation(context)
                 try:
-                    check_text(request)
+                    check_request(request)
                     async for item in behavior(request, context):
                         yield item
                 except BaseException as error:
@@ -191,7 +324,7 @@ class ErrorInterceptor(grpc.aio.ServerInterceptor):
         async def unary(request: Any, context: grpc.aio.ServicerContext[Any, Any]) -> Any:
             _bind_correlation(context)
             try:
-                check_text(request)
+                check_request(request)
                 return await behavior(request, context)
             except BaseException as error:
                 if _is_abort(error):

@@ -28,7 +28,9 @@ from google.protobuf import json_format
 from google.protobuf.message import DecodeError, Message
 
 from backbone.errors import REASON_METADATA_KEY
+from backbone.grpcserver import overflowed_field
 from services.gateway import metrics, protocol
+from services.gateway.limits import Network, StreamSlots, client_address, token_subject
 from services.gateway.methods import Method, exposed
 from services.gateway.protocol import ProtocolError, Status
 
@@ -36,7 +38,13 @@ log = logging.getLogger(__name__)
 
 DEFAULT_MAX_BODY_BYTES = 64 * 1024
 DEFAULT_MAX_STREAMS = 1000
+DEFAULT_MAX_STREAMS_PER_ADDRESS = 100  # a household or an office behind one address
+DEFAULT_MAX_STREAMS_PER_CALLER = 8  # a player's tabs and devices
 DEFAULT_UNARY_TIMEOUT_S = 30.0
+DEFAULT_READ_TIMEOUT_S = 10.0
+# Above the keep-alive timeout of a proxy in front (ingress-nginx keeps idle upstream connections
+# 60 s): a gateway that closed first could drop a request the proxy sends on a connection it reuses.
+DEFAULT_IDLE_TIMEOUT_S = 65.0
 MAX_TIMEOUT_S = 3600.0
 # What a browser may send (answered to a CORS preflight) and read (exposed) besides the simple headers.
 ALLOWED_REQUEST_HEADERS = (
@@ -58,6 +66,18 @@ EXPOSED_HEADERS = (
     "trailer-niuniu-retry-after-s",
 )
 FORWARDED_METADATA = ("authorization", "x-correlation-id")
+# Every header the gateway reads or forwards: printable ASCII only (gRPC metadata takes nothing else).
+READ_HEADERS = (
+    *FORWARDED_METADATA,
+    "origin",
+    "content-type",
+    "accept",
+    "grpc-timeout",
+    "connect-timeout-ms",
+    "connect-protocol-version",
+    "access-control-request-method",
+    "x-forwarded-for",
+)
 PREFLIGHT_MAX_AGE_S = 7200
 
 STATIC_NAME = re.compile(r"[A-Za-z0-9_-][A-Za-z0-9._-]{0,127}")  # a plain file name: no path, no dot file
@@ -68,13 +88,26 @@ CONNECT_UNARY_TYPES = {"application/proto", "application/json"}
 CONNECT_STREAM_TYPES = {"application/connect+proto", "application/connect+json"}
 
 
+class SlowBody(Exception):
+    """The request's body did not arrive within the read timeout."""
+
+
 @dataclass(frozen=True, slots=True)
 class GatewayConfig:
     # Exact origins ("https://play.example.com"), an origin with any port ("http://127.0.0.1:*"), or "*".
     allowed_origins: Sequence[str] = ()
     max_body_bytes: int = DEFAULT_MAX_BODY_BYTES
     max_streams: int = DEFAULT_MAX_STREAMS
+    max_streams_per_address: int = DEFAULT_MAX_STREAMS_PER_ADDRESS
+    max_streams_per_caller: int = DEFAULT_MAX_STREAMS_PER_CALLER
+    # Proxies whose X-Forwarded-For names the client (limits.client_address); none: the peer is the client.
+    trusted_proxies: tuple[Network, ...] = ()
     unary_timeout_s: float = DEFAULT_UNARY_TIMEOUT_S
+    # A request's body must have arrived this long after its headers.
+    read_timeout_s: float = DEFAULT_READ_TIMEOUT_S
+    # A connection is closed when no request's headers have arrived this long after it opened or after
+    # its last answer: an idle connection, and one sending its headers too slowly (server.http_runner).
+    idle_timeout_s: float = DEFAULT_IDLE_TIMEOUT_S
     # A directory of static files (the reference web table's build) served at GET / and
     # GET /<file>, so a page can be same-origin with the API. None: no files.
     static_dir: Path | None = None
@@ -137,10 +170,12 @@ class Gateway:
     channels: Mapping[str, grpc.aio.Channel]
     config: GatewayConfig = field(default_factory=GatewayConfig)
     methods: dict[str, Method] = field(default_factory=exposed)
-    streams: int = 0
+    slots: StreamSlots = field(init=False)
 
     def __post_init__(self) -> None:
-        metrics.STREAMS_LIMIT.set(self.config.max_streams)
+        config = self.config
+        self.slots = StreamSlots(config.max_streams, config.max_streams_per_address, config.max_streams_per_caller)
+        metrics.STREAMS_LIMIT.set(config.max_streams)
 
     def application(self) -> web.Application:
         app = web.Application(client_max_size=self.config.max_body_bytes)
@@ -170,13 +205,18 @@ class Gateway:
 
     async def handle(self, request: web.Request) -> web.StreamResponse:
         started = time.perf_counter()
-        origin = request.headers.get("Origin")
+        malformed = protocol.malformed_header(request.headers.items(), READ_HEADERS)
+        origin = request.headers.get("Origin") if malformed != "origin" else None
         # A page the gateway served itself (same host) is always allowed; others by configuration.
         same_host = origin is not None and origin.partition("://")[2] == request.host
         if origin is not None and not same_host and not self.config.origin_allowed(origin):
             metrics.HTTP_REFUSED.labels("origin").inc()
             return web.Response(status=403, text="origin not allowed\n")
         cors = self._cors_headers(origin)
+        if malformed is not None:
+            metrics.HTTP_REFUSED.labels("header").inc()
+            reason = f"MALFORMED_HEADER: {malformed} holds a byte outside printable ASCII"
+            return self._http_refusal(400, Status(grpc.StatusCode.INVALID_ARGUMENT, reason), cors)
         if request.method == "OPTIONS":
             return self._preflight(request, cors)
         wire = Wire.of(request)
@@ -205,6 +245,8 @@ class Gateway:
             metadata, timeout_s = self._call_options(request, method)
         except ProtocolError as error:
             return await self._refuse(request, wire, cors, call.answered(Status(error.code, error.reason)))
+        except SlowBody:
+            return await self._too_slow(request, cors, call)
         if method.server_streaming:
             return await self._stream(request, wire, cors, method, payload, metadata, timeout_s, call)
         response = await self._unary(request, wire, cors, method, payload, metadata, timeout_s, call)
@@ -220,9 +262,12 @@ class Gateway:
         if request.content_length is not None and request.content_length > self.config.max_body_bytes:
             raise ProtocolError(grpc.StatusCode.RESOURCE_EXHAUSTED, self._too_large())
         try:
-            body = await request.read()
+            async with asyncio.timeout(self.config.read_timeout_s):
+                body = await request.read()
         except web.HTTPRequestEntityTooLarge:
             raise ProtocolError(grpc.StatusCode.RESOURCE_EXHAUSTED, self._too_large()) from None
+        except TimeoutError:
+            raise SlowBody from None
         if wire.text:
             body = protocol.decode_text(body)
         raw = body if wire.kind == "connect-unary" else protocol.single_message(body)
@@ -239,15 +284,18 @@ class Gateway:
                 json_format.Parse(raw.decode("utf-8") or "{}", message, ignore_unknown_fields=True)
                 return message.SerializeToString()
             message.ParseFromString(raw)
+            overflowed = overflowed_field(raw, method.request)
         except (json_format.ParseError, UnicodeDecodeError, DecodeError, RecursionError) as error:
             reason = str(error).splitlines()[0][:120] if str(error) else type(error).__name__
             raise ProtocolError(grpc.StatusCode.INVALID_ARGUMENT, f"MALFORMED_MESSAGE: {reason}") from None
+        if overflowed is not None:
+            # Protobuf would keep the low bits: an amount of 2^64 + 5 would go on as 5.
+            reason = f"INTEGER_OVERFLOW: {overflowed[:120]} holds a value wider than its type"
+            raise ProtocolError(grpc.StatusCode.INVALID_ARGUMENT, reason)
         return raw
 
     def _call_options(self, request: web.Request, method: Method) -> tuple[list[tuple[str, str]], float | None]:
         metadata = [(key, request.headers[key]) for key in FORWARDED_METADATA if key in request.headers]
-        if any("\r" in value or "\n" in value for _, value in metadata):
-            raise ProtocolError(grpc.StatusCode.INVALID_ARGUMENT, "MALFORMED_HEADER: line break in a header")
         timeout_s: float | None = None if method.server_streaming else self.config.unary_timeout_s
         if "grpc-timeout" in request.headers:
             timeout_s = protocol.parse_grpc_timeout(request.headers["grpc-timeout"])
@@ -307,11 +355,11 @@ class Gateway:
         timeout_s: float | None,
         counted: Call,
     ) -> web.StreamResponse:
-        if self.streams >= self.config.max_streams:
-            limit = f"TOO_MANY_STREAMS: the gateway serves at most {self.config.max_streams} streams"
-            refused = Status(grpc.StatusCode.RESOURCE_EXHAUSTED, limit)
-            return await self._refuse(request, wire, cors, counted.answered(refused))
-        self.streams += 1
+        address = client_address(request.remote, request.headers.get("x-forwarded-for"), self.config.trusted_proxies)
+        try:
+            slot = self.slots.take(address, token_subject(request.headers.get("authorization")))
+        except ProtocolError as error:
+            return await self._refuse(request, wire, cors, counted.answered(Status(error.code, error.reason)))
         metrics.STREAMS_OPEN.inc()
         streaming: grpc.aio.UnaryStreamMultiCallable[bytes, bytes] = self.channels[method.upstream].unary_stream(
             method.path
@@ -322,11 +370,14 @@ class Gateway:
             await response.prepare(request)
             try:
                 async for reply in call:
+                    slot.verified()
                     body = self._render(reply, wire, method) if wire.json else reply
                     await response.write(self._encode(protocol.frame(body), wire))
                 status = Status(grpc.StatusCode.OK, "", list(await call.trailing_metadata() or ()))
             except grpc.aio.AioRpcError as error:
                 status = upstream_status(error, method)
+            except ProtocolError as error:
+                status = Status(error.code, error.reason)
             counted.answered(status)
             await response.write(self._end(status, wire))
             await response.write_eof()
@@ -335,7 +386,7 @@ class Gateway:
             counted.answered(Status(grpc.StatusCode.CANCELLED, "the caller went away"))
             raise
         finally:
-            self.streams -= 1
+            slot.release()
             metrics.STREAMS_OPEN.dec()
             call.cancel()
         return response
@@ -350,6 +401,32 @@ class Gateway:
         await response.write(self._end(status, wire))
         await response.write_eof()
         return response
+
+    async def _too_slow(self, request: web.Request, cors: dict[str, str], call: Call) -> web.StreamResponse:
+        """A body that did not arrive within the read timeout: HTTP 408, and the connection is closed
+        at once rather than kept reading whatever the client still trickles in."""
+        metrics.HTTP_REFUSED.labels("read_timeout").inc()
+        limit = f"REQUEST_TIMEOUT: the body did not arrive within {self.config.read_timeout_s:g} s"
+        response = self._http_refusal(408, call.answered(Status(grpc.StatusCode.DEADLINE_EXCEEDED, limit)), cors)
+        response.force_close()
+        await response.prepare(request)
+        await response.write_eof()
+        request.protocol.force_close()
+        return response
+
+    @staticmethod
+    def _http_refusal(http_status: int, status: Status, cors: Mapping[str, str]) -> web.Response:
+        """A refusal as an HTTP status, readable by every protocol: Connect's JSON error as the body,
+        gRPC-web's status in the headers (a trailers-only answer)."""
+        headers = {
+            **cors,
+            "grpc-status": str(status.code.value[0]),
+            "grpc-message": protocol.percent_encode(status.message),
+        }
+        error = protocol.connect_error(status)[1]
+        return web.Response(
+            status=http_status, headers=headers, text=json.dumps(error), content_type="application/json"
+        )
 
     def _end(self, status: Status, wire: Wire) -> bytes:
         if wire.kind == "connect-stream":

@@ -14,8 +14,13 @@ an origin not allowed, the service unreachable) and how long a browser's call ta
 - ``niuniu_gateway_streams_open`` and ``niuniu_gateway_streams_limit``
   (``NIUNIU_GATEWAY_MAX_STREAMS``): one more stream than the limit is refused
   RESOURCE_EXHAUSTED.
+- ``niuniu_gateway_streams_refused_total{limit}``: streams refused RESOURCE_EXHAUSTED, by the
+  limit they would have passed: ``gateway`` (all streams), ``address`` (one client address),
+  ``caller`` (one token's subject) (services/gateway/limits.py).
 - ``niuniu_gateway_http_refused_total{reason}``: requests refused before they are a call:
-  ``origin`` (403, CORS), ``content_type`` (415), ``http_method`` (405).
+  ``origin`` (403, CORS), ``content_type`` (415), ``http_method`` (405), ``header`` (400, a
+  header the gateway reads holds a byte outside printable ASCII), ``read_timeout`` (408, the body
+  did not arrive in time).
 """
 
 from __future__ import annotations
@@ -39,12 +44,20 @@ STREAMS_OPEN = Gauge("niuniu_gateway_streams_open", "Server streams (WatchTable)
 STREAMS_LIMIT = Gauge(
     "niuniu_gateway_streams_limit", "Streams this gateway serves at most (NIUNIU_GATEWAY_MAX_STREAMS)."
 )
+STREAMS_REFUSED = Counter(
+    "niuniu_gateway_streams_refused_total",
+    "Streams refused RESOURCE_EXHAUSTED, by the limit they would have passed: gateway, address, caller.",
+    ["limit"],
+)
+for _limit in ("gateway", "address", "caller"):
+    STREAMS_REFUSED.labels(_limit)
 HTTP_REFUSED = Counter(
     "niuniu_gateway_http_refused_total",
-    "Requests refused before they were a call: origin (403), content_type (415), http_method (405).",
+    "Requests refused before they were a call: origin (403), content_type (415), http_method (405),"
+    " header (400), read_timeout (408).",
     ["reason"],
 )
-for _reason in ("origin", "content_type", "http_method"):
+for _reason in ("origin", "content_type", "http_method", "header", "read_timeout"):
     HTTP_REFUSED.labels(_reason)
 
 

@@ -114,7 +114,7 @@ def decode_text(body: bytes) -> bytes:
     return bytes(out)
 
 
-def _percent_encode(message: str) -> str:
+def percent_encode(message: str) -> str:
     # gRPC's grpc-message: UTF-8, every byte outside printable ASCII (and '%') percent-encoded.
     return "".join(chr(b) if 0x20 <= b <= 0x7E and b != 0x25 else f"%{b:02X}" for b in message.encode())
 
@@ -124,7 +124,7 @@ def metadata_value(value: str | bytes) -> str:
 
 
 def grpc_web_trailers(status: Status) -> bytes:
-    lines = [f"grpc-status: {status.code.value[0]}", f"grpc-message: {_percent_encode(status.message)}"]
+    lines = [f"grpc-status: {status.code.value[0]}", f"grpc-message: {percent_encode(status.message)}"]
     lines += [f"{key}: {metadata_value(value)}" for key, value in status.trailers if _safe_header(key, value)]
     return frame("".join(line + "\r\n" for line in lines).encode(), GRPC_WEB_TRAILERS_FLAG)
 
@@ -164,6 +164,20 @@ def _safe_header(key: str, value: str | bytes) -> bool:
     return isinstance(value, bytes) or ("\r" not in value and "\n" not in value)
 
 
+_PRINTABLE = re.compile(r"[\x20-\x7e]*")
+
+
+def malformed_header(headers: Iterable[tuple[str, str]], names: Iterable[str]) -> str | None:
+    """The first header named in ``names`` (lower case) whose value, in any of its occurrences, holds
+    anything but printable ASCII (a byte above 0x7E, a tab): gRPC metadata cannot carry it, and no
+    header the gateway reads needs it."""
+    wanted = set(names)
+    for key, value in headers:
+        if key.lower() in wanted and _PRINTABLE.fullmatch(value) is None:
+            return key.lower()
+    return None
+
+
 def response_headers(metadata: Iterable[tuple[str, str | bytes]], prefix: str = "") -> list[tuple[str, str]]:
     return [(prefix + key, metadata_value(value)) for key, value in metadata if _safe_header(key, value)]
 
@@ -179,7 +193,10 @@ def parse_grpc_timeout(value: str) -> float:
     return int(match.group(1)) * _TIMEOUT_UNITS_S[match.group(2)]
 
 
+_CONNECT_TIMEOUT = re.compile(r"[0-9]{1,10}")
+
+
 def parse_connect_timeout(value: str) -> float:
-    if not value.isdigit() or len(value) > 10:
+    if _CONNECT_TIMEOUT.fullmatch(value) is None:
         raise ProtocolError(grpc.StatusCode.INVALID_ARGUMENT, "MALFORMED_TIMEOUT: connect-timeout-ms is 1-10 digits")
     return int(value) / 1000

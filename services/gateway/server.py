@@ -11,6 +11,13 @@ Settings (environment):
   with NIUNIU_ENV=development, where pages on http://127.0.0.1:* and http://localhost:* may;
 - NIUNIU_GATEWAY_MAX_BODY_BYTES (65536), NIUNIU_GATEWAY_MAX_STREAMS (1000),
   NIUNIU_GATEWAY_UNARY_TIMEOUT_S (30);
+- NIUNIU_GATEWAY_MAX_STREAMS_PER_ADDRESS (100), NIUNIU_GATEWAY_MAX_STREAMS_PER_CALLER (8): streams
+  one client address, and one token's subject, may hold (services/gateway/limits.py);
+- NIUNIU_GATEWAY_TRUSTED_PROXIES: comma-separated addresses or networks of the proxies in front
+  (an Ingress) whose X-Forwarded-For names the client; unset: the peer is the client;
+- NIUNIU_GATEWAY_READ_TIMEOUT_S (10): a request's body must arrive this long after its headers (else
+  HTTP 408 and the connection closed); NIUNIU_GATEWAY_IDLE_TIMEOUT_S (65): a connection with no
+  request's headers this long after it opened or after its last answer is closed;
 - NIUNIU_GATEWAY_STATIC_DIR: static files served at GET / and GET /<file> (the reference web
   table, same origin as the API). Unset: with NIUNIU_ENV=development, clients/web/dist of the
   repository when it exists; otherwise none. Empty: none.
@@ -40,13 +47,18 @@ from backbone.auth import DEVELOPMENT, ENV_MODE
 from backbone.config import DEFAULT_BIND_HOST, ConfigError
 from backbone.metrics import serve_metrics
 from services.gateway.app import (
+    DEFAULT_IDLE_TIMEOUT_S,
     DEFAULT_MAX_BODY_BYTES,
     DEFAULT_MAX_STREAMS,
+    DEFAULT_MAX_STREAMS_PER_ADDRESS,
+    DEFAULT_MAX_STREAMS_PER_CALLER,
+    DEFAULT_READ_TIMEOUT_S,
     DEFAULT_UNARY_TIMEOUT_S,
     Gateway,
     GatewayConfig,
     close_quietly,
 )
+from services.gateway.limits import trusted_networks
 from services.gateway.methods import TABLE, WALLET
 
 log = logging.getLogger(__name__)
@@ -81,13 +93,26 @@ def config_from_env(env: Mapping[str, str]) -> GatewayConfig:
         static = str(DEVELOPMENT_STATIC_DIR)
     if static and not Path(static).is_dir():
         raise ConfigError(f"NIUNIU_GATEWAY_STATIC_DIR: {static[:80]} is not a directory")
+    try:
+        proxies = trusted_networks(env.get("NIUNIU_GATEWAY_TRUSTED_PROXIES", ""))
+    except ValueError as error:
+        raise ConfigError(f"NIUNIU_GATEWAY_TRUSTED_PROXIES: {error}") from None
     return GatewayConfig(
         static_dir=Path(static).resolve() if static else None,
         allowed_origins=origins,
         max_body_bytes=_int(env, "NIUNIU_GATEWAY_MAX_BODY_BYTES", DEFAULT_MAX_BODY_BYTES),
         max_streams=_int(env, "NIUNIU_GATEWAY_MAX_STREAMS", DEFAULT_MAX_STREAMS),
-        unary_timeout_s=float(_int(env, "NIUNIU_GATEWAY_UNARY_TIMEOUT_S", int(DEFAULT_UNARY_TIMEOUT_S))),
+        max_streams_per_address=_int(env, "NIUNIU_GATEWAY_MAX_STREAMS_PER_ADDRESS", DEFAULT_MAX_STREAMS_PER_ADDRESS),
+        max_streams_per_caller=_int(env, "NIUNIU_GATEWAY_MAX_STREAMS_PER_CALLER", DEFAULT_MAX_STREAMS_PER_CALLER),
+        trusted_proxies=proxies,
+        unary_timeout_s=_seconds(env, "NIUNIU_GATEWAY_UNARY_TIMEOUT_S", DEFAULT_UNARY_TIMEOUT_S),
+        read_timeout_s=_seconds(env, "NIUNIU_GATEWAY_READ_TIMEOUT_S", DEFAULT_READ_TIMEOUT_S),
+        idle_timeout_s=_seconds(env, "NIUNIU_GATEWAY_IDLE_TIMEOUT_S", DEFAULT_IDLE_TIMEOUT_S),
     )
+
+
+def _seconds(env: Mapping[str, str], name: str, default: float) -> float:
+    return float(_int(env, name, int(default)))
 
 
 def listen_address(env: Mapping[str, str]) -> tuple[str, int]:
@@ -99,6 +124,22 @@ def metrics_port(env: Mapping[str, str]) -> int:
     return _int(env, "NIUNIU_GATEWAY_METRICS_PORT", DEFAULT_METRICS_PORT, zero=True)
 
 
+def http_runner(gateway: Gateway) -> web.AppRunner:
+    """The gateway's HTTP server. handler_cancellation: a browser that goes away ends its upstream
+    WatchTable at once. aiohttp's keep-alive timer is the idle timeout: it runs from a connection's
+    opening (or its last answer) and closes it when no request's headers have arrived by then, which
+    bounds a client sending its headers slowly as well as one sending nothing. A body is bounded by
+    the read timeout (Gateway._request_message), and so is the lingering read of a body left unread."""
+    config = gateway.config
+    return web.AppRunner(
+        gateway.application(),
+        handler_cancellation=True,
+        access_log=None,
+        keepalive_timeout=config.idle_timeout_s,
+        lingering_time=config.read_timeout_s,
+    )
+
+
 async def serve(env: Mapping[str, str]) -> None:
     config = config_from_env(env)
     host, port = listen_address(env)
@@ -108,8 +149,7 @@ async def serve(env: Mapping[str, str]) -> None:
         WALLET: tls.aio_channel(env.get("NIUNIU_WALLET_ADDR", DEFAULT_WALLET_ADDR), None, env),
     }
     gateway = Gateway(channels, config)
-    # handler_cancellation: a browser that goes away ends its upstream WatchTable at once.
-    runner = web.AppRunner(gateway.application(), handler_cancellation=True, access_log=None)
+    runner = http_runner(gateway)
     await runner.setup()
     site = web.TCPSite(runner, host, port, shutdown_timeout=SHUTDOWN_GRACE_S)
     await site.start()

@@ -17,7 +17,7 @@ from niuniu.wallet.v1 import wallet_pb2 as pb
 from niuniu.wallet.v1 import wallet_pb2_grpc
 
 from backbone.auth import Principal, Role, require
-from backbone.errors import REASON_METADATA_KEY, DomainError, InvalidArgument, PermissionDenied
+from backbone.errors import REASON_METADATA_KEY, DomainError, InvalidArgument, NotFound, PermissionDenied
 from services.wallet import domain, repo
 from services.wallet.app import WalletApp
 from services.wallet.domain import AccountState, Decision, Hold, HoldRequest, LimitKind, ResizeRequest, ResponsiblePlay
@@ -258,9 +258,14 @@ class WalletServicer(wallet_pb2_grpc.WalletServicer):
         return pb.HoldResult(hold=hold_pb(decision.hold), replayed=decision.replayed)
 
     async def GetHold(self, request: pb.GetHoldRequest, context: Context) -> pb.Hold:
+        """A player's own hold; any hold for staff and the table. Another player's hold is answered
+        exactly as one that does not exist, so hold ids cannot be probed for existence."""
         caller = self._caller(context)
+        if caller.role is not Role.PLAYER:
+            _require_one_of(caller, (Role.ADMIN, Role.AUDITOR), (TABLE,))
         hold = await self._app.hold(request.hold_id)
-        _account_for(caller, hold.account, staff=(Role.ADMIN, Role.AUDITOR), services=(TABLE,))
+        if caller.role is Role.PLAYER and hold.account != domain.player_account(caller.subject):
+            raise NotFound("HOLD_NOT_FOUND", f"no hold {request.hold_id}")
         return hold_pb(hold)
 
     # ------------------------------------------------------------------- queries

@@ -12,15 +12,18 @@ import kafka.errors
 import psycopg
 import psycopg.errors
 import pytest
+from google.protobuf.message import Message
 from grpc_health.v1 import health_pb2
 from grpc_reflection.v1alpha import reflection_pb2
+from niuniu.table.v1 import events_pb2
+from niuniu.wallet.v1 import wallet_pb2
 from prometheus_client import REGISTRY
 from redis.asyncio import Redis
 
 from backbone.config import HealthSettings
 from backbone.errors import REASON_METADATA_KEY, InvalidArgument, NotFound, dependency_failure
 from backbone.eventstore import ConcurrencyError
-from backbone.grpcserver import MAX_SEND_MESSAGE_BYTES, SERVER_OPTIONS, RunningServer, start_server
+from backbone.grpcserver import MAX_SEND_MESSAGE_BYTES, SERVER_OPTIONS, RunningServer, overflowed_field, start_server
 from backbone.healthcheck import DependencyMonitor
 from backbone.tls import MAX_ANSWER_BYTES, aio_channel
 
@@ -394,3 +397,50 @@ async def test_a_services_channel_takes_an_answer_as_large_as_a_server_sends() -
             assert refused.value.code() is grpc.StatusCode.RESOURCE_EXHAUSTED
     finally:
         await server.stop(None)
+
+
+def _varint(value: int) -> bytes:
+    out = bytearray()
+    while value > 0x7F:
+        out.append(value & 0x7F | 0x80)
+        value >>= 7
+    return bytes(out) + bytes([value])
+
+
+def _field(number: int, value: int | bytes) -> bytes:
+    if isinstance(value, int):
+        return _varint(number << 3) + _varint(value)
+    return _varint(number << 3 | 2) + _varint(len(value)) + value
+
+
+@pytest.mark.parametrize(
+    ("raw", "message", "overflowed"),
+    [
+        (
+            wallet_pb2.DepositRequest(request_id="下注下注", amount_minor=-1).SerializeToString(),
+            wallet_pb2.DepositRequest,
+            None,
+        ),
+        (_field(3, 2**64 - 1), wallet_pb2.DepositRequest, None),
+        (_field(3, 2**64 + 5), wallet_pb2.DepositRequest, "amount_minor"),
+        (_field(99, 2**64 + 5), wallet_pb2.DepositRequest, "99"),  # an unknown field
+        (_field(2, 2**64 - 1), wallet_pb2.ListMovementsRequest, None),  # int32 -1, sign-extended
+        (_field(2, 2**31 - 1), wallet_pb2.ListMovementsRequest, None),
+        (_field(2, 2**31), wallet_pb2.ListMovementsRequest, "page_size"),
+        (_field(2, 2**63), wallet_pb2.ListMovementsRequest, "page_size"),
+        (_field(1, _field(3, 2**64 + 5)), wallet_pb2.PlaceHoldsRequest, "holds.amount_minor"),
+        (_field(3, _varint(100) + _varint(2**64 + 1)), events_pb2.TableLimits, "chips_minor"),  # packed
+        (_field(3, _varint(100) + _varint(2**63)), events_pb2.TableLimits, None),
+        # A group (wire types 3 and 4, unknown here) hides nothing after it.
+        (
+            _varint(9 << 3 | 3) + _field(1, 7) + _varint(9 << 3 | 4) + _field(3, 2**64 + 5),
+            wallet_pb2.DepositRequest,
+            "amount_minor",
+        ),
+    ],
+)
+def test_an_integer_that_overflowed_on_the_wire_is_found(
+    raw: bytes, message: type[Message], overflowed: str | None
+) -> None:
+    message.FromString(raw)  # well-formed: protobuf reads it, keeping the low bits
+    assert overflowed_field(raw, message) == overflowed

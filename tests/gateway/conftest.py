@@ -80,3 +80,19 @@ def tight_gateway(stack: Stack, static_dir: Path) -> Iterator[str]:
         yield url
     finally:
         stop(proc)
+
+
+@pytest.fixture(scope="module")
+def capped_gateway(stack: Stack) -> Iterator[str]:
+    """A gateway that lets one caller hold one stream and one address two (ten in all)."""
+    proc, url = start_gateway(
+        stack,
+        "gateway-capped",
+        NIUNIU_GATEWAY_MAX_STREAMS="10",
+        NIUNIU_GATEWAY_MAX_STREAMS_PER_ADDRESS="2",
+        NIUNIU_GATEWAY_MAX_STREAMS_PER_CALLER="1",
+    )
+    try:
+        yield url
+    finally:
+        stop(proc)

@@ -432,6 +432,86 @@ async def test_limits_on_body_size_and_concurrent_streams(
     raise AssertionError("the stream slot was never released")
 
 
+async def open_stream(session: aiohttp.ClientSession, base: str, table_id: str, token: str) -> aiohttp.ClientResponse:
+    """A WatchTable through gRPC-web: live once it has shown one update, else its end's trailers raise."""
+    watch = frame(table_pb2.WatchTableRequest(table_id=table_id).SerializeToString())
+    headers = {"Content-Type": "application/grpc-web+proto", "Authorization": f"Bearer {token}"}
+    answer = await session.post(base + TABLE + "WatchTable", data=watch, headers=headers)
+    assert answer.status == 200
+    return answer
+
+
+async def refusal(answer: aiohttp.ClientResponse) -> str:
+    async with answer:
+        trailers = trailers_of(frames(await answer.read())[-1][1])
+    assert trailers["grpc-status"] == "8", trailers  # RESOURCE_EXHAUSTED
+    return trailers["grpc-message"].partition(":")[0]
+
+
+async def test_one_caller_or_one_address_cannot_take_every_stream(
+    stack: Stack, capped_gateway: str, session: aiohttp.ClientSession
+) -> None:
+    """One stream per caller and two per address (every test client shares 127.0.0.1): a caller's
+    second stream and the address's third are refused with their own reason, and a closed stream's
+    slot serves the next caller."""
+    table_id = f"cap-{stack.run_id}"
+    async with connect(stack) as c:
+        alice, bob, carol = [await register(c, f"{n}{stack.run_id}", 0) for n in ("ca", "cb", "cc")]
+        await c.table.CreateTable(
+            table_pb2.CreateTableRequest(table_id=table_id, variant="golden_bull", limits=FAST), metadata=c.admin
+        )
+    first = await open_stream(session, capped_gateway, table_id, alice.token)
+    await read_grpc_web_stream(first, False, lambda us: len(us) > 0)
+    assert await refusal(await open_stream(session, capped_gateway, table_id, alice.token)) == (
+        "TOO_MANY_STREAMS_PER_CALLER"
+    )
+    second = await open_stream(session, capped_gateway, table_id, bob.token)
+    await read_grpc_web_stream(second, False, lambda us: len(us) > 0)
+    assert await refusal(await open_stream(session, capped_gateway, table_id, carol.token)) == (
+        "TOO_MANY_STREAMS_PER_ADDRESS"
+    )
+    first.close()
+    for _ in range(50):  # alice's slot comes back once the gateway sees her go
+        third = await open_stream(session, capped_gateway, table_id, carol.token)
+        async with third:
+            chunk = await third.content.read(5)
+            if chunk and not chunk[0] & 0x80:
+                second.close()
+                return
+        await asyncio.sleep(0.1)
+    raise AssertionError("the closed stream's slot was never released")
+
+
+async def test_an_overflowed_amount_is_refused_by_the_gateway_and_by_the_table(
+    stack: Stack, gateway: str, session: aiohttp.ClientSession
+) -> None:
+    """A bet of 2^64 + 100 would be read as 100: refused INVALID_ARGUMENT through gRPC-web and when sent
+    to the table over gRPC directly, and nothing is held."""
+    table_id = f"ovf-{stack.run_id}"
+    async with connect(stack) as c:
+        player = await register(c, f"ov{stack.run_id}", 10_000)
+        await c.table.CreateTable(
+            table_pb2.CreateTableRequest(table_id=table_id, variant="golden_bull", limits=FAST), metadata=c.admin
+        )
+        round_id = await open_round(session, gateway, table_id, player.token)
+        bet = table_pb2.PlaceBetRequest(command_id=f"ovf-{stack.run_id}", table_id=table_id, area="area_1",
+                                        round_id=round_id)  # fmt: skip
+        number = bet.DESCRIPTOR.fields_by_name["amount_minor"].number
+        raw = bet.SerializeToString() + bytes([number << 3]) + b"\xe4" + b"\x80" * 8 + b"\x02"  # 2^64 + 100
+        assert table_pb2.PlaceBetRequest.FromString(raw).amount_minor == 100
+        _, trailers = await grpc_web(session, gateway, TABLE + "PlaceBet", raw, table_pb2.BetReceipt,
+                                     token=player.token)  # fmt: skip
+        assert trailers["grpc-status"] == "3" and "INTEGER_OVERFLOW: amount_minor" in trailers["grpc-message"]
+        async with grpc.aio.insecure_channel(stack.addr("table")) as channel:
+            place: grpc.aio.UnaryUnaryMultiCallable[bytes, bytes] = channel.unary_unary(TABLE + "PlaceBet")
+            with pytest.raises(grpc.aio.AioRpcError) as refused:
+                await place(raw, metadata=player.auth)
+        assert refused.value.code() == grpc.StatusCode.INVALID_ARGUMENT
+        assert "INTEGER_OVERFLOW" in (refused.value.details() or "")
+        balance = await c.wallet.GetBalance(wallet_pb2.GetBalanceRequest(account=player.account), metadata=c.admin)
+    assert (balance.available_minor, balance.held_minor) == (10_000, 0)
+
+
 async def test_static_files_of_the_web_table(tight_gateway: str, session: aiohttp.ClientSession) -> None:
     async with session.get(tight_gateway + "/") as answer:
         assert answer.status == 200 and answer.content_type == "text/html"

@@ -111,7 +111,6 @@ async def test_a_player_cannot_read_or_move_another_players_money(wallet: Wallet
         wallet.stub.GetBalance(pb.GetBalanceRequest(account=bob.account), metadata=me),
         wallet.stub.ListMovements(pb.ListMovementsRequest(account=bob.account), metadata=me),
         wallet.stub.ListHolds(pb.ListHoldsRequest(account=bob.account), metadata=me),
-        wallet.stub.GetHold(pb.GetHoldRequest(hold_id=bob_hold.hold_id), metadata=me),
         wallet.stub.GetResponsiblePlay(pb.GetResponsiblePlayRequest(account=bob.account), metadata=me),
         wallet.stub.GetProfile(pb.GetProfileRequest(account_id=bob.account_id), metadata=me),
         wallet.stub.SetLimit(
@@ -142,6 +141,33 @@ async def test_a_player_cannot_read_or_move_another_players_money(wallet: Wallet
     # Their own account they can read, with or without naming it.
     assert (await wallet.stub.GetBalance(pb.GetBalanceRequest(), metadata=me)).available_minor == 1_000
     assert await wallet.balances() == before
+
+
+async def test_a_players_get_hold_answers_alike_for_another_players_hold_and_for_none(wallet: Wallet) -> None:
+    """Another player's hold and a hold that does not exist get the same NOT_FOUND, word for word:
+    a player cannot learn which hold ids exist. Staff and the table still read any hold."""
+    alice, bob = await wallet.player(deposit_minor=1_000), await wallet.player(deposit_minor=1_000)
+    mine, theirs = await wallet.hold(alice.account, 100), await wallet.hold(bob.account, 100)
+    missing = f"h-{uuid.uuid4().hex}"  # shaped like theirs
+
+    async def answer(hold_id: str) -> tuple[grpc.StatusCode, str, str]:
+        error = await expect_error(
+            wallet.stub.GetHold(pb.GetHoldRequest(hold_id=hold_id), metadata=alice.metadata),
+            grpc.StatusCode.NOT_FOUND,
+            "HOLD_NOT_FOUND",
+        )
+        return error.code(), (error.details() or "").replace(hold_id, "<id>"), str(error.trailing_metadata())
+
+    assert await answer(theirs.hold_id) == await answer(missing)
+    own = await wallet.stub.GetHold(pb.GetHoldRequest(hold_id=mine.hold_id), metadata=alice.metadata)
+    assert (own.account, own.amount_minor) == (alice.account, 100)
+    for staff in (ADMIN, AUDITOR, TABLE):
+        hold = await wallet.stub.GetHold(pb.GetHoldRequest(hold_id=theirs.hold_id), metadata=staff)
+        assert hold.account == bob.account
+    # A role that may read no hold is refused before the lookup: the same answer whether it exists or not.
+    ledger = [await expect_error(wallet.stub.GetHold(pb.GetHoldRequest(hold_id=h), metadata=LEDGER), DENIED,
+                                 "ROLE_NOT_ALLOWED") for h in (theirs.hold_id, missing)]  # fmt: skip
+    assert ledger[0].details() == ledger[1].details()
 
 
 async def test_services_and_staff_reach_only_what_their_role_allows(wallet: Wallet) -> None:

@@ -16,6 +16,7 @@ INVALID = grpc.StatusCode.INVALID_ARGUMENT
 NOT_FOUND = grpc.StatusCode.NOT_FOUND
 NOBODY = "player:00000000-0000-4000-8000-000000000000"
 TOO_MUCH = 10**15 + 1
+WALLET = "/niuniu.wallet.v1.Wallet"
 
 
 @pytest.fixture
@@ -173,4 +174,50 @@ async def test_bad_input_is_refused_with_a_reason_and_changes_nothing(wallet: Wa
     ]
     for call, code, reason in cases:
         await expect_error(call, code, reason)
+    assert await snapshot(wallet) == before
+
+
+def varint(value: int) -> bytes:
+    out = bytearray()
+    while value > 0x7F:
+        out.append(value & 0x7F | 0x80)
+        value >>= 7
+    return bytes(out) + bytes([value])
+
+
+def field(number: int, value: int | bytes) -> bytes:
+    """One field on the wire, encoded by hand: a varint as given (however wide), or length-delimited bytes."""
+    if isinstance(value, int):
+        return varint(number << 3) + varint(value)
+    return varint(number << 3 | 2) + varint(len(value)) + value
+
+
+async def test_an_integer_that_overflowed_on_the_wire_is_refused_not_truncated(wallet: Wallet) -> None:
+    """Protobuf keeps the low 64 bits of a wider varint (and the low 32 of an int32): 2^64 + 5 would
+    arrive as 5. The server refuses such a request before any handler sees it."""
+    player = await wallet.player(deposit_minor=1_000)
+    before = await snapshot(wallet)
+    account = player.account.encode()
+    deposit = field(1, b"d-overflow") + field(2, account) + field(3, 2**64 + 5)
+    assert pb.DepositRequest.FromString(deposit).amount_minor == 5  # what the handler would have seen
+    nested = field(1, field(1, b"h-overflow") + field(2, account) + field(3, 2**64 + 5) + field(4, b"bet"))
+    assert pb.PlaceHoldsRequest.FromString(nested).holds[0].amount_minor == 5
+    page = field(2, 2**32 + 10)  # ListMovementsRequest.page_size, an int32
+    assert pb.ListMovementsRequest.FromString(page).page_size == 10
+    calls = [
+        ("Deposit", deposit, ADMIN, "amount_minor"),
+        ("PlaceHolds", nested, TABLE, "holds.amount_minor"),
+        ("ListMovements", page, player.metadata, "page_size"),
+    ]
+    async with grpc.aio.insecure_channel(f"127.0.0.1:{wallet.running.port}") as channel:
+        for method, raw, metadata, name in calls:
+            unary: grpc.aio.UnaryUnaryMultiCallable[bytes, bytes] = channel.unary_unary(f"{WALLET}/{method}")
+            call = unary(raw, metadata=metadata)
+            error = await expect_error(call, INVALID, "INTEGER_OVERFLOW")
+            assert name in (error.details() or ""), error.details()
+        # The same bytes with a value that fits pass: 2^63 - 1 is too much money, not an overflow.
+        fits = field(1, b"d-fits") + field(2, account) + field(3, 2**63 - 1)
+        deposit_raw: grpc.aio.UnaryUnaryMultiCallable[bytes, bytes] = channel.unary_unary(f"{WALLET}/Deposit")
+        call = deposit_raw(fits, metadata=ADMIN)
+        await expect_error(call, INVALID, "AMOUNT_TOO_LARGE")
     assert await snapshot(wallet) == before
