@@ -32,9 +32,12 @@ async def rig(pool: AsyncConnectionPool) -> Rig:
     return Rig(pool, await setup_schema(pool), BALANCES)
 
 
-def held(kind: str, who: str, command_id: str) -> str:
-    """The wallet hold of a player's bet or bid (command ids are per player)."""
-    return f"{kind}.{scoped_id(f'player:{who}', command_id)}"
+def held(rig: Rig, kind: str, who: str, command_id: str) -> str:
+    """The wallet hold of a player's bet or bid (command ids are per player; each attempt has a hold of its
+    own, ``<kind>.<id>.<attempt>``)."""
+    prefix = f"{kind}.{scoped_id(f'player:{who}', command_id)}."
+    (hold_id,) = [hold_id for hold_id in rig.wallet.holds if hold_id.startswith(prefix)]
+    return hold_id
 
 
 def shrink(rig: Rig, hold_id: str, amount_minor: int) -> None:
@@ -56,7 +59,7 @@ async def test_bets_the_wallet_does_not_cover_are_refunded_and_the_rest_of_the_r
     await rig.create("gb", "golden_bull")
     current = await rig.to_phase("gb", Phase.BETTING)
     bets = [await rig.app.place_bet(player(f"p{i}"), f"b{i}", "gb", f"area_{i + 1}", 1_000) for i in range(3)]
-    holds = [held("bet", f"p{i}", f"b{i}") for i in range(3)]
+    holds = [bet.hold_id for bet in bets]
     await rig.to_phase("gb", Phase.REVEALING)  # betting has closed: the bets are final
     shrink(rig, holds[1], 1)
     await rig.wallet.void_hold(holds[2])
@@ -85,7 +88,7 @@ async def test_a_dealer_hold_that_does_not_cover_the_round_voids_it_and_releases
     await rig.create("re", "red_envelope_bull", {"bidding.seconds": "5"})
     current = await rig.to_phase("re", Phase.BIDDING)
     await rig.app.envelope.place_bid(player("p1"), "bid", "re", 20_000)
-    bid = held("bid", "p1", "bid")
+    bid = held(rig, "bid", "p1", "bid")
     await rig.to_phase("re", Phase.BETTING)
     for i in (2, 3):
         await rig.app.place_bet(player(f"p{i}"), f"e{i}", "re", "dealer", 1_000)
