@@ -29,7 +29,7 @@ from functools import lru_cache
 from itertools import combinations_with_replacement, product
 
 from bull.cards import BIG_JOKER_RANK, DECK_54, SMALL_JOKER_RANK, Card, CardError, check_distinct
-from bull.money import BetResult, Outcome, Settlement, Transfer, TransferKind
+from bull.money import BetResult, Outcome, Settlement, Transfer, TransferKind, outcome_of
 from bull.rules import _config as cfg
 from bull.rules._bull import BULL_BULL, NO_BULL, bull_points
 from bull.rules.golden_bull import suit_ways
@@ -353,6 +353,18 @@ def net_exact(area: BaibianHand, banker: BaibianHand, stake: Fraction, config: B
     return Fraction(0)
 
 
+def area_outcomes(
+    banker_cards: Sequence[Card], area_cards: Sequence[Sequence[Card]], config: BaibianBullConfig | None = None
+) -> dict[str, Outcome]:
+    """Each area's outcome under ``config``: the sign of what a bet on it nets (``settle``'s own rule)."""
+    config = config or DEFAULT_CONFIG
+    banker = evaluate(banker_cards, config)
+    return {
+        area: outcome_of(net_exact(evaluate(cards, config), banker, Fraction(1), config))
+        for area, cards in zip(AREAS, area_cards, strict=True)
+    }
+
+
 def settle(
     banker_cards: Sequence[Card],
     area_cards: Sequence[Sequence[Card]],
@@ -382,9 +394,8 @@ def settle(
             transfers.append(Transfer(banker_party, bet.player, net, TransferKind.WIN, bet.bet_id))
         elif net < 0:
             transfers.append(Transfer(bet.player, banker_party, -net, TransferKind.LOSS, bet.bet_id))
-        outcome = Outcome.WIN if exact > 0 else Outcome.LOSS if exact < 0 else Outcome.PUSH
         hold = hold_minor(bet.stake_minor, config)
-        results.append(BetResult(bet.bet_id, bet.player, bet.area, bet.stake_minor, hold, outcome, net))
+        results.append(BetResult(bet.bet_id, bet.player, bet.area, bet.stake_minor, hold, outcome_of(exact), net))
         if exact != net:
             remainder = abs(exact - net)
             remainders.append((bet.bet_id, remainder.numerator, remainder.denominator))

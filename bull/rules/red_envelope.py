@@ -40,14 +40,14 @@ service's (``bull.fairness.split_envelope``); nothing here draws randomness.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from decimal import Decimal, InvalidOperation
 from itertools import pairwise
 
 from bull import money
 from bull.cards import CardError
-from bull.rules._config import ConfigError, Settings, as_choice, as_int, check_keys
+from bull.rules._config import ConfigError, Settings, as_choice, as_int, check_keys, shown
 
 VARIANT_ID = "red_envelope_bull"
 
@@ -105,18 +105,19 @@ def format_amount(amount_minor: int) -> str:
     return f"{whole}.{cents:02d}"
 
 
+_AMOUNT_TEXT = re.compile(r"[0-9]{1,13}(?:\.[0-9]{1,2})?")
+
+
 def parse_amount(text: str) -> int:
-    """``3.42``, ``RM3.42``, ``0.5`` or ``3`` -> minor units; more than two decimals is an error."""
+    """``3.42``, ``RM3.42``, ``0.5`` or ``3`` -> minor units, written as an envelope shows an amount:
+    digits and at most two decimals (no exponent: ``1e3`` is not how an amount is written)."""
     cleaned = text.strip().upper().removeprefix("RM").removeprefix("$").strip()
-    try:
-        value = Decimal(cleaned)
-    except InvalidOperation:
-        raise AmountError(f"not an amount: {text!r} (expected e.g. 3.42)") from None
-    minor = value * MINOR_PER_MAJOR
-    if not value.is_finite() or minor != minor.to_integral_value():
-        raise AmountError(f"not an amount with at most two decimals: {text!r}")
-    amount = int(minor)
-    check_amount(amount)
+    if not _AMOUNT_TEXT.fullmatch(cleaned):
+        raise AmountError(f"not an amount: {shown(text)} (expected digits with at most two decimals, e.g. 3.42)")
+    whole, _, cents = cleaned.partition(".")
+    amount = int(whole) * MINOR_PER_MAJOR + int(cents.ljust(2, "0"))
+    if not 1 <= amount <= MAX_AMOUNT_MINOR:
+        raise AmountError(f"an envelope amount must be 0.01..{format_amount(MAX_AMOUNT_MINOR)}, not {shown(text)}")
     return amount
 
 

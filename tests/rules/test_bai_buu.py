@@ -18,6 +18,8 @@ from bull.cards import DECK_52, Card, CardError, parse_cards
 from bull.rules import _bai_buu_math as bm
 from bull.rules import bai_buu
 from bull.rules._config import ConfigError
+from bull.variants import Funding, SeatHand, TableBet
+from bull.variants.bai_buu import BAI_BUU
 
 BANKER, PLAYER_01, PLAYER_02, PLAYER_03 = bai_buu.SEATS
 
@@ -341,6 +343,23 @@ def test_four_of_a_kind_never_pays_less_than_three_of_a_kind() -> None:
     no_floor = bai_buu.settle(deal, [], one, 0, bai_buu.load_config(NO_FLOOR))
     assert _nets(no_floor) == {"a": 10 - 100}
     assert bai_buu.four_of_a_kind_floor_minor(JACKPOT, bai_buu.DEFAULT_CONFIG) == 5_000
+
+
+def test_a_four_of_a_kind_paid_less_than_its_stake_is_recorded_and_announced_as_a_loss() -> None:
+    """With the floor off, a four of a kind on an empty pool is paid the pool's 0.10 for a 1.00
+    stake: the bettor nets -0.90, so the bet is a LOSS and the area is announced as one."""
+    deal = table(*QUADS)
+    one = [bai_buu.Bet("a", "u", "jackpot_banker", JACKPOT)]
+    config = bai_buu.load_config(NO_FLOOR)
+    (result,) = bai_buu.settle(deal, [], one, 0, config).bets
+    assert result.net_minor == -90 and result.outcome is money.Outcome.LOSS
+    rich = bai_buu.settle(deal, [], one, 10_000, config)
+    assert rich.bets[0].net_minor > 0 and rich.bets[0].outcome is money.Outcome.WIN
+    hands = {
+        seat: SeatHand(seat, deal.hand(seat).cards, deal.hand(seat).category, 0, config.odds) for seat in bai_buu.SEATS
+    }
+    settlement = BAI_BUU.settle(hands, [TableBet("a", "u", "jackpot_banker", JACKPOT)], config, Funding())
+    assert BAI_BUU.area_outcomes(hands, config, settlement)["jackpot_banker"] == "loss"
 
 
 def test_the_house_seeds_the_pool_and_resets_it_after_a_hit() -> None:
