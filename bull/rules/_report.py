@@ -164,7 +164,7 @@ def _golden_scenarios() -> list[str]:
         "  so in `authentic` mode the RTP stays exactly 100%.",
         "- `stake_capped` pays wins at the area's multiplier but limits losses to the stake,",
         "  so it favours players strongly unless the multipliers are all 1.",
-        "- `bomb_order` (issue 21): by default two Bombs compare by the rank of the four",
+        "- `bomb_order`: by default two Bombs compare by the rank of the four",
         "  (5555K loses to QQQQA); `general` applies the seed's general rule alone (bull",
         "  points, then the highest card: 5555K, Bull Bull, beats QQQQA, bull 1). Both sides",
         "  use the same order, so the RTP stays exactly 100%, and the variance does not move",

@@ -81,7 +81,7 @@ class DealValue(StrEnum):
     """The value of the drawn card that picks the first seat to be dealt."""
 
     POINTS = "points"  # the seed's 點數: A=1 .. 9, 10/J/Q/K = 10, jokers 10 (interpretation; default)
-    RANK = "rank"  # A=1 .. K=13, small joker 14, big joker 15 (the engine's reading before issue 21)
+    RANK = "rank"  # A=1 .. K=13, small joker 14, big joker 15 (the engine's earlier reading)
 
 
 @dataclass(frozen=True, slots=True)

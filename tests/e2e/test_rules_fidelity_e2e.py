@@ -1,4 +1,4 @@
-"""Rules fidelity (issue 21) end to end: each disputed reading, played through the gRPC API.
+"""Rules fidelity end to end: each disputed reading, played through the gRPC API.
 
 Four service processes on the real Kafka, PostgreSQL and Redis; the rng takes test decks and
 envelopes (NIUNIU_RNG_TEST_DECKS=1), so every round below is a known deal:

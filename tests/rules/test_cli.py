@@ -91,7 +91,7 @@ def test_compare(capsys: pytest.CaptureFixture[str]) -> None:
 
 
 def test_compare_takes_options_after_the_second_hand(capsys: pytest.CaptureFixture[str]) -> None:
-    """Issue 21 (7): ``--set key=value`` (and ``--config FILE``) may follow the second hand."""
+    """``--set key=value`` (and ``--config FILE``) may follow the second hand."""
     hands = ("5S 5H 5C 5D KS", "--", "QS QH QC QD AS")
     code, out, _ = run(capsys, "compare", "--variant", "golden_bull", *hands, "--json")
     assert code == 0 and json.loads(out)["winner"] == "b"  # rank of the four
@@ -117,7 +117,7 @@ def test_compare_takes_options_after_the_second_hand(capsys: pytest.CaptureFixtu
 def test_compare_refuses_a_card_in_both_hands(
     capsys: pytest.CaptureFixture[str], variant: str, hand_a: str, hand_b: str
 ) -> None:
-    """Issue 21 (7): two hands come from one deck."""
+    """two hands come from one deck."""
     code, out, err = run(capsys, "compare", "--variant", variant, hand_a, "--", hand_b)
     assert code == 2 and out == "" and "duplicate card" in err
 
