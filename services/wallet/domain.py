@@ -269,8 +269,16 @@ def withdrawal(request_id: str, account: AccountState, amount_minor: int) -> Mov
 
 
 def _check_cashable(account: AccountState) -> None:
+    """Only a player's money comes in from and goes out to the cashier: the operator's accounts
+    (house, revenue, expense, jackpot pool) move only through settlements, so their balances
+    stay what the rounds made them and the ledger's books mean what they say."""
     if account.kind is AccountKind.EXTERNAL:
         raise InvalidArgument("ACCOUNT_NOT_ALLOWED", f"{account.account} is the other side of every deposit")
+    if account.kind is not AccountKind.PLAYER:
+        raise InvalidArgument(
+            "ACCOUNT_NOT_ALLOWED",
+            f"{account.account} is a system account: only player accounts take deposits and withdrawals",
+        )
 
 
 # --------------------------------------------------------------------------- responsible play

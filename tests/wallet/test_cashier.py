@@ -118,7 +118,14 @@ async def test_a_cashier_reaches_only_player_accounts(
 ) -> None:
     _, login = await cashier_login(wallet, unique, tmp_path, monkeypatch, capsys)
     cashier = bearer(login.token)
-    await wallet.deposit("house", 1_000)  # an admin still may
+    before = await wallet.balances()
+    for account in (*SYSTEM,):  # nor may an admin: the operator's accounts move only through settlements
+        for call in (
+            wallet.stub.Deposit(deposit(f"d-{account}", account, 100), metadata=ADMIN),
+            wallet.stub.Withdraw(withdraw(f"w-{account}", account, 100), metadata=ADMIN),
+        ):
+            error = await expect_error(call, grpc.StatusCode.INVALID_ARGUMENT, "ACCOUNT_NOT_ALLOWED")
+            assert f"{account} is a system account" in (error.details() or "")
     for account in (*SYSTEM, CASHIER):
         for call in (
             wallet.stub.Deposit(deposit(f"d-{account}", account, 100), metadata=cashier),
@@ -137,7 +144,7 @@ async def test_a_cashier_reaches_only_player_accounts(
         "ACCOUNT_NOT_FOUND",
     )
     balances = await wallet.balances()
-    assert balances["house"] == (1_000, 0)
+    assert {a: balances[a] for a in SYSTEM} == {a: before[a] for a in SYSTEM}
 
 
 async def test_a_cashier_token_opens_no_other_wallet_call_and_players_cannot_fund_themselves(
