@@ -139,8 +139,8 @@ async def apply(wallet: Wallet, model: Model, op: tuple[Any, ...]) -> None:
     if name == "deposit":
         account = model.accounts[op[1]]
         ok = account != "house"  # only a player's money comes in from the cashier
-        request = pb.DepositRequest(request_id=uuid.uuid4().hex, account=account, amount_minor=op[2])
-        await expect(s.Deposit(request, metadata=ADMIN), ok)
+        cash_in = pb.DepositRequest(request_id=uuid.uuid4().hex, account=account, amount_minor=op[2])
+        await expect(s.Deposit(cash_in, metadata=ADMIN), ok)
         if ok:
             model.move((CASHIER, AVAILABLE), (account, AVAILABLE), op[2])
     elif name == "withdraw":
