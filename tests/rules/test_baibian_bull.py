@@ -293,3 +293,21 @@ def test_monte_carlo_is_seeded_and_near_one() -> None:
     result = fast.simulate_baibian(bb.DEFAULT_CONFIG, 200_000, np.random.default_rng(3))
     assert abs(result.rtp - 1) < 5 * result.std_error
     assert fast.simulate_baibian(bb.DEFAULT_CONFIG, 200_000, np.random.default_rng(3)) == result
+
+
+def test_exact_variance_counts_every_pair_of_disjoint_hands() -> None:
+    """Each row of the pair counts is its category's census times the C(49,5) hands left to pair with,
+    the table is symmetric, and the variance agrees with the report's Monte Carlo estimate."""
+    from math import comb
+
+    from bull.rules import baibian_bull as rules
+
+    joint = rules.pair_category_counts()
+    census = rules.census()
+    assert [sum(row) for row in joint] == [census[c] * comb(49, 5) for c in rules.CATEGORIES]
+    assert all(joint[i][j] == joint[j][i] for i in range(len(joint)) for j in range(len(joint)))
+    variance = rules.exact_bet_variance()
+    assert abs(float(variance) - 59.7776) < 1e-4
+    assert rules.exact_bet_variance(rules.BaibianBullConfig(bomb_order=rules.BombOrder.RANK_OF_FOUR)) == variance
+    flat = rules.BaibianBullConfig(multipliers=tuple(Fraction(1) for _ in rules.CATEGORIES))
+    assert rules.exact_bet_variance(flat) == 1  # every bet nets +1 or -1
