@@ -119,11 +119,13 @@ async def test_a_cashier_reaches_only_player_accounts(
     _, login = await cashier_login(wallet, unique, tmp_path, monkeypatch, capsys)
     cashier = bearer(login.token)
     before = await wallet.balances()
-    for account in (*SYSTEM,):  # nor may an admin: the operator's accounts move only through settlements
-        for call in (
-            wallet.stub.Deposit(deposit(f"d-{account}", account, 100), metadata=ADMIN),
-            wallet.stub.Withdraw(withdraw(f"w-{account}", account, 100), metadata=ADMIN),
-        ):
+    # Nor may an admin, but to seed the jackpot pool: the other system accounts move only through settlements.
+    await wallet.deposit("jackpot_pool", 1_000)
+    for account in SYSTEM:
+        calls = [wallet.stub.Withdraw(withdraw(f"w-{account}", account, 100), metadata=ADMIN)]
+        if account != "jackpot_pool":
+            calls.append(wallet.stub.Deposit(deposit(f"d-{account}", account, 100), metadata=ADMIN))
+        for call in calls:
             error = await expect_error(call, grpc.StatusCode.INVALID_ARGUMENT, "ACCOUNT_NOT_ALLOWED")
             assert f"{account} is a system account" in (error.details() or "")
     for account in (*SYSTEM, CASHIER):
@@ -144,7 +146,8 @@ async def test_a_cashier_reaches_only_player_accounts(
         "ACCOUNT_NOT_FOUND",
     )
     balances = await wallet.balances()
-    assert {a: balances[a] for a in SYSTEM} == {a: before[a] for a in SYSTEM}
+    seeded = {"jackpot_pool": (before["jackpot_pool"][0] + 1_000, before["jackpot_pool"][1])}
+    assert {a: balances[a] for a in SYSTEM} == {a: before[a] for a in SYSTEM} | seeded
 
 
 async def test_a_cashier_token_opens_no_other_wallet_call_and_players_cannot_fund_themselves(
