@@ -13,6 +13,7 @@ from __future__ import annotations
 from collections import defaultdict
 from dataclasses import dataclass, field
 from enum import StrEnum
+from fractions import Fraction
 
 # The system accounts, from the chart of accounts (bull.accounts), under the names the
 # rules and the table have always imported them by.
@@ -122,6 +123,15 @@ class Settlement:
         if sum(self.net_by_party().values()) != 0:
             raise SettlementError("settlement does not balance")
         return self
+
+
+def outcome_of(net: Fraction | int) -> Outcome:
+    """A bet's outcome by what its bettor nets: a gain is a win, a loss a loss, nothing a push.
+
+    Every variant records a bet's outcome and announces an area's outcome through this, from
+    the same exact (unrounded) net, so the public result can never contradict the money.
+    """
+    return Outcome.WIN if net > 0 else Outcome.LOSS if net < 0 else Outcome.PUSH
 
 
 def floor_div_toward_house(numerator: int, denominator: int) -> tuple[int, int]:

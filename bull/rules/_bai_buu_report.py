@@ -95,7 +95,7 @@ JACKPOT_SCENARIOS: tuple[tuple[str, Mapping[str, object]], ...] = (
         "`jackpot.seed_minor=5000`, `jackpot.reset_minor=20000`",
         {"jackpot.seed_minor": 5_000, "jackpot.reset_minor": 20_000},
     ),
-    ("`jackpot.four_of_a_kind_floor=false` (the reading before issue 21)", {"jackpot.four_of_a_kind_floor": "false"}),
+    ("`jackpot.four_of_a_kind_floor=false` (an earlier reading)", {"jackpot.four_of_a_kind_floor": "false"}),
     ("`jackpot.pool_share_bps=0` (no progressive part)", {"jackpot.pool_share_bps": 0}),
     ("`jackpot.pool_share_bps=2000`", {"jackpot.pool_share_bps": 2_000}),
     (
@@ -236,7 +236,7 @@ def render(seed: int, mc_rounds: int) -> str:
         "- The floor (a four of a kind pays at least the three-of-a-kind prize) costs the house",
         "  almost nothing in the long run (the pool is rarely below 50.00 when hit), but it is",
         "  what a bettor sees on a fresh, unseeded pool: +49.00 instead of -0.90 on an empty pool.",
-        "- `jackpot.split=hands` (the reading before issue 21) only differs when a hand holding",
+        "- `jackpot.split=hands` (an earlier reading) only differs when a hand holding",
         "  four of a kind has no jackpot bet: its share then stays in the pool for later rounds,",
         "  which moves money between bettors but not, in the long run, the return.",
         "",

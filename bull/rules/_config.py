@@ -29,6 +29,20 @@ class ConfigError(ValueError):
         self.key = key
 
 
+class ConfigFileError(ValueError):
+    """A settings file that cannot be read or is not a table of settings; ``path`` names it."""
+
+    def __init__(self, path: str | Path, problem: str) -> None:
+        super().__init__(f"config file {str(path)!r}: {problem}")
+        self.path = str(path)
+
+
+def shown(value: object) -> str:
+    """A value as the user wrote it, cut short: an error must not echo ``1e400`` as 401 digits."""
+    text = repr(value)
+    return text if len(text) <= 40 else f"{text[:37]}..."
+
+
 def flatten(settings: Mapping[str, object], prefix: str = "") -> dict[str, object]:
     """Nested tables (``{"multipliers": {"bomb": 4}}``) become dotted keys."""
     flat: dict[str, object] = {}
@@ -58,13 +72,13 @@ def load_file(path: str | Path) -> dict[str, object]:
     try:
         text = file.read_text(encoding="utf-8")
     except OSError as exc:
-        raise ConfigError(str(path), f"cannot read config file: {exc.strerror}") from exc
+        raise ConfigFileError(path, f"cannot read it: {exc.strerror}") from exc
     try:
         data: object = tomllib.loads(text) if file.suffix == ".toml" else json.loads(text)
     except (tomllib.TOMLDecodeError, json.JSONDecodeError) as exc:
-        raise ConfigError(str(path), f"not valid {file.suffix.lstrip('.') or 'json'}: {exc}") from exc
+        raise ConfigFileError(path, f"not valid {file.suffix.lstrip('.') or 'json'}: {exc}") from exc
     if not isinstance(data, Mapping):
-        raise ConfigError(str(path), "top level must be a table/object")
+        raise ConfigFileError(path, "top level must be a table/object")
     return flatten(data)
 
 
@@ -103,9 +117,9 @@ def as_int(key: str, value: object, *, low: int, high: int) -> int:
     except ValueError:
         number = None
     if number is None:
-        raise ConfigError(key, f"expected an integer, not {value!r}")
+        raise ConfigError(key, f"expected an integer, not {shown(value)}")
     if not low <= number <= high:
-        raise ConfigError(key, f"must be between {low} and {high}, not {number}")
+        raise ConfigError(key, f"must be between {low} and {high}, not {shown(value)}")
     return number
 
 
@@ -123,9 +137,9 @@ def as_fraction(key: str, value: object, *, low: Fraction, high: Fraction) -> Fr
         else:
             raise ConfigError(key, f"expected a number, not {value!r}")
     except (ValueError, ZeroDivisionError, InvalidOperation) as exc:
-        raise ConfigError(key, f"expected a number like 3, 2.5 or 5/2, not {value!r}") from exc
+        raise ConfigError(key, f"expected a number like 3, 2.5 or 5/2, not {shown(value)}") from exc
     if not low <= number <= high:
-        raise ConfigError(key, f"must be between {low} and {high}, not {number}")
+        raise ConfigError(key, f"must be between {low} and {high}, not {shown(value)}")
     return number
 
 

@@ -103,7 +103,8 @@ def settle_vectorised(
     else:
         dealer_kept = (pay * bps - stake_minor * config.dealer_commission_bps) // bps
     pool = np.iinfo(np.int64).max // 4 if dealer_pool_minor is None else dealer_pool_minor
-    budget = pool + (lose * dealer_kept).sum(axis=1)
+    share = dealer_kept if config.drink_water_base == "paid" else np.minimum(stake_minor, dealer_kept)
+    budget = pool + (lose * share).sum(axis=1)
 
     full = stake_minor * mult[players] * win
     # Strongest winner first, equal hands in bet order: a stable sort on -key (non-winners last).

@@ -85,36 +85,45 @@ def _drink_water_section(seed: int) -> list[str]:
         "Every row uses the same envelopes (one seed), so the differences between rows are the",
         "rules' effect, not sampling noise. *Cost to players* is the drop of the player's RTP",
         "from the unlimited-pool row; every player stakes 10.00 against a pool of the size shown.",
+        "`drink_water_base` is what each loser adds to the budget: `stakes` (default) or `paid`.",
         "",
-        "| `drink_water` | dealer pool | player RTP | variance | 喝水 bets | dealer return | cost to players |",
-        "|---|---:|---:|---:|---:|---:|---:|",
+        "| `drink_water_base` | `drink_water` | dealer pool | player RTP | variance | 喝水 bets "
+        "| dealer return | cost to players |",
+        "|---|---|---:|---:|---:|---:|---:|---:|",
     ]
     unlimited: float | None = None
-    for rule in re_.DRINK_WATER_RULES:
-        config = re_.load_config({"drink_water": rule})
-        for pool, label in DRINK_WATER_POOLS:
-            if pool is None and unlimited is not None:
-                continue  # with an unlimited pool nobody drinks water: the same row for every rule
-            est = rm.simulate(
-                np.random.default_rng(seed + 99),
-                config,
-                VARIATION_PARTICIPANTS,
-                VARIATION_ROUNDS,
-                stake_minor=STAKE_MINOR,
-                dealer_pool_minor=pool,
-            )
-            if pool is None:
-                unlimited = est.rtp
-            cost = (est.rtp if unlimited is None else unlimited) - est.rtp
-            name = "any" if pool is None else f"`{rule}`"
-            lines.append(
-                f"| {name} | {label} | {_pct(est.rtp)} | {est.variance:.3f} | {_pct(est.drink_water_rate, 3)} "
-                f"| {_pct(est.dealer_return)} | {_pct(cost)} |"
-            )
+    for base in re_.DRINK_WATER_BASES:
+        for rule in re_.DRINK_WATER_RULES:
+            config = re_.load_config({"drink_water": rule, "drink_water_base": base})
+            for pool, label in DRINK_WATER_POOLS:
+                if pool is None and unlimited is not None:
+                    continue  # with an unlimited pool nobody drinks water: the same row for every rule
+                est = rm.simulate(
+                    np.random.default_rng(seed + 99),
+                    config,
+                    VARIATION_PARTICIPANTS,
+                    VARIATION_ROUNDS,
+                    stake_minor=STAKE_MINOR,
+                    dealer_pool_minor=pool,
+                )
+                if pool is None:
+                    unlimited = est.rtp
+                cost = (est.rtp if unlimited is None else unlimited) - est.rtp
+                names = ("any", "any") if pool is None else (f"`{base}`", f"`{rule}`")
+                lines.append(
+                    f"| {names[0]} | {names[1]} | {label} | {_pct(est.rtp)} | {est.variance:.3f} "
+                    f"| {_pct(est.drink_water_rate, 3)} | {_pct(est.dealer_return)} | {_pct(cost)} |"
+                )
     lines += [
         "",
+        "- `drink_water_base=stakes` (default, the seed's words: the dealer pool plus the",
+        "  losers' stakes): each loser adds its stake to the budget, never more than the",
+        "  dealer keeps of its payment after commission, so the dealer never pays out more",
+        "  than the pool. `paid` *(interpretation)* adds all the dealer keeps of what each",
+        "  loser paid (stake x the dealer's multiplier, net of commission): a larger budget,",
+        "  fewer winners drink water, a higher player return.",
         "- `stop` (default, the seed's words): winners are paid strongest first while the rest",
-        "  of the pool (plus what the losers paid, net of commission) covers a full payment;",
+        "  of the budget covers a full payment;",
         "  from the first winner it cannot cover on, every winner drinks water (stake back),",
         "  even a weaker winner the rest would cover. A winner owed 180.00 against 179.99 gets",
         "  nothing.",
@@ -168,10 +177,12 @@ def render(seed: int) -> str:
         "  number first (0.88 beats 1.66). Equal amounts tie.",
         "- Settlement: a winning player gets stake x own multiplier, a losing one pays stake x",
         "  the dealer's multiplier (hold: stake x 18). The dealer pays winners, strongest",
-        "  first, from the pool plus what the losers pay *net of the platform's commission*",
-        "  *(interpretation: so the dealer never loses more than the pool)* while the rest",
-        "  covers a full payment; the remaining winners drink water (喝水, stake back;",
-        "  `drink_water`, section 5). Dealer grabs 0.01: the round is void and re-dealt.",
+        "  first, from the pool plus the losers' stakes (`drink_water_base=stakes`, the seed's",
+        "  words; a stake counts no more than the dealer keeps of that loser's payment, so",
+        "  the dealer never loses more than the pool; `paid`, an interpretation, counts all the",
+        "  dealer keeps of what the losers paid) while the rest covers a full payment; the",
+        "  remaining winners drink water (喝水, stake back; `drink_water` and",
+        "  `drink_water_base`, section 5). Dealer grabs 0.01: the round is void and re-dealt.",
         "  Player grabs 0.01: 免死, a loss becomes a tie (0.01 is the weakest amount, so it",
         "  can never win).",
         "- Fees (defaults from the seed): 5% of the loser's stake when the dealer wins it",
@@ -202,8 +213,10 @@ def render(seed: int) -> str:
         "",
         "RTP is the player's mean return per unit staked (stake back included), over rounds",
         "that are not voided (a void round is re-dealt). Because payments are stake x",
-        "multiplier (x1 .. x18) on both sides, the 5% commissions cost far more than 5% of",
-        "the stake: the platform takes 5% of the *multiplied* amount from whichever side wins.",
+        "multiplier (x1 .. x18) on both sides, the player-side commission (5% of what a",
+        "winner is paid, stake x its multiplier) costs a winner far more than 5% of the stake;",
+        "the dealer-side commission is 5% of each loser's stake by default",
+        "(`commission.dealer_base=stake`).",
         '"Dealer return" is the dealer\'s mean net per unit of the stakes against him;',
         '"house take" = commission + fees - rebates, per unit staked.',
         "",

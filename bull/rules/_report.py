@@ -164,7 +164,7 @@ def _golden_scenarios() -> list[str]:
         "  so in `authentic` mode the RTP stays exactly 100%.",
         "- `stake_capped` pays wins at the area's multiplier but limits losses to the stake,",
         "  so it favours players strongly unless the multipliers are all 1.",
-        "- `bomb_order` (issue 21): by default two Bombs compare by the rank of the four",
+        "- `bomb_order`: by default two Bombs compare by the rank of the four",
         "  (5555K loses to QQQQA); `general` applies the seed's general rule alone (bull",
         "  points, then the highest card: 5555K, Bull Bull, beats QQQQA, bull 1). Both sides",
         "  use the same order, so the RTP stays exactly 100%, and the variance does not move",
@@ -231,6 +231,7 @@ def baibian_report() -> str:
     by_four = fast.simulate_baibian(by_four_config, BAIBIAN_MC_ROUNDS, np.random.default_rng(MC_SEED))
     low, high = result.ci95
     four_low, four_high = by_four.ci95
+    exact_variance = bb.exact_bet_variance(config)
     counts = bb.census()
     total = sum(counts.values())
     rows = [f"| {c} | {n:,} | {pct(Fraction(n, total), 4)} | x{config.multiplier(c)} |" for c, n in counts.items()]
@@ -262,8 +263,16 @@ def baibian_report() -> str:
         "",
         f"Monte Carlo, {BAIBIAN_MC_ROUNDS:,} rounds each (banker + four areas, seed {MC_SEED}, the same deals",
         f"for both rows); standard error of the default RTP {result.std_error:.6f} per unit staked (the",
-        "round's four bets share the banker, so the round is the sample). The variance is estimated",
-        "over all bets; no exact enumeration exists for this variant yet.",
+        "round's four bets share the banker, so the round is the sample). The variance column is",
+        "estimated over all bets.",
+        "",
+        f"Exact variance of the net per unit staked: **{float(exact_variance):.6f}**",
+        f"(`{exact_variance.numerator}/{exact_variance.denominator}`), the same for both rows: two hands",
+        "never tie and the stronger hand's category is the higher of the two, so a bet nets plus or",
+        "minus the multiplier of the higher category whichever way Bombs compare. With the mean 0",
+        "the variance is that multiplier squared, averaged over all C(54,5) x C(49,5) ordered pairs",
+        "of disjoint hands, counted exactly by (rank multiset, joker count) type",
+        "(`baibian_bull.exact_bet_variance`).",
         "",
         "Expected value: exactly 100%. Settlement is bet x the winner's multiplier in both",
         "directions, two hands from one deck never tie (different high cards, or suits, or",

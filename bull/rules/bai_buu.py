@@ -493,20 +493,41 @@ def main_bet_duel(deal_: Deal, area: str, config: BaiBuuConfig = DEFAULT_CONFIG)
     return duel(player_hand, deal_.banker, config)
 
 
+def main_profit_ratio(d: Duel, config: BaiBuuConfig) -> Fraction:
+    """What a main bet nets per unit of stake in the duel ``d``: -1, 0, or the (halved) profit."""
+    if d.result <= 0:
+        return Fraction(d.result)
+    return config.profit_ratio / 2 if d.half_prize else config.profit_ratio
+
+
+def main_outcome(d: Duel, config: BaiBuuConfig) -> money.Outcome:
+    """A main bet's outcome by what it nets (odds 1 win nothing: a push); ``HALF_WIN`` for a halved gain."""
+    outcome = money.outcome_of(main_profit_ratio(d, config))
+    return money.Outcome.HALF_WIN if outcome is money.Outcome.WIN and d.half_prize else outcome
+
+
+def jackpot_outcome(hand: Hand, config: BaiBuuConfig) -> money.Outcome | None:
+    """A jackpot bet's outcome on ``hand`` by what it nets; None for four of a kind, whose net
+    depends on the pool and on how many bets share it (the settlement says)."""
+    category = hand.jackpot
+    if category == "four_of_a_kind":
+        return None
+    pay = {"three_of_a_kind": config.jackpot_pay_three_of_a_kind, "flush": config.jackpot_pay_flush}
+    return money.outcome_of(pay[category] - 1) if category is not None else money.Outcome.LOSS
+
+
 def _settle_main(book: _Book, deal_: Deal, bet: Bet, config: BaiBuuConfig) -> None:
     d = main_bet_duel(deal_, bet.area, config)
-    if d.result == 0:
-        book.result(bet, money.Outcome.PUSH, 0)
-        return
+    outcome = main_outcome(d, config)
     if d.result < 0:
         book.move(bet.player, money.HOUSE, bet.stake_minor, money.TransferKind.LOSS, bet)
-        book.result(bet, money.Outcome.LOSS, -bet.stake_minor)
+        book.result(bet, outcome, -bet.stake_minor)
         return
-    ratio = config.profit_ratio / 2 if d.half_prize else config.profit_ratio
+    ratio = main_profit_ratio(d, config)
     profit, rest = money.floor_div_toward_house(bet.stake_minor * ratio.numerator, ratio.denominator)
     book.move(money.HOUSE, bet.player, profit, money.TransferKind.WIN, bet)
     book.remainder(bet, rest, ratio.denominator)
-    book.result(bet, money.Outcome.HALF_WIN if d.half_prize else money.Outcome.WIN, profit)
+    book.result(bet, outcome, profit)
 
 
 def _collect_jackpot_stakes(book: _Book, jackpot_bets: Sequence[Bet], config: BaiBuuConfig) -> int:
@@ -558,15 +579,19 @@ def _settle_jackpots(
             book.remainder(bet, rest, denominator)
             from_pool += share
             payout = share + top_up
+            # What the split leaves stays in the pool: the bettor nets the rounded payout, and a
+            # payout below the stake (the floor off, a small pool) is a loss.
+            outcome = money.outcome_of(payout - bet.stake_minor)
         elif category is not None:
             pay = pay_table[category]
             payout, rest = money.floor_div_toward_house(bet.stake_minor * pay.numerator, pay.denominator)
             book.move(money.HOUSE, bet.player, payout, money.TransferKind.JACKPOT_PAYOUT, bet)
             book.remainder(bet, rest, pay.denominator)
+            outcome = money.outcome_of(bet.stake_minor * (pay - 1))
         else:
             book.result(bet, money.Outcome.LOSS, -bet.stake_minor)
             continue
-        book.result(bet, money.Outcome.WIN if payout > 0 else money.Outcome.LOSS, payout - bet.stake_minor)
+        book.result(bet, outcome, payout - bet.stake_minor)
     return from_pool
 
 

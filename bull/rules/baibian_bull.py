@@ -27,9 +27,12 @@ from enum import StrEnum
 from fractions import Fraction
 from functools import lru_cache
 from itertools import combinations_with_replacement, product
+from math import comb
+
+import numpy as np
 
 from bull.cards import BIG_JOKER_RANK, DECK_54, SMALL_JOKER_RANK, Card, CardError, check_distinct
-from bull.money import BetResult, Outcome, Settlement, Transfer, TransferKind
+from bull.money import BetResult, Outcome, Settlement, Transfer, TransferKind, outcome_of
 from bull.rules import _config as cfg
 from bull.rules._bull import BULL_BULL, NO_BULL, bull_points
 from bull.rules.golden_bull import suit_ways
@@ -81,7 +84,7 @@ class DealValue(StrEnum):
     """The value of the drawn card that picks the first seat to be dealt."""
 
     POINTS = "points"  # the seed's 點數: A=1 .. 9, 10/J/Q/K = 10, jokers 10 (interpretation; default)
-    RANK = "rank"  # A=1 .. K=13, small joker 14, big joker 15 (the engine's reading before issue 21)
+    RANK = "rank"  # A=1 .. K=13, small joker 14, big joker 15 (the engine's earlier reading)
 
 
 @dataclass(frozen=True, slots=True)
@@ -353,6 +356,18 @@ def net_exact(area: BaibianHand, banker: BaibianHand, stake: Fraction, config: B
     return Fraction(0)
 
 
+def area_outcomes(
+    banker_cards: Sequence[Card], area_cards: Sequence[Sequence[Card]], config: BaibianBullConfig | None = None
+) -> dict[str, Outcome]:
+    """Each area's outcome under ``config``: the sign of what a bet on it nets (``settle``'s own rule)."""
+    config = config or DEFAULT_CONFIG
+    banker = evaluate(banker_cards, config)
+    return {
+        area: outcome_of(net_exact(evaluate(cards, config), banker, Fraction(1), config))
+        for area, cards in zip(AREAS, area_cards, strict=True)
+    }
+
+
 def settle(
     banker_cards: Sequence[Card],
     area_cards: Sequence[Sequence[Card]],
@@ -382,9 +397,8 @@ def settle(
             transfers.append(Transfer(banker_party, bet.player, net, TransferKind.WIN, bet.bet_id))
         elif net < 0:
             transfers.append(Transfer(bet.player, banker_party, -net, TransferKind.LOSS, bet.bet_id))
-        outcome = Outcome.WIN if exact > 0 else Outcome.LOSS if exact < 0 else Outcome.PUSH
         hold = hold_minor(bet.stake_minor, config)
-        results.append(BetResult(bet.bet_id, bet.player, bet.area, bet.stake_minor, hold, outcome, net))
+        results.append(BetResult(bet.bet_id, bet.player, bet.area, bet.stake_minor, hold, outcome_of(exact), net))
         if exact != net:
             remainder = abs(exact - net)
             remainders.append((bet.bet_id, remainder.numerator, remainder.denominator))
@@ -423,3 +437,48 @@ def census() -> dict[Category, int]:
 
 SMALL_JOKER_VALUE = SMALL_JOKER_RANK
 BIG_JOKER_VALUE = BIG_JOKER_RANK
+
+
+@lru_cache(maxsize=1)
+def pair_category_counts() -> tuple[tuple[int, ...], ...]:
+    """``counts[i][j]``: ordered pairs of disjoint hands from one 54-card deck whose categories are
+    ``CATEGORIES[i]`` and ``CATEGORIES[j]``; all C(54,5) x C(49,5) of them, counted exactly.
+
+    A hand's category depends only on its (rank multiset, joker count) type. Given the first
+    hand's type, the second is drawn from what is left: ``prod_r C(4 - a_r, b_r)`` ways for rank
+    counts ``b`` and ``C(2 - j, k)`` for its jokers, summed by the second hand's category.
+    """
+    types = list(category_table().items())
+    counts = np.zeros((len(types), 13), dtype=np.int64)
+    jokers = np.array([j for (_, j), _ in types], dtype=np.int64)
+    categories = np.array([CATEGORIES.index(c) for _, c in types], dtype=np.int64)
+    for t, ((ranks, _), _) in enumerate(types):
+        for rank in ranks:
+            counts[t, rank - 1] += 1
+    ways = np.array([[comb(n, k) for k in range(5)] for n in range(5)], dtype=np.int64)
+    joker_ways = np.array([[comb(n, k) for k in range(3)] for n in range(3)], dtype=np.int64)
+    joint = np.zeros((len(CATEGORIES), len(CATEGORIES)), dtype=np.int64)
+    for a in range(len(types)):
+        first = int(np.prod(ways[4, counts[a]])) * int(joker_ways[2, jokers[a]])
+        second = np.prod(ways[4 - counts[a][None, :], counts], axis=1) * joker_ways[2 - jokers[a], jokers]
+        # bincount sums in float64: exact, every sum stays far below 2**53.
+        joint[categories[a]] += first * np.bincount(categories, weights=second, minlength=len(CATEGORIES)).astype(
+            np.int64
+        )
+    return tuple(tuple(int(n) for n in row) for row in joint)
+
+
+def exact_bet_variance(config: BaibianBullConfig | None = None) -> Fraction:
+    """The exact variance of one area bet's net per unit staked.
+
+    Two hands from one deck never tie and the stronger one's category is the higher of the two,
+    so a bet nets + or - the multiplier of the higher category; the mean is 0 (the pair is
+    exchangeable), so the variance is the mean of that multiplier squared over every pair.
+    """
+    config = config or DEFAULT_CONFIG
+    joint = pair_category_counts()
+    total = sum(map(sum, joint))
+    second_moment = sum(
+        n * config.multipliers[min(i, j)] ** 2 for i, row in enumerate(joint) for j, n in enumerate(row)
+    )
+    return Fraction(second_moment) / total

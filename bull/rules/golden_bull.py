@@ -34,6 +34,7 @@ from bull.money import (
     Settlement,
     Transfer,
     TransferKind,
+    outcome_of,
 )
 from bull.rules import _config as cfg
 from bull.rules._bull import BULL_BULL, NO_BULL, bull_points
@@ -431,6 +432,18 @@ def net_exact(area: GoldenBullHand, dealer: GoldenBullHand, stake: Fraction, con
     return Fraction(0)
 
 
+def area_outcomes(
+    dealer_cards: Sequence[Card], area_cards: Sequence[Sequence[Card]], config: GoldenBullConfig | None = None
+) -> dict[str, Outcome]:
+    """Each area's outcome: the sign of what a bet on it nets (a win the commission takes whole is a push)."""
+    config = config or DEFAULT_CONFIG
+    dealer = evaluate(dealer_cards, config)
+    return {
+        area: outcome_of(net_exact(evaluate(cards, config), dealer, Fraction(1), config))
+        for area, cards in zip(AREAS, area_cards, strict=True)
+    }
+
+
 def settle(
     dealer_cards: Sequence[Card],
     area_cards: Sequence[Sequence[Card]],
@@ -498,7 +511,8 @@ def _settle_bet(
     else:
         net = 0
     hold = hold_minor(bet.stake_minor, config)
-    return BetResult(bet.bet_id, bet.player, bet.area, bet.stake_minor, hold, result, net), transfers, exact - net
+    recorded = outcome_of(exact)  # by what the bettor nets, as ``area_outcomes`` announces it
+    return BetResult(bet.bet_id, bet.player, bet.area, bet.stake_minor, hold, recorded, net), transfers, exact - net
 
 
 def _ceil(value: Fraction) -> int:

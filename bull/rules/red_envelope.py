@@ -13,10 +13,12 @@ Settlement of one round (everything in integer minor units):
 2. Each bet is compared with the dealer's hand. A losing player pays
    ``stake x dealer multiplier``; a player holding 0.01 is immune (免死): the loss
    becomes a tie (``IMMUNE``). A tie is a ``PUSH``.
-3. The dealer's budget for winners is ``dealer_pool_minor`` plus what the losers
-   pay this round *net of the platform's commission on it*, so the dealer can never
-   lose more than the pool (interpretation: the seed caps the payout at "dealer
-   pool plus the losers' stakes" and also takes 5% of what the dealer wins). Winners
+3. The dealer's budget for winners is ``dealer_pool_minor`` plus each loser's
+   stake (``drink_water_base`` = ``stakes``, the seed's "dealer pool plus the
+   losers' stakes", default), a stake counting no more than the dealer keeps of
+   that loser's payment after commission, so the dealer can never lose more than
+   the pool; or plus all the dealer keeps of what the losers paid (``paid``: stake
+   x the dealer's multiplier, net of commission, an interpretation). Winners
    are paid ``stake x own multiplier`` strongest hand first (equal hands in bet
    order). ``drink_water`` says what happens to the first winner the rest of the
    budget cannot fully pay: ``stop`` (the seed's words, default): it and every
@@ -40,14 +42,14 @@ service's (``bull.fairness.split_envelope``); nothing here draws randomness.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from decimal import Decimal, InvalidOperation
 from itertools import pairwise
 
 from bull import money
 from bull.cards import CardError
-from bull.rules._config import ConfigError, Settings, as_choice, as_int, check_keys
+from bull.rules._config import ConfigError, Settings, as_choice, as_int, check_keys, shown
 
 VARIANT_ID = "red_envelope_bull"
 
@@ -105,18 +107,19 @@ def format_amount(amount_minor: int) -> str:
     return f"{whole}.{cents:02d}"
 
 
+_AMOUNT_TEXT = re.compile(r"[0-9]{1,13}(?:\.[0-9]{1,2})?")
+
+
 def parse_amount(text: str) -> int:
-    """``3.42``, ``RM3.42``, ``0.5`` or ``3`` -> minor units; more than two decimals is an error."""
+    """``3.42``, ``RM3.42``, ``0.5`` or ``3`` -> minor units, written as an envelope shows an amount:
+    digits and at most two decimals (no exponent: ``1e3`` is not how an amount is written)."""
     cleaned = text.strip().upper().removeprefix("RM").removeprefix("$").strip()
-    try:
-        value = Decimal(cleaned)
-    except InvalidOperation:
-        raise AmountError(f"not an amount: {text!r} (expected e.g. 3.42)") from None
-    minor = value * MINOR_PER_MAJOR
-    if not value.is_finite() or minor != minor.to_integral_value():
-        raise AmountError(f"not an amount with at most two decimals: {text!r}")
-    amount = int(minor)
-    check_amount(amount)
+    if not _AMOUNT_TEXT.fullmatch(cleaned):
+        raise AmountError(f"not an amount: {shown(text)} (expected digits with at most two decimals, e.g. 3.42)")
+    whole, _, cents = cleaned.partition(".")
+    amount = int(whole) * MINOR_PER_MAJOR + int(cents.ljust(2, "0"))
+    if not 1 <= amount <= MAX_AMOUNT_MINOR:
+        raise AmountError(f"an envelope amount must be 0.01..{format_amount(MAX_AMOUNT_MINOR)}, not {shown(text)}")
     return amount
 
 
@@ -209,12 +212,15 @@ class RedEnvelopeConfig:
     envelope_total_minor: int = 1000  # what the rng service is asked to split (reports use it too)
     dealer_commission_base: str = "stake"  # DEALER_COMMISSION_BASES: what the dealer-side bps apply to
     drink_water: str = "stop"  # DRINK_WATER_RULES: the first winner the budget cannot fully pay, and after
+    drink_water_base: str = "stakes"  # DRINK_WATER_BASES: what each loser adds to the budget for winners
 
     def __post_init__(self) -> None:
         if self.dealer_commission_base not in DEALER_COMMISSION_BASES:
             raise ConfigError("commission.dealer_base", f"expected one of {', '.join(DEALER_COMMISSION_BASES)}")
         if self.drink_water not in DRINK_WATER_RULES:
             raise ConfigError("drink_water", f"expected one of {', '.join(DRINK_WATER_RULES)}")
+        if self.drink_water_base not in DRINK_WATER_BASES:
+            raise ConfigError("drink_water_base", f"expected one of {', '.join(DRINK_WATER_BASES)}")
 
     def multiplier(self, category: str) -> int:
         return dict(self.multipliers)[category]
@@ -233,6 +239,9 @@ DEALER_COMMISSION_BASES = ("stake", "win")
 # "stop": the seed's 喝水 (the rest drink water from the first winner not fully covered); "skip": weaker
 # winners the rest still covers are paid; "partial": the first winner not covered gets what is left.
 DRINK_WATER_RULES = ("stop", "skip", "partial")
+# "stakes": the seed's budget, the dealer pool plus the losers' stakes (never more of a loser than the
+# dealer keeps of what it paid); "paid": the pool plus what the losers paid the dealer, net of commission.
+DRINK_WATER_BASES = ("stakes", "paid")
 
 DEFAULT_CONFIG = RedEnvelopeConfig()
 
@@ -248,6 +257,7 @@ _SCALARS = {
 _CHOICES = {
     "commission.dealer_base": ("dealer_commission_base", DEALER_COMMISSION_BASES),
     "drink_water": ("drink_water", DRINK_WATER_RULES),
+    "drink_water_base": ("drink_water_base", DRINK_WATER_BASES),
 }
 CONFIG_KEYS = tuple(f"multipliers.{c}" for c in CATEGORIES) + tuple(_SCALARS) + tuple(_CHOICES)
 MAX_MULTIPLIER = 10_000
@@ -286,6 +296,7 @@ def load_config(settings: Settings | None = None) -> RedEnvelopeConfig:
         envelope_total_minor=number("envelope.total_minor"),
         dealer_commission_base=choice("commission.dealer_base"),
         drink_water=choice("drink_water"),
+        drink_water_base=choice("drink_water_base"),
     )
 
 
@@ -368,6 +379,13 @@ def dealer_keeps(stake_minor: int, pay_minor: int, config: RedEnvelopeConfig) ->
     return money.floor_div_toward_house(pay_minor * money.BPS_DENOMINATOR - cut, money.BPS_DENOMINATOR)
 
 
+def budget_share(stake_minor: int, kept_minor: int, config: RedEnvelopeConfig) -> int:
+    """What one loser adds to the dealer's budget for winners: its stake (``drink_water_base`` =
+    ``stakes``), never more than the dealer kept of its payment, so the dealer never pays winners
+    beyond the pool; or all the dealer kept of it (``paid``)."""
+    return kept_minor if config.drink_water_base == "paid" else min(stake_minor, kept_minor)
+
+
 @dataclass(slots=True)
 class _Book:
     """Mutable scratch space while one settlement is assembled (never escapes ``settle``)."""
@@ -428,7 +446,7 @@ def settle(rnd: EnvelopeRound, config: RedEnvelopeConfig = DEFAULT_CONFIG) -> mo
             book.move(rnd.dealer, money.COMMISSION_REVENUE, pay - kept, money.TransferKind.COMMISSION, bet.bet_id)
             book.remainder(bet.bet_id, rest, money.BPS_DENOMINATOR)
             book.result(bet, money.Outcome.LOSS, book.rebate(bet) - pay)
-            budget += kept
+            budget += budget_share(bet.stake_minor, kept, config)
 
     # sorted() is stable with reverse=True: equal hands keep bet order.
     stopped = False

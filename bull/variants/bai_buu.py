@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from fractions import Fraction
 
-from bull.money import Settlement
+from bull.money import Outcome, Settlement
 from bull.rules import bai_buu as bu
 from bull.variants.base import (
     CardGame,
@@ -91,14 +91,17 @@ class BaiBuu(CardGame):
         )
         return fund_bets(settlement, bets)
 
-    def area_outcomes(self, hands: Mapping[str, SeatHand], config: bu.BaiBuuConfig) -> dict[str, str]:
+    def area_outcomes(
+        self, hands: Mapping[str, SeatHand], config: bu.BaiBuuConfig, settlement: Settlement | None = None
+    ) -> dict[str, str]:
+        """By what a bet on each area nets; a four of a kind's jackpot bets net what the pool paid them,
+        so that area reads its bets' outcome from ``settlement`` (a win when nobody bet on it)."""
         dealt = self._deal(hands)
-        outcomes = {}
-        for area in bu.MAIN_AREAS:
-            d = bu.main_bet_duel(dealt, area, config)
-            outcomes[area] = {1: "half_win" if d.half_prize else "win", 0: "push", -1: "loss"}[d.result]
+        outcomes = {area: str(bu.main_outcome(bu.main_bet_duel(dealt, area, config), config)) for area in bu.MAIN_AREAS}
+        settled = {r.area: r.outcome for r in settlement.bets} if settlement is not None else {}
         for area in bu.JACKPOT_AREAS:
-            outcomes[area] = "win" if dealt.hand(area.removeprefix("jackpot_")).jackpot else "loss"
+            known = bu.jackpot_outcome(dealt.hand(area.removeprefix("jackpot_")), config)
+            outcomes[area] = str(known or settled.get(area, Outcome.WIN))
         return outcomes
 
     def area_odds(self, hands: Mapping[str, SeatHand], config: bu.BaiBuuConfig) -> dict[str, str]:

@@ -140,7 +140,7 @@ class BaibianBull(CardGame, NoSideBets):
         dealt = bb.deal(deck_of(drawn), config.rules)
         hands = {}
         for seat, cards in zip(bb.SEATS, dealt.hands, strict=True):
-            category = bb.evaluate(cards).category
+            category = bb.evaluate(cards, config.rules).category
             hands[seat] = SeatHand(seat, cards, str(category), bull_points(category), config.rules.multiplier(category))
         return hands
 
@@ -178,10 +178,11 @@ class BaibianBull(CardGame, NoSideBets):
         )
         return replace(settlement, transfers=transfers)
 
-    def area_outcomes(self, hands: Mapping[str, SeatHand], config: BaibianTableConfig) -> dict[str, str]:
-        banker = bb.evaluate(hands[BANKER_SEAT].cards)
-        names = {1: "win", -1: "loss", 0: "push"}
-        return {area: names[bb.compare(bb.evaluate(hands[area].cards), banker)] for area in bb.AREAS}
+    def area_outcomes(
+        self, hands: Mapping[str, SeatHand], config: BaibianTableConfig, settlement: Settlement | None = None
+    ) -> dict[str, str]:
+        cards = [hands[area].cards for area in bb.AREAS]
+        return {area: str(o) for area, o in bb.area_outcomes(hands[BANKER_SEAT].cards, cards, config.rules).items()}
 
 
 def deal_facts(deck: Sequence[Card], config: BaibianTableConfig) -> tuple[str, str]:

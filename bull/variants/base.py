@@ -146,8 +146,13 @@ class Variant(Protocol):
     ) -> Settlement:
         """Every bet's result and every transfer, each naming its real payer, payee and funding hold."""
 
-    def area_outcomes(self, hands: Mapping[str, SeatHand], config: Any) -> dict[str, str]:
-        """Each area's result against the dealer, the same for every bettor ("win"/"loss"/"push")."""
+    def area_outcomes(
+        self, hands: Mapping[str, SeatHand], config: Any, settlement: Settlement | None = None
+    ) -> dict[str, str]:
+        """Each area's outcome, the same for every bet on it: what ``settle`` records for such a bet
+        under ``config`` (``bull.money.outcome_of`` of what it nets), so the public result and the
+        money cannot disagree. ``settlement`` is the round's own, for an area whose bets net what
+        the round's other bets leave them (a Bai Buu four of a kind shares the jackpot pool)."""
 
     def area_odds(self, hands: Mapping[str, SeatHand], config: Any) -> dict[str, str]:
         """Each area's odds as a decimal, for variants with fixed odds ({} otherwise)."""

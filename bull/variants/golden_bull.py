@@ -70,9 +70,11 @@ class GoldenBull(CardGame, NoSideBets):
         )
         return fund_bets(settlement, bets)
 
-    def area_outcomes(self, hands: Mapping[str, SeatHand], config: gb.GoldenBullConfig) -> dict[str, str]:
-        dealer = gb.evaluate(hands[DEALER_SEAT].cards, config)
-        return {area: str(gb.outcome(gb.evaluate(hands[area].cards, config), dealer, config)) for area in gb.AREAS}
+    def area_outcomes(
+        self, hands: Mapping[str, SeatHand], config: gb.GoldenBullConfig, settlement: Settlement | None = None
+    ) -> dict[str, str]:
+        cards = [hands[area].cards for area in gb.AREAS]
+        return {area: str(o) for area, o in gb.area_outcomes(hands[DEALER_SEAT].cards, cards, config).items()}
 
 
 GOLDEN_BULL = GoldenBull()

@@ -178,7 +178,10 @@ class RedEnvelopeBull(NoSideBets):
         )
         return Settlement(settlement.bets, transfers, settlement.remainders)
 
-    def area_outcomes(self, hands: Mapping[str, SeatHand], config: EnvelopeTableConfig) -> dict[str, str]:
+    def area_outcomes(
+        self, hands: Mapping[str, SeatHand], config: EnvelopeTableConfig, settlement: Settlement | None = None
+    ) -> dict[str, str]:
+        """None: the one area's bets each hold their own grab, so no outcome is the same for all of them."""
         return {}
 
 

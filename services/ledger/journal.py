@@ -264,8 +264,8 @@ def journal_rows(envelope: events_pb2.EventEnvelope) -> tuple[list[EntryRow], li
     walk = _walk_of(payload.DESCRIPTOR) if payload.DESCRIPTOR.full_name != MOVEMENT else True
     if not walk:
         return [], []  # no Movement can be inside this type
-    default_round = _string_field(payload, "round_id") or envelope.correlation_id
     default_hold = _string_field(payload, "hold_id")
+    default_round = _string_field(payload, "round_id") or _round_of(envelope, payload, default_hold)
     entries: list[EntryRow] = []
     rejected: list[Rejected] = []
     for index, movement in enumerate(_movements(payload)):
@@ -316,6 +316,19 @@ def _fast_entry(
         movement.bet_id,
         tuple(lines),
     )
+
+
+# Cash movements correlate with the cashier's request id, not a round: their own reference is the
+# movement (entry) id, so a statement line must not show that request id as a round id.
+_CASH_PAYLOADS = frozenset({"niuniu.wallet.v1.Deposited", "niuniu.wallet.v1.Withdrawn"})
+
+
+def _round_of(envelope: events_pb2.EventEnvelope, payload: Message, hold_id: str) -> str:
+    """The round an event's movements belong to when they do not say: its correlation id, unless
+    that names something else (a cash request, or the hold itself for a hold outside any round)."""
+    if payload.DESCRIPTOR.full_name in _CASH_PAYLOADS or envelope.correlation_id == hold_id:
+        return ""
+    return envelope.correlation_id
 
 
 def is_wallet_event(envelope: events_pb2.EventEnvelope) -> bool:

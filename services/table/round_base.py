@@ -310,7 +310,7 @@ class RoundMachine:
             odds,
             None if pool is None else pool.payable_minor,
         )
-        settled.area_outcomes.update(variant.area_outcomes(hands, config))
+        settled.area_outcomes.update(variant.area_outcomes(hands, config, settlement))
         settled.area_odds.update(odds)
         await self.ctx.store.end_round(conn, round_id, Phase.SETTLED, self.ctx.now())
         await self.append(conn, table_id, "table.round_settled", settled, round_id)

@@ -24,8 +24,8 @@ from enum import StrEnum
 
 from backbone.errors import AlreadyExists, FailedPrecondition, InvalidArgument
 from bull.accounts import CASHIER as CASHIER
+from bull.accounts import JACKPOT_POOL, SYSTEM_ACCOUNTS
 from bull.accounts import PLAYER_PREFIX as PLAYER_PREFIX
-from bull.accounts import SYSTEM_ACCOUNTS
 from bull.accounts import AccountKind as AccountKind
 
 MAX_AMOUNT_MINOR = 10**15
@@ -241,7 +241,7 @@ def apply_movements(accounts: Mapping[str, AccountState], movements: Sequence[Mo
 
 
 def deposit(request_id: str, account: AccountState, amount_minor: int) -> Movement:
-    _check_cashable(account)
+    _check_cashable(account, deposit=True)
     return transfer(
         f"deposit:{request_id}",
         "deposit",
@@ -268,9 +268,18 @@ def withdrawal(request_id: str, account: AccountState, amount_minor: int) -> Mov
     )
 
 
-def _check_cashable(account: AccountState) -> None:
+def _check_cashable(account: AccountState, *, deposit: bool = False) -> None:
+    """A player's money comes in from and goes out to the cashier; of the operator's accounts only
+    the jackpot pool takes cash in (the operator seeding it). The house, revenue and expense move
+    only through settlements, so their balances stay what the rounds made them."""
     if account.kind is AccountKind.EXTERNAL:
         raise InvalidArgument("ACCOUNT_NOT_ALLOWED", f"{account.account} is the other side of every deposit")
+    if account.kind is AccountKind.PLAYER or (deposit and account.account == JACKPOT_POOL):
+        return
+    takes = "deposits to the jackpot pool and player accounts" if deposit else "withdrawals from player accounts"
+    raise InvalidArgument(
+        "ACCOUNT_NOT_ALLOWED", f"{account.account} is a system account: the wallet takes {takes} only"
+    )
 
 
 # --------------------------------------------------------------------------- responsible play

@@ -336,7 +336,9 @@ async def test_special_paths_forced_through_the_real_services(stack: Stack) -> N
         dealer, rival, a, b, d = [await register(c, f"res{stack.run_id}{n}", 1_000_000) for n in "xyabd"]
         everyone = [dealer, rival, a, b, d]
         before = total_money(await all_balances(c))
-        await create_table(c, table_id, {}, bidding_s=3, betting_s=6)
+        # 喝水's budget counts what the losers paid, so round 2's Baozi is paid past the pool.
+        paid = {"drink_water_base": "paid"}
+        await create_table(c, table_id, paid, bidding_s=3, betting_s=6)
         other = "re-not-envelope"
         await c.table.CreateTable(
             table_pb2.CreateTableRequest(table_id=other, variant="golden_bull", limits=limits(5)), metadata=c.admin
@@ -432,7 +434,7 @@ async def test_special_paths_forced_through_the_real_services(stack: Stack) -> N
         assert [g.amount_text for g in view.grabs if g.dealer] == ["3.57"]
         outcome_of = {x.player: x.outcome for x in view.my_bets}
         assert outcome_of == {a.account: "immune", b.account: "win", d.account: "loss", rival.account: "drink_water"}
-        config = re_.load_config(FEES)
+        config = re_.load_config(FEES | paid)
         nets = Counter(verify_settlement(view, config))
         # d pays 1 000 x 5 = 5 000 (4 950 to the dealer after 5% of d's stake); b's 700 x 18 = 12 600 is more
         # than the pool of 10 000 but within pool + what d paid, so it is paid; the rival's 500 x 13 is not: 喝水.

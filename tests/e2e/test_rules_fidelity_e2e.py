@@ -1,4 +1,4 @@
-"""Rules fidelity (issue 21) end to end: each disputed reading, played through the gRPC API.
+"""Rules fidelity end to end: each disputed reading, played through the gRPC API.
 
 Four service processes on the real Kafka, PostgreSQL and Redis; the rng takes test decks and
 envelopes (NIUNIU_RNG_TEST_DECKS=1), so every round below is a known deal:
@@ -265,7 +265,8 @@ async def test_red_envelope_commission_on_the_stake_and_sticky_drink_water(stack
         view = await revealed_round(c, table_id, round_id)
         by_player = {x.player: (x.outcome, x.net_minor) for x in view.my_bets}
         # d pays 1 000 x 9 = 9 000; the platform takes 5% of d's 10.00 stake (0.50, not 4.50); the budget is
-        # 100.00 + 89.50 = 189.50 < a's 198.00: a drinks water, and so does b although 100.00 would fit.
+        # the pool plus d's stake, 100.00 + 10.00 = 110.00 < a's 198.00: a drinks water, and so does b although
+        # 100.00 would fit.
         assert by_player == {
             a.account: ("drink_water", 0),
             b.account: ("drink_water", 0),

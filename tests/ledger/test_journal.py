@@ -64,6 +64,21 @@ def test_a_deposit_is_a_debit_to_the_cashier_and_a_credit_to_the_player() -> Non
     assert entry.lines == (Line("external:cashier", "available", 500, 0), Line("player:1", "available", 0, 500))
 
 
+def test_a_cash_movement_names_its_request_in_its_own_field_not_the_round() -> None:
+    """A deposit's event correlates with the cashier's request id: a statement line shows it in the
+    entry id (the movement's own reference), and no round, since no round moved the money."""
+    event = envelope(deposited("player:1", 500, "deposit:staff:req-7").payload, "wallet.deposited", "req-7")
+    (entry,) = journal_event(event).entries
+    assert entry.entry_id == "deposit:staff:req-7" and entry.round_id == ""
+    held = wallet_pb2.HoldVoided(
+        hold_id="h-9",
+        cause="void",
+        movement=movement("m-9", "void", leg("player:1", HELD, -5), leg("player:1", AVAILABLE, 5)),
+    )
+    (entry,) = journal_event(envelope(held, "wallet.hold_voided", correlation_id="h-9")).entries
+    assert entry.hold_id == "h-9" and entry.round_id == ""  # a hold outside any round
+
+
 def test_every_movement_of_an_event_is_found_and_references_default_to_the_event() -> None:
     posted = wallet_pb2.HoldPosted(
         hold_id="h-1",

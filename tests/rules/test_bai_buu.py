@@ -18,6 +18,8 @@ from bull.cards import DECK_52, Card, CardError, parse_cards
 from bull.rules import _bai_buu_math as bm
 from bull.rules import bai_buu
 from bull.rules._config import ConfigError
+from bull.variants import Funding, SeatHand, TableBet
+from bull.variants.bai_buu import BAI_BUU
 
 BANKER, PLAYER_01, PLAYER_02, PLAYER_03 = bai_buu.SEATS
 
@@ -302,7 +304,7 @@ def test_four_of_a_kind_split_hands_then_bets() -> None:
 
 
 def test_four_of_a_kind_split_among_winning_bets_by_default() -> None:
-    """Issue 21 (3): the pool is split among the winning bets, equally (= pro rata: the stake is fixed)."""
+    """the pool is split among the winning bets, equally (= pro rata: the stake is fixed)."""
     deal = table(*QUADS)
     jackpots = [
         bai_buu.Bet("a", "u", "jackpot_banker", JACKPOT),
@@ -319,7 +321,7 @@ def test_four_of_a_kind_split_among_winning_bets_by_default() -> None:
 
 
 def test_a_sole_winning_bet_takes_the_whole_pool() -> None:
-    """Issue 21 (3): the unbet player 01's four of a kind no longer keeps half of the pool back."""
+    """the unbet player 01's four of a kind no longer keeps half of the pool back."""
     deal = table(*QUADS)
     one = [bai_buu.Bet("a", "u", "jackpot_banker", JACKPOT)]
     s = bai_buu.settle(deal, [], one, 99_990)
@@ -331,7 +333,7 @@ def test_a_sole_winning_bet_takes_the_whole_pool() -> None:
 
 
 def test_four_of_a_kind_never_pays_less_than_three_of_a_kind() -> None:
-    """Issue 21 (2): with an empty pool a four of a kind nets +49.00 (the floor), not -0.90."""
+    """with an empty pool a four of a kind nets +49.00 (the floor), not -0.90."""
     deal = table(*QUADS)
     one = [bai_buu.Bet("a", "u", "jackpot_banker", JACKPOT)]
     s = bai_buu.settle(deal, [], one, 0)
@@ -343,8 +345,25 @@ def test_four_of_a_kind_never_pays_less_than_three_of_a_kind() -> None:
     assert bai_buu.four_of_a_kind_floor_minor(JACKPOT, bai_buu.DEFAULT_CONFIG) == 5_000
 
 
+def test_a_four_of_a_kind_paid_less_than_its_stake_is_recorded_and_announced_as_a_loss() -> None:
+    """With the floor off, a four of a kind on an empty pool is paid the pool's 0.10 for a 1.00
+    stake: the bettor nets -0.90, so the bet is a LOSS and the area is announced as one."""
+    deal = table(*QUADS)
+    one = [bai_buu.Bet("a", "u", "jackpot_banker", JACKPOT)]
+    config = bai_buu.load_config(NO_FLOOR)
+    (result,) = bai_buu.settle(deal, [], one, 0, config).bets
+    assert result.net_minor == -90 and result.outcome is money.Outcome.LOSS
+    rich = bai_buu.settle(deal, [], one, 10_000, config)
+    assert rich.bets[0].net_minor > 0 and rich.bets[0].outcome is money.Outcome.WIN
+    hands = {
+        seat: SeatHand(seat, deal.hand(seat).cards, deal.hand(seat).category, 0, config.odds) for seat in bai_buu.SEATS
+    }
+    settlement = BAI_BUU.settle(hands, [TableBet("a", "u", "jackpot_banker", JACKPOT)], config, Funding())
+    assert BAI_BUU.area_outcomes(hands, config, settlement)["jackpot_banker"] == "loss"
+
+
 def test_the_house_seeds_the_pool_and_resets_it_after_a_hit() -> None:
-    """Issue 21 (2): seed and reset amounts, funded by the house with ``jackpot_seed`` transfers."""
+    """seed and reset amounts, funded by the house with ``jackpot_seed`` transfers."""
     config = bai_buu.load_config({"jackpot.seed_minor": 10_000, "jackpot.reset_minor": 20_000})
     bet = [bai_buu.Bet("a", "u", "jackpot_banker", JACKPOT)]
     quiet = bai_buu.settle(table("2S 5H 9C KH", "4S 6H 8C 9D", "2H 3S 8D JD", "QS QH KC 7C"), [], bet, 0, config)

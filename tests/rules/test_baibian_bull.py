@@ -229,7 +229,7 @@ def test_settlement_errors() -> None:
     [("AS", 0), ("2H", 1), ("3C", 2), ("4D", 3), ("5S", 4), ("6H", 0), ("9C", 3), ("TD", 4), ("JS", 4), ("KC", 4)],
 )
 def test_first_seat_from_the_rule_text(drawn: str, seat: int) -> None:
-    """A -> banker, 2 -> 閑家1, ..., 5 -> 閑家4, 6 -> banker again; J/Q/K count 10 點 like the 10 (issue 21 (4))."""
+    """A -> banker, 2 -> 閑家1, ..., 5 -> 閑家4, 6 -> banker again; J/Q/K count 10 點 like the 10."""
     assert bb.first_seat(parse_card(drawn)) == seat
 
 
@@ -240,7 +240,7 @@ def test_first_seat_for_jokers_and_by_rank() -> None:
     # Interpretation: a joker "can be any 點數"; as the drawn card it counts 10, like the faces.
     assert bb.card_value(SMALL_JOKER) == bb.card_value(BIG_JOKER) == 10
     assert bb.first_seat(SMALL_JOKER) == bb.first_seat(BIG_JOKER) == 4
-    # deal.card_value=rank: A=1 .. K=13, small joker 14, big joker 15 (the reading before issue 21).
+    # deal.card_value=rank: A=1 .. K=13, small joker 14, big joker 15 (an earlier reading).
     assert [bb.first_seat(parse_card(c), RANK_VALUES) for c in ("JS", "QS", "KC")] == [0, 1, 2]
     assert bb.first_seat(SMALL_JOKER, RANK_VALUES) == 3 and bb.first_seat(BIG_JOKER, RANK_VALUES) == 4
     deck = [parse_card("KC"), *(c for c in DECK_54 if c.code != "KC")]
@@ -253,7 +253,7 @@ def cards(text: str) -> list[Card]:
 
 
 def test_bombs_compare_by_highest_card_or_by_the_rank_of_the_four() -> None:
-    """Issue 21 (5): 2222K beats QQQQ3 by the highest card (default); QQQQ3 wins by the rank of the four."""
+    """2222K beats QQQQ3 by the highest card (default); QQQQ3 wins by the rank of the four."""
     low, high = cards("2S 2H 2C 2D KS"), cards("QS QH QC QD 3S")
     assert bb.compare(bb.evaluate(low), bb.evaluate(high)) == 1
     by_four = BaibianBullConfig.from_settings({"bomb_order": "rank_of_four"})
@@ -293,3 +293,21 @@ def test_monte_carlo_is_seeded_and_near_one() -> None:
     result = fast.simulate_baibian(bb.DEFAULT_CONFIG, 200_000, np.random.default_rng(3))
     assert abs(result.rtp - 1) < 5 * result.std_error
     assert fast.simulate_baibian(bb.DEFAULT_CONFIG, 200_000, np.random.default_rng(3)) == result
+
+
+def test_exact_variance_counts_every_pair_of_disjoint_hands() -> None:
+    """Each row of the pair counts is its category's census times the C(49,5) hands left to pair with,
+    the table is symmetric, and the variance agrees with the report's Monte Carlo estimate."""
+    from math import comb
+
+    from bull.rules import baibian_bull as rules
+
+    joint = rules.pair_category_counts()
+    census = rules.census()
+    assert [sum(row) for row in joint] == [census[c] * comb(49, 5) for c in rules.CATEGORIES]
+    assert all(joint[i][j] == joint[j][i] for i in range(len(joint)) for j in range(len(joint)))
+    variance = rules.exact_bet_variance()
+    assert abs(float(variance) - 59.7776) < 1e-4
+    assert rules.exact_bet_variance(rules.BaibianBullConfig(bomb_order=rules.BombOrder.RANK_OF_FOUR)) == variance
+    flat = rules.BaibianBullConfig(multipliers=tuple(Fraction(1) for _ in rules.CATEGORIES))
+    assert rules.exact_bet_variance(flat) == 1  # every bet nets +1 or -1

@@ -91,7 +91,7 @@ def test_compare(capsys: pytest.CaptureFixture[str]) -> None:
 
 
 def test_compare_takes_options_after_the_second_hand(capsys: pytest.CaptureFixture[str]) -> None:
-    """Issue 21 (7): ``--set key=value`` (and ``--config FILE``) may follow the second hand."""
+    """``--set key=value`` (and ``--config FILE``) may follow the second hand."""
     hands = ("5S 5H 5C 5D KS", "--", "QS QH QC QD AS")
     code, out, _ = run(capsys, "compare", "--variant", "golden_bull", *hands, "--json")
     assert code == 0 and json.loads(out)["winner"] == "b"  # rank of the four
@@ -117,7 +117,7 @@ def test_compare_takes_options_after_the_second_hand(capsys: pytest.CaptureFixtu
 def test_compare_refuses_a_card_in_both_hands(
     capsys: pytest.CaptureFixture[str], variant: str, hand_a: str, hand_b: str
 ) -> None:
-    """Issue 21 (7): two hands come from one deck."""
+    """two hands come from one deck."""
     code, out, err = run(capsys, "compare", "--variant", variant, hand_a, "--", hand_b)
     assert code == 2 and out == "" and "duplicate card" in err
 
@@ -163,7 +163,13 @@ def test_report_writes_markdown(
         (["eval", "--variant", "golden_bull", "--set", "bogus=1", "AS AH AC AD 2S"], "'bogus'"),
         (["eval", "--variant", "golden_bull", "--set", "multipliers.bomb=x", "AS AH AC AD 2S"], "multipliers.bomb"),
         (["eval", "--variant", "golden_bull", "--set", "novalue", "AS AH AC AD 2S"], "key=value"),
-        (["eval", "--variant", "golden_bull", "--config", "/nonexistent.toml", "AS AH AC AD 2S"], "cannot read"),
+        (
+            ["eval", "--variant", "golden_bull", "--config", "/nonexistent.toml", "AS AH AC AD 2S"],
+            "config file '/nonexistent.toml': cannot read it",
+        ),
+        (["eval", "--variant", "golden_bull", "--set", "multipliers.bomb=1e400", "AS AH AC AD 2S"], "not '1e400'"),
+        (["eval", "--variant", "red_envelope_bull", "1e400"], "not an amount: '1e400'"),
+        (["eval", "--variant", "red_envelope_bull", "1e3"], "not an amount: '1e3'"),
         (["eval", "--variant", "nope", "AS"], "unknown variant"),
         (["compare", "--variant", "golden_bull", "AS", "AH"], "HAND_A -- HAND_B"),
         (["rtp", "--variant", "golden_bull", "--rounds", "0"], "positive"),
@@ -172,6 +178,17 @@ def test_report_writes_markdown(
 def test_input_errors_exit_2_with_a_message(capsys: pytest.CaptureFixture[str], argv: list[str], message: str) -> None:
     code, out, err = run(capsys, *argv)
     assert code == 2 and out == "" and message in err and "Traceback" not in err
+    assert "config key '/" not in err and "0" * 50 not in err  # a file is no key; no 401-digit echo
+
+
+def test_baibian_rank_of_four_queens_beat_twos(capsys: pytest.CaptureFixture[str]) -> None:
+    """Banker QQQQ3 against Heaven 2222K: the table's ``bomb_order`` decides, as the table settles it."""
+    hands = ["QS", "QH", "QC", "QD", "3S", "--", "2S", "2H", "2C", "2D", "KS", "--json"]
+    code, out, _ = run(capsys, "compare", "--variant", "baibian_bull", "--set", "bomb_order=rank_of_four", *hands)
+    assert code == 0 and json.loads(out)["winner"] == "a"
+    assert json.loads(out)["reason"] == "rank of the four (bomb_order=rank_of_four)"
+    code, out, _ = run(capsys, "compare", "--variant", "baibian_bull", *hands)
+    assert code == 0 and json.loads(out)["winner"] == "b"  # the default: the highest card, Heaven's king
 
 
 def test_console_entry_point_has_no_traceback() -> None:

@@ -395,7 +395,7 @@ def test_monte_carlo_agrees_with_exact() -> None:
 
 
 def test_bombs_compare_by_the_rank_of_the_four_or_by_the_general_rule() -> None:
-    """Issue 21 (5): 5555K loses to QQQQA by the rank of the four (default); the seed's general rule
+    """5555K loses to QQQQA by the rank of the four (default); the seed's general rule
     alone (bull points, then highest card) makes 5555K (Bull Bull) the winner over QQQQA (bull 1)."""
     low, high = parse_cards("5S 5H 5C 5D KS"), parse_cards("QS QH QC QD AS")
     assert gb.compare(gb.evaluate(low), gb.evaluate(high)) == -1

@@ -150,10 +150,12 @@ def test_win_and_loss_with_commission_and_rebate() -> None:
 
 
 WIN_BASE = re_.load_config({"commission.dealer_base": "win"})
+PAID = re_.load_config({"drink_water_base": "paid"})
+WIN_PAID = re_.load_config({"commission.dealer_base": "win", "drink_water_base": "paid"})
 
 
 def test_dealer_commission_base_stake_or_win() -> None:
-    """Issue 21 (1): a 10.00 bet lost to a x12 Duizi costs the dealer 0.50 (stake) or 6.00 (win)."""
+    """a 10.00 bet lost to a x12 Duizi costs the dealer 0.50 (stake) or 6.00 (win)."""
     loser = [bet("b", "2.30")]
     by_stake = settle("0.88", loser)
     by_win = settle("0.88", loser, config=WIN_BASE)
@@ -178,25 +180,42 @@ def test_tie_immune_and_void() -> None:
 
 
 def test_drink_water_strongest_first_and_stop_at_the_first_that_does_not_fit() -> None:
+    """With ``drink_water_base=paid`` the budget is the pool plus what the losers paid, net of commission."""
     bets = [bet("niu", "4.51"), bet("baozi", "1.11"), bet("loser", "1.30")]  # dealer 2.30: x5
     # loser pays 50.00, the dealer keeps 47.50 of it (base win). Budget = pool + 47.50.
-    s = settle("2.30", bets, pool=6_000, config=WIN_BASE)  # 107.50: baozi (180.00) cannot be paid, nor niu
+    s = settle("2.30", bets, pool=6_000, config=WIN_PAID)  # 107.50: baozi (180.00) cannot be paid, nor niu
     assert results(s)["baozi"] == (Outcome.DRINK_WATER, 0)
     assert results(s)["niu"] == (Outcome.DRINK_WATER, 0)
     assert results(s)["loser"] == (Outcome.LOSS, -5_000 + 7)
-    s = settle("2.30", bets, pool=14_000, config=WIN_BASE)  # 187.50: baozi paid 180.00, 7.50 left < 100.00
+    s = settle("2.30", bets, pool=14_000, config=WIN_PAID)  # 187.50: baozi paid 180.00, 7.50 left < 100.00
     assert results(s)["baozi"] == (Outcome.WIN, 18_000 - 900 + 7)
     assert results(s)["niu"] == (Outcome.DRINK_WATER, 0)
-    s = settle("2.30", bets, pool=23_500, config=WIN_BASE)  # 282.50: both paid
+    s = settle("2.30", bets, pool=23_500, config=WIN_PAID)  # 282.50: both paid
     assert results(s)["niu"] == (Outcome.WIN, 10_000 - 500 + 7)
     assert s.net_by_party()["dealer"] == 4_750 - 28_000
     # Base stake: the dealer keeps 49.50 of the 50.00, so the budget is pool + 49.50.
-    s = settle("2.30", bets, pool=23_050)  # 280.00 exactly: both paid
+    s = settle("2.30", bets, pool=23_050, config=PAID)  # 280.00 exactly: both paid
     assert results(s)["niu"] == (Outcome.WIN, 10_000 - 500 + 7)
 
 
+def test_drink_water_budget_is_the_pool_plus_the_losers_stakes_by_default() -> None:
+    """The seed's budget: the pool plus the losers' stakes (10.00 here, not the 49.50 the dealer kept)."""
+    bets = [bet("niu", "4.51"), bet("baozi", "1.11"), bet("loser", "1.30")]  # dealer 2.30: x5
+    s = settle("2.30", bets, pool=23_050)  # 230.50 + 10.00: baozi paid 180.00, 60.50 < 100.00 for niu
+    assert results(s)["baozi"] == (Outcome.WIN, 18_000 - 900 + 7) and results(s)["niu"] == (Outcome.DRINK_WATER, 0)
+    s = settle("2.30", bets, pool=27_000)  # 270.00 + 10.00 = 280.00 exactly: both paid
+    assert results(s)["niu"] == (Outcome.WIN, 10_000 - 500 + 7)
+    # A stake counts no more than the dealer keeps of it: at x1 less 5 %, a 10.00 loser adds 9.50.
+    ones = [bet("two", "1.10"), bet("loser", "2.36")]  # dealer 2.45 (1 point, x1); 1.10 is 2 points, x2
+    assert results(settle("2.45", ones, pool=1_050))["two"] == (Outcome.WIN, 2_000 - 100 + 7)
+    assert results(settle("2.45", ones, pool=1_049))["two"] == (Outcome.DRINK_WATER, 0)
+    with pytest.raises(ConfigError) as info:
+        re_.load_config({"drink_water_base": "won"})
+    assert info.value.key == "drink_water_base"
+
+
 def test_drink_water_all_or_nothing_and_the_two_alternatives() -> None:
-    """Issue 21 (6): a winner owed 180.00 against 179.99 of budget; a weaker winner the rest would cover."""
+    """a winner owed 180.00 against 179.99 of budget; a weaker winner the rest would cover."""
     bets = [bet("baozi", "1.11"), bet("two", "1.10")]  # dealer 2.45 (1 point, x1): baozi x18, 1.10 x2
     stop = settle("2.45", bets, pool=17_999)
     assert results(stop) == {"baozi": (Outcome.DRINK_WATER, 0), "two": (Outcome.DRINK_WATER, 0)}
@@ -212,10 +231,11 @@ def test_drink_water_all_or_nothing_and_the_two_alternatives() -> None:
     assert info.value.key == "drink_water"
 
 
+@pytest.mark.parametrize("budget", re_.DRINK_WATER_BASES)
 @pytest.mark.parametrize("rule", re_.DRINK_WATER_RULES)
 @pytest.mark.parametrize("base", re_.DEALER_COMMISSION_BASES)
-def test_vectorised_settlement_matches_settle_for_every_rule(rule: str, base: str) -> None:
-    config = re_.load_config({"drink_water": rule, "commission.dealer_base": base})
+def test_vectorised_settlement_matches_settle_for_every_rule(rule: str, base: str, budget: str) -> None:
+    config = re_.load_config({"drink_water": rule, "commission.dealer_base": base, "drink_water_base": budget})
     rng = np.random.default_rng(7)
     split = rm.double_mean_split(rng, 1000, 6, 400)
     for pool in (0, 3_000, 20_000):

@@ -1,4 +1,4 @@
-"""The committed math reports are exactly what the code generates (issue 15 item 5).
+"""The committed math reports are exactly what the code generates.
 
 Each report is rendered from the rules code with fixed seeds and no clock, so a
 difference means the code changed without ``python -m tools.rules.reports --write``.

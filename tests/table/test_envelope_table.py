@@ -125,7 +125,9 @@ def funded_settlement(rnd: re_.EnvelopeRound, config: re_.RedEnvelopeConfig) -> 
 
 
 def test_the_dealer_pays_past_the_pool_only_from_what_losers_paid() -> None:
-    config = re_.load_config({"fees.dealer_minor": "100", "fees.service_minor": "50", "fees.envelope_minor": "20"})
+    fees = {"fees.dealer_minor": "100", "fees.service_minor": "50", "fees.envelope_minor": "20"}
+    # The budget counts what the losers paid (with the default, their stakes, B would drink water).
+    config = re_.load_config(fees | {"drink_water_base": "paid"})
     # Dealer 3.57 (x5). A loses 1 000 x 5; B's Baozi 700 x 18 = 12 600 is paid: more than the pool of 10 000.
     transfers = funded_settlement(round_with(10_000, 357, [(1_000, 75), (700, 444)]), config)
     from_hold = sum(t.amount_minor for t in transfers if t.payer == DEALER and t.hold_id == "bid.x")

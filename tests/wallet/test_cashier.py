@@ -118,7 +118,23 @@ async def test_a_cashier_reaches_only_player_accounts(
 ) -> None:
     _, login = await cashier_login(wallet, unique, tmp_path, monkeypatch, capsys)
     cashier = bearer(login.token)
-    await wallet.deposit("house", 1_000)  # an admin still may
+    before = await wallet.balances()
+    # Nor may an admin, but to seed the jackpot pool: the other system accounts move only through settlements.
+    await wallet.deposit("jackpot_pool", 1_000)
+    for account in SYSTEM:
+        error = await expect_error(
+            wallet.stub.Withdraw(withdraw(f"w-{account}", account, 100), metadata=ADMIN),
+            grpc.StatusCode.INVALID_ARGUMENT,
+            "ACCOUNT_NOT_ALLOWED",
+        )
+        assert f"{account} is a system account" in (error.details() or "")
+        if account != "jackpot_pool":
+            error = await expect_error(
+                wallet.stub.Deposit(deposit(f"d-{account}", account, 100), metadata=ADMIN),
+                grpc.StatusCode.INVALID_ARGUMENT,
+                "ACCOUNT_NOT_ALLOWED",
+            )
+            assert f"{account} is a system account" in (error.details() or "")
     for account in (*SYSTEM, CASHIER):
         for call in (
             wallet.stub.Deposit(deposit(f"d-{account}", account, 100), metadata=cashier),
@@ -137,7 +153,8 @@ async def test_a_cashier_reaches_only_player_accounts(
         "ACCOUNT_NOT_FOUND",
     )
     balances = await wallet.balances()
-    assert balances["house"] == (1_000, 0)
+    seeded = {"jackpot_pool": (before["jackpot_pool"][0] + 1_000, before["jackpot_pool"][1])}
+    assert {a: balances[a] for a in SYSTEM} == {a: before[a] for a in SYSTEM} | seeded
 
 
 async def test_a_cashier_token_opens_no_other_wallet_call_and_players_cannot_fund_themselves(

@@ -138,13 +138,16 @@ async def apply(wallet: Wallet, model: Model, op: tuple[Any, ...]) -> None:
     s = wallet.stub
     if name == "deposit":
         account = model.accounts[op[1]]
-        await wallet.deposit(account, op[2])
-        model.move((CASHIER, AVAILABLE), (account, AVAILABLE), op[2])
+        ok = account != "house"  # only a player's money comes in from the cashier
+        cash_in = pb.DepositRequest(request_id=uuid.uuid4().hex, account=account, amount_minor=op[2])
+        await expect(s.Deposit(cash_in, metadata=ADMIN), ok)
+        if ok:
+            model.move((CASHIER, AVAILABLE), (account, AVAILABLE), op[2])
     elif name == "withdraw":
         account, value = model.accounts[op[1]], op[2]
         request = pb.WithdrawRequest(request_id=uuid.uuid4().hex, account=account, amount_minor=value)
-        # No account, the house included, is taken below zero by a withdrawal (settlements may).
-        ok = model.balances[account][AVAILABLE] >= value
+        # Only a player's money goes out, never below zero (settlements may take the house below it).
+        ok = account != "house" and model.balances[account][AVAILABLE] >= value
         await expect(s.Withdraw(request, metadata=ADMIN), ok)
         if ok:
             model.move((account, AVAILABLE), (CASHIER, AVAILABLE), value)

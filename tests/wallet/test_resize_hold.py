@@ -207,7 +207,6 @@ async def test_only_an_open_hold_is_resized(wallet: Wallet) -> None:
 
 async def test_a_resized_hold_settles_at_its_new_amount_and_the_ledger_agrees(wallet: Wallet) -> None:
     bettor, banker = await wallet.player(1_000), await wallet.player(5_000)
-    await wallet.deposit("house", 10_000)
     bet = await wallet.hold(bettor.account, 300, "round-1")
     capital = await wallet.hold(banker.account, 2_000, "round-1")
     await wallet.resize_hold(bet.hold_id, 500)  # the bet grew

@@ -93,7 +93,6 @@ async def test_settlements_through_kafka_apply_once_however_often_they_arrive(
     wallet: Wallet, table: FakeTable, kafka_servers: str
 ) -> None:
     a, b, banker = await wallet.player(10_000), await wallet.player(10_000), await wallet.player(50_000)
-    await wallet.deposit("house", 1_000_000)
     rounds: list[tuple[str, table_pb.RoundSettled | table_pb.RoundVoided]] = []
     for n in range(4):
         round_id = f"round-{n}"
