@@ -42,7 +42,7 @@ import jwt
 from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey, Ed25519PublicKey
 
-from backbone.config import ConfigError
+from backbone.config import PLACEHOLDER, ConfigError
 from backbone.errors import PermissionDenied, Unauthenticated
 
 log = logging.getLogger(__name__)
@@ -281,6 +281,8 @@ class Tokens:
         jwks_path = env.get(JWKS_FILE_ENV, "")
         if jwks_path:
             trusted = load_jwks(jwks_path)
+            if not trusted:
+                raise ConfigError(f"{JWKS_FILE_ENV}: {jwks_path} trusts no key (the placeholder?); deliver niuniu-jwks")
         elif development:
             trusted = [s.trusted for s in cls.development()._signers.values()]
         else:
@@ -439,9 +441,12 @@ def operator_token(role: Role, subject: str, *, ttl_s: int = 3600) -> str:
 
 def _read_key(path: str, var: str) -> bytes:
     try:
-        return Path(path).read_bytes()
+        pem = Path(path).read_bytes()
     except OSError as error:
         raise ConfigError(f"{var}: cannot read {path}: {error.strerror}") from None
+    if PLACEHOLDER.encode() in pem:
+        raise ConfigError(f"{var}: {path} holds the placeholder {PLACEHOLDER}; deliver the real key")
+    return pem
 
 
 def _missing(var: str, what: str) -> str:

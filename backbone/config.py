@@ -34,6 +34,10 @@ Database connections:
   (docs/capacity.md).
 
 A value that is not a positive integer is a ``ConfigError`` (the service refuses to start).
+
+A setting that still holds the manifests' placeholder (``REPLACE_ME``, in a DSN, a Redis URL
+or password, a Kafka password) is a ``ConfigError`` too, in every mode: a placeholder is never
+a credential, and Redis started on one would let anyone in.
 """
 
 from __future__ import annotations
@@ -51,6 +55,22 @@ DEFAULT_BIND_HOST = "127.0.0.1"
 
 class ConfigError(ValueError):
     """A required setting is missing or malformed."""
+
+
+PLACEHOLDER = "REPLACE_ME"
+"""What the manifests' placeholder Secrets hold until the real values are delivered."""
+# The variables that carry credentials or addresses with credentials in them.
+_SECRET_PREFIXES = ("NIUNIU_", "KAFKA_", "REDIS_", "DATABASE_URL")
+
+
+def refuse_placeholders(env: Mapping[str, str]) -> None:
+    """ConfigError naming every setting that still holds the placeholder (never its value)."""
+    names = sorted(k for k, v in env.items() if k.startswith(_SECRET_PREFIXES) and PLACEHOLDER in v)
+    if names:
+        raise ConfigError(
+            f"{', '.join(names)} still hold the placeholder {PLACEHOLDER}: deliver the real values "
+            f"(deploy/k8s/README.md, Secrets)"
+        )
 
 
 def _positive(env: Mapping[str, str], key: str, default: int) -> int:
@@ -178,6 +198,7 @@ class Settings:
     @classmethod
     def from_env(cls, service: str, *, grpc_port: int, metrics_port: int) -> Settings:
         env = os.environ
+        refuse_placeholders(env)
         dsn = env.get(f"NIUNIU_{service.upper()}_DSN") or env.get("DATABASE_URL") or DEFAULT_DSN.format(service=service)
         return cls(
             service=service,

@@ -10,7 +10,8 @@ the table dialled 127.0.0.1 for the rng and the wallet while its health said SER
    ``"REDIS_URL"``) or a per-service template (``f"NIUNIU_{service.upper()}_DSN"``),
    expanded for that service.
 2. What the manifests set: each rendered Deployment's container ``env`` and the keys of
-   the ConfigMaps and Secrets its ``envFrom`` names.
+   the ConfigMaps and Secrets its ``envFrom`` names, rendered or, for an overlay that names
+   objects the operator creates (``operator-created.yaml``, overlays/production), listed.
 3. A variable read and never set fails the check, unless ``OPTIONAL`` says why its
    default is right in a cluster (or why it must never be set there), ``ONLY_FOR`` says
    that only some services really read it, or it is a key file (``KEY_FILES``) of a
@@ -185,6 +186,20 @@ def render(target: Path, kubectl: str) -> list[dict[str, Any]]:
     return [doc for doc in yaml.safe_load_all(text) if isinstance(doc, dict)]
 
 
+OPERATOR_CREATED = "operator-created.yaml"
+
+
+def operator_created(target: Path) -> list[dict[str, Any]]:
+    """The objects an overlay names but leaves to the operator, as stubs with their keys (no values)."""
+    listing = target / OPERATOR_CREATED
+    if not listing.is_file():
+        return []
+    return [
+        {"kind": o["kind"], "metadata": {"name": o["name"]}, "data": dict.fromkeys(o["keys"], "")}
+        for o in yaml.safe_load(listing.read_text())
+    ]
+
+
 def variables_set(container: dict[str, Any], docs: list[dict[str, Any]]) -> set[str]:
     names = {entry["name"] for entry in container.get("env", [])}
     by_kind_name = {(doc.get("kind"), doc.get("metadata", {}).get("name")): doc for doc in docs}
@@ -227,7 +242,7 @@ def deployments(docs: list[dict[str, Any]]) -> Iterator[tuple[str, dict[str, Any
 
 def check(target: Path, kubectl: str) -> list[Gap]:
     scripts = console_scripts()
-    docs = render(target, kubectl)
+    docs = render(target, kubectl) + operator_created(target)
     gaps: list[Gap] = []
     for name, container in deployments(docs):
         command = (container.get("command") or [""])[0]

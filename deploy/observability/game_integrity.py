@@ -364,7 +364,7 @@ def firing(minute: int) -> list[str]:
         "              variant: golden_bull",
         "              bet: area",
         "            exp_annotations:",
-        "              runbook_url: docs/runbooks/NiuniuTableRtpOutOfBand.md",
+        "              runbook_url: https://docs.niuniu.example/runbooks/NiuniuTableRtpOutOfBand.md",
         '              summary: "golden_bull area bets returned outside the band of their theoretical RTP"',
         '              description: "Over the last hour the return to player of golden_bull area bets at'
         " tables with the default configuration left theoretical RTP +/- 4 standard errors (see"

@@ -194,6 +194,13 @@ async def round_record(conn: psycopg.AsyncConnection, round_id: str) -> RoundRec
     return RoundRecord(round_id, status, event, tuple(entries), rejects)
 
 
+async def reject_count(conn: psycopg.AsyncConnection) -> int:
+    cur = await conn.execute("SELECT count(*) FROM journal_rejects")
+    row = await cur.fetchone()
+    assert row is not None
+    return int(row[0])
+
+
 async def rejects(conn: psycopg.AsyncConnection) -> list[RejectRecord]:
     cur = await conn.execute(
         "SELECT event_id::text, movement_index, entry_id, event_type, round_id, reason, detail FROM journal_rejects"

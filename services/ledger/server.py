@@ -47,14 +47,16 @@ def table_topic(topics: Topics) -> Sequence[str]:
 
 
 def imbalance_watch(ctx: ServiceContext) -> BackgroundTask:
-    """Keeps niuniu_ledger_imbalance_minor current (it must read 0)."""
+    """Keeps niuniu_ledger_imbalance_minor (it must read 0) and niuniu_ledger_journal_rejects current."""
 
     async def watch(stop: asyncio.Event) -> None:
         while not stop.is_set():
             try:
                 async with ctx.pool.connection() as conn:
                     trial = await queries.trial_balance(conn)
+                    rejects = await queries.reject_count(conn)
                 metrics.IMBALANCE_MINOR.set(trial.imbalance_minor)
+                metrics.JOURNAL_REJECTS.set(rejects)
                 if trial.imbalance_minor:
                     log.error("the journal does not balance", extra={"imbalance_minor": trial.imbalance_minor})
             except Exception:

@@ -566,8 +566,11 @@ class WalletApp:
         return expired
 
     async def refresh_hold_gauges(self) -> None:
+        """The open holds' gauges, and the rounds still rejected (the latch of the settlement alert)."""
         async with self._pool.connection() as conn:
             count, oldest = await repo.open_hold_stats(conn)
+            rejected = await repo.rejected_round_count(conn)
+        metrics.ROUNDS_REJECTED.set(rejected)
         metrics.HOLDS_OPEN.set(count)
         age = (self.clock() - oldest).total_seconds() if oldest is not None else 0.0
         metrics.OLDEST_OPEN_HOLD_SECONDS.set(max(0.0, age))

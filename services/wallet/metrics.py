@@ -41,6 +41,11 @@ SETTLEMENTS_REJECTED = Counter(
     "Round settlements refused (nothing applied), by reason. Any increase needs an operator.",
     ["reason"],
 )
+ROUNDS_REJECTED = Gauge(
+    "niuniu_wallet_rounds_rejected",
+    "Rounds whose settlement was refused and that no operator has resolved yet (from the database, by the "
+    "sweeper): a latch, across restarts and replicas, that only a repair (void-round) or a re-sent settlement clears.",
+)
 SETTLEMENTS_DUPLICATE = Counter(
     "niuniu_wallet_settlements_duplicate_total", "Re-emitted settlements of an already applied round (ignored)."
 )

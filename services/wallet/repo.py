@@ -164,6 +164,8 @@ SCHEMA = (
         updated_at  TIMESTAMPTZ NOT NULL
     )
     """,
+    # The rounds whose settlement was refused and that no operator has resolved yet (few, never many).
+    "CREATE INDEX IF NOT EXISTS wallet_rounds_rejected_idx ON wallet_rounds (round_id) WHERE status = 'rejected'",
     # A guard inside a statement (for writes queued in pipeline mode, whose row counts the caller
     # cannot read before the COMMIT travels): fails the statement, and so the transaction.
     """
@@ -640,6 +642,14 @@ async def open_hold_stats(conn: psycopg.AsyncConnection) -> tuple[int, datetime 
     row = await cur.fetchone()
     assert row is not None
     return int(row[0]), row[1]
+
+
+async def rejected_round_count(conn: psycopg.AsyncConnection) -> int:
+    """Rounds still rejected: an operator's repair (a void) or a re-sent settlement takes a round out."""
+    cur = await conn.execute("SELECT count(*) FROM wallet_rounds WHERE status = 'rejected'")
+    row = await cur.fetchone()
+    assert row is not None
+    return int(row[0])
 
 
 # --------------------------------------------------------------------------- responsible play

@@ -13,6 +13,7 @@ import psycopg
 import pytest
 from niuniu.ledger.v1 import ledger_pb2, ledger_pb2_grpc
 from niuniu.wallet.v1 import events_pb2 as wallet_pb2
+from prometheus_client import REGISTRY
 from psycopg import sql
 from psycopg_pool import AsyncConnectionPool
 
@@ -25,9 +26,9 @@ from backbone.kafka import make_producer
 from backbone.relay import OutboxRelay
 from backbone.service import ServiceContext, start
 from backbone.topics import Topics
-from services.ledger import audit
+from services.ledger import audit, metrics
 from services.ledger.reconcile import WalletBalance
-from services.ledger.server import SPEC
+from services.ledger.server import SPEC, imbalance_watch
 from services.ledger.synthetic import AVAILABLE, HELD, SyntheticStream, leg, movement
 
 pytestmark = pytest.mark.integration
@@ -226,6 +227,22 @@ async def test_an_altered_journal_row_is_caught_by_the_replay(stack: Stack) -> N
     assert f"[balances] live {tampered_account}/" in report  # nor match the balances table
 
 
+async def journal_rejects_gauge(stack: Stack) -> float | None:
+    """One round of the ledger's imbalance watch, then niuniu_ledger_journal_rejects."""
+    metrics.JOURNAL_REJECTS.set(-1)  # not a count: the watch's first round replaces it
+    stop = asyncio.Event()
+    watching = asyncio.create_task(imbalance_watch(stack.ctx)(stop))
+    try:
+        for _ in range(100):
+            if REGISTRY.get_sample_value("niuniu_ledger_journal_rejects") != -1:
+                break
+            await asyncio.sleep(0.05)
+    finally:
+        stop.set()
+        await watching
+    return REGISTRY.get_sample_value("niuniu_ledger_journal_rejects")
+
+
 async def test_an_unbalanced_movement_is_rejected_and_reported(stack: Stack) -> None:
     await synthetic(stack, 20)
     bad = movement("bad-1", "loss", leg("player:p0", HELD, -100), leg("house", AVAILABLE, 90), round_id="r-bad")
@@ -240,6 +257,7 @@ async def test_an_unbalanced_movement_is_rejected_and_reported(stack: Stack) -> 
     assert reject.entry_id == "bad-1" and reject.reason == "UNBALANCED" and "sum to -10" in reject.detail
     trial = await stack.stub.TrialBalance(ledger_pb2.TrialBalanceRequest(), metadata=AUDITOR)
     assert trial.imbalance_minor == 0
+    assert await journal_rejects_gauge(stack) == 1  # the alert's latch: it stays while the reject is kept
 
     code, report = await run_audit("replay", *stack.audit_args("--no-wallet", "--no-progress"))
     assert code == audit.EXIT_DIFFERENCES, report

@@ -6,14 +6,11 @@ import json
 import re
 import tomllib
 from collections.abc import Iterator
-from pathlib import Path
 from typing import Any
 
 import pytest
 from ops_support import OVERLAYS, ROOT, SERVICES, kubectl, render, require, run_check_deploy, venv_tool, yaml
 
-from backbone.auth import SigningKey, Tokens
-from backbone.config import ConfigError
 from backbone.topics import Topics
 from services.gateway.server import metrics_port
 
@@ -248,19 +245,6 @@ def test_base_secrets_are_marked_placeholders(rendered: dict[str, list[Doc]]) ->
     jwks = named(rendered["base"], "ConfigMap", "niuniu-jwks")
     assert "niuniu.io/placeholder" in jwks["metadata"]["annotations"]
     assert json.loads(jwks["data"]["jwks.json"]) == {"keys": []}
-
-
-def test_placeholder_keys_stop_a_service_outside_development_mode(tmp_path: Path) -> None:
-    """What base/ hands a service until the real keys are delivered: it refuses to start."""
-    (tmp_path / "jwks.json").write_text('{"keys": []}')
-    (tmp_path / "key.pem").write_text("REPLACE_ME")
-    env = {"NIUNIU_JWKS_FILE": str(tmp_path / "jwks.json"), "NIUNIU_TABLE_KEY_FILE": str(tmp_path / "key.pem")}
-    with pytest.raises((ConfigError, ValueError)):
-        Tokens.from_env("table", env=env)
-    real = SigningKey.generate("service:table")
-    (tmp_path / "key.pem").write_bytes(real.pem())
-    with pytest.raises(ConfigError, match="not in the trusted keys"):
-        Tokens.from_env("table", env=env)
 
 
 def test_operators_overlay_drops_placeholder_dsns(rendered: dict[str, list[Doc]]) -> None:

@@ -238,10 +238,13 @@ async def test_a_round_whose_settlement_was_rejected_is_repaired_by_its_void_whi
     await wallet.settle_direct(ROUND_SETTLED, split, "r-fix")
     assert (await round_status(wallet, "r-fix")).reason == "HOLD_INSUFFICIENT"
     assert await wallet.balance(a.account) == (700, 300)  # frozen: nothing of the round applied
+    # The alert's latch: the round counts as rejected, whatever the counters did, until it is repaired.
+    assert await rounds_rejected(wallet) == 1
     void = table_pb.RoundVoided(round_id="r-fix", reason="REPAIRED", hold_ids=[ha.hold_id, hb.hold_id])
     rejected = sum(rejected_total(r) for r in ("ROUND_ALREADY_VOIDED", "ROUND_ALREADY_SETTLED"))
     await wallet.settle_direct(ROUND_VOIDED, void, "r-fix")
     assert (await round_status(wallet, "r-fix")).status == "voided"
+    assert await rounds_rejected(wallet) == 0
     for player, hold in ((a, ha), (b, hb)):
         assert await wallet.balance(player.account) == (1_000, 0)
         got = await wallet.stub.GetHold(pb.GetHoldRequest(hold_id=hold.hold_id), metadata=TABLE)
@@ -254,6 +257,11 @@ async def test_a_round_whose_settlement_was_rejected_is_repaired_by_its_void_whi
     assert (status.status, status.reason) == ("voided", "ROUND_ALREADY_VOIDED")
     assert await wallet.balance(a.account) == (1_000, 0)
     await wallet.ledger_agrees()
+
+
+async def rounds_rejected(wallet: Wallet) -> float | None:
+    await wallet.app.refresh_hold_gauges()
+    return REGISTRY.get_sample_value("niuniu_wallet_rounds_rejected")
 
 
 async def test_a_hold_from_another_round_is_refused(wallet: Wallet) -> None:
