@@ -204,7 +204,7 @@ class Gateway:
             payload = await self._request_message(request, wire, method)
             metadata, timeout_s = self._call_options(request, method)
         except ProtocolError as error:
-            return await self._refuse(request, wire, cors, call.answered(Status(error.code, error.reason)))
+            return await self._refuse(request, wire, cors, call.answered(refusal(error.code, error.reason)))
         if method.server_streaming:
             return await self._stream(request, wire, cors, method, payload, metadata, timeout_s, call)
         response = await self._unary(request, wire, cors, method, payload, metadata, timeout_s, call)
@@ -309,7 +309,7 @@ class Gateway:
     ) -> web.StreamResponse:
         if self.streams >= self.config.max_streams:
             limit = f"TOO_MANY_STREAMS: the gateway serves at most {self.config.max_streams} streams"
-            refused = Status(grpc.StatusCode.RESOURCE_EXHAUSTED, limit)
+            refused = refusal(grpc.StatusCode.RESOURCE_EXHAUSTED, limit)
             return await self._refuse(request, wire, cors, counted.answered(refused))
         self.streams += 1
         metrics.STREAMS_OPEN.inc()
@@ -411,10 +411,17 @@ def upstream_status(error: grpc.aio.AioRpcError, method: Method) -> Status:
     trailers = list(error.trailing_metadata() or ())
     answered = any(key == REASON_METADATA_KEY for key, _ in trailers)
     if error.code() == grpc.StatusCode.UNAVAILABLE and not answered:
-        return Status(
+        return refusal(
             grpc.StatusCode.UNAVAILABLE, f"SERVICE_UNAVAILABLE: the {method.upstream} service cannot be reached"
         )
     return Status(error.code(), error.details() or "", trailers)
+
+
+def refusal(code: grpc.StatusCode, message: str) -> Status:
+    """The gateway's own refusal, shaped as the services' are: the reason code heads the
+    message ("METHOD_NOT_EXPOSED: ...") and travels in ``niuniu-reason`` metadata, so a client
+    reads one place whoever refused."""
+    return Status(code, message, ((REASON_METADATA_KEY, message.split(":", 1)[0]),))
 
 
 async def close_quietly(channels: Mapping[str, grpc.aio.Channel]) -> None:
