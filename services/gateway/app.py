@@ -244,7 +244,7 @@ class Gateway:
             payload = await self._request_message(request, wire, method)
             metadata, timeout_s = self._call_options(request, method)
         except ProtocolError as error:
-            return await self._refuse(request, wire, cors, call.answered(Status(error.code, error.reason)))
+            return await self._refuse(request, wire, cors, call.answered(refusal(error.code, error.reason)))
         except SlowBody:
             return await self._too_slow(request, cors, call)
         if method.server_streaming:
@@ -359,7 +359,7 @@ class Gateway:
         try:
             slot = self.slots.take(address, token_subject(request.headers.get("authorization")))
         except ProtocolError as error:
-            return await self._refuse(request, wire, cors, counted.answered(Status(error.code, error.reason)))
+            return await self._refuse(request, wire, cors, counted.answered(refusal(error.code, error.reason)))
         metrics.STREAMS_OPEN.inc()
         streaming: grpc.aio.UnaryStreamMultiCallable[bytes, bytes] = self.channels[method.upstream].unary_stream(
             method.path
@@ -488,10 +488,17 @@ def upstream_status(error: grpc.aio.AioRpcError, method: Method) -> Status:
     trailers = list(error.trailing_metadata() or ())
     answered = any(key == REASON_METADATA_KEY for key, _ in trailers)
     if error.code() == grpc.StatusCode.UNAVAILABLE and not answered:
-        return Status(
+        return refusal(
             grpc.StatusCode.UNAVAILABLE, f"SERVICE_UNAVAILABLE: the {method.upstream} service cannot be reached"
         )
     return Status(error.code(), error.details() or "", trailers)
+
+
+def refusal(code: grpc.StatusCode, message: str) -> Status:
+    """The gateway's own refusal, shaped as the services' are: the reason code heads the
+    message ("METHOD_NOT_EXPOSED: ...") and travels in ``niuniu-reason`` metadata, so a client
+    reads one place whoever refused."""
+    return Status(code, message, ((REASON_METADATA_KEY, message.split(":", 1)[0]),))
 
 
 async def close_quietly(channels: Mapping[str, grpc.aio.Channel]) -> None:

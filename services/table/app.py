@@ -282,12 +282,15 @@ class TableApp:
             if locked["server_seed"] is not None:
                 return True
             await self.store.set_seed(conn, round_id, seed.server_seed)
+            # The client seed the round was played with, as the table recorded it when it dealt
+            # (GetRound shows the same): the rng's reveal answers the deck's, which a red-envelope
+            # round, split and never drawn, does not have.
             revealed = ev.SeedRevealed(
                 table_id=table_id,
                 round_id=round_id,
                 server_seed=seed.server_seed,
                 commitment=seed.commitment,
-                client_seed=seed.client_seed,
+                client_seed=locked["client_seed"],
             )
             await self.store.append(
                 conn, table_stream(table_id), "table.seed_revealed", revealed, correlation_id=round_id

@@ -188,6 +188,7 @@ class FakeRng:
         self.forced_splits: dict[str, tuple[list[int], list[int]]] = {}
         self.forced_decks: dict[str, list[str]] = {}
         self.commits: dict[str, str] = {}
+        self.deck_client_seeds: dict[str, str] = {}  # what the rng's reveal answers: the deck's, never the envelope's
 
     def seed(self, round_id: str) -> bytes:
         return hashlib.sha256(f"{self._salt}:{round_id}".encode()).digest()
@@ -205,6 +206,7 @@ class FakeRng:
         self, round_id: str, deck_size: int, client_seed: str, *, client_seeds: Sequence[str] = ()
     ) -> list[str]:
         self._maybe_fail()
+        self.deck_client_seeds[round_id] = client_seed
         if round_id in self.forced_decks:
             return list(self.forced_decks[round_id])
         return [card.code for card in fair.shuffle(self.seed(round_id), round_id, client_seed, deck_size)]
@@ -230,4 +232,4 @@ class FakeRng:
         if await self._wallet.settlement_status(round_id) is None:
             raise FailedPrecondition("ROUND_NOT_CLOSED", f"round {round_id} has not ended")
         seed = self.seed(round_id)
-        return RevealedSeed(seed.hex(), fair.commit(seed), "")
+        return RevealedSeed(seed.hex(), fair.commit(seed), self.deck_client_seeds.get(round_id, ""))

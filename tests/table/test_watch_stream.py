@@ -17,6 +17,8 @@ from psycopg_pool import AsyncConnectionPool
 
 from backbone.auth import Principal
 from bull import fairness as fair
+from bull.cards import parse_cards
+from bull.variants.baibian_bull import dealt_prefix
 from services.table import watch
 from services.table.api import TableServicer
 from services.table.common import Phase, unix_ms
@@ -24,6 +26,7 @@ from tests.table.table_rig import AuditorTokens, Rig, player, setup_schema
 
 BALANCES = {f"player:p{i}": 10_000_000 for i in range(6)} | {"house": 0}
 BETTOR, SPECTATOR = player("p0"), player("p4")
+SEEDS = ("alice-42", "b0b")  # the two bettors' client seeds in every round played here
 
 
 @pytest.fixture
@@ -69,8 +72,8 @@ async def first_position(rig: Rig, table_id: str) -> int:
 async def play_golden_bull(rig: Rig, table_id: str) -> None:
     await rig.create(table_id, "golden_bull")
     await rig.to_phase(table_id, Phase.BETTING)
-    await rig.app.place_bet(BETTOR, "b1", table_id, "area_1", 1_000)
-    await rig.app.place_bet(player("p1"), "b2", table_id, "area_2", 2_000)
+    await rig.app.place_bet(BETTOR, "b1", table_id, "area_1", 1_000, client_seed=SEEDS[0])
+    await rig.app.place_bet(player("p1"), "b2", table_id, "area_2", 2_000, client_seed=SEEDS[1])
     cancelled = await rig.app.place_bet(BETTOR, "b3", table_id, "area_3", 500)
     await rig.app.cancel_bet(BETTOR, table_id, cancelled.bet_id)
     await rig.finish(table_id)
@@ -79,8 +82,8 @@ async def play_golden_bull(rig: Rig, table_id: str) -> None:
 async def play_bai_buu(rig: Rig, table_id: str) -> None:
     await rig.create(table_id, "bai_buu")
     await rig.to_phase(table_id, Phase.BETTING)
-    await rig.app.place_bet(BETTOR, "b1", table_id, "player_01", 1_000)
-    await rig.app.place_bet(player("p1"), "b2", table_id, "banker_02", 1_000)
+    await rig.app.place_bet(BETTOR, "b1", table_id, "player_01", 1_000, client_seed=SEEDS[0])
+    await rig.app.place_bet(player("p1"), "b2", table_id, "banker_02", 1_000, client_seed=SEEDS[1])
     await rig.finish(table_id)
 
 
@@ -88,8 +91,8 @@ async def play_baibian(rig: Rig, table_id: str) -> None:
     await rig.create(table_id, "baibian_bull")
     await rig.app.banker.apply(player("p5"), table_id, 5_000_000)
     await rig.next_round(table_id)
-    await rig.app.place_bet(BETTOR, "b1", table_id, "heaven", 1_000)
-    await rig.app.place_bet(player("p1"), "b2", table_id, "earth", 1_000)
+    await rig.app.place_bet(BETTOR, "b1", table_id, "heaven", 1_000, client_seed=SEEDS[0])
+    await rig.app.place_bet(player("p1"), "b2", table_id, "earth", 1_000, client_seed=SEEDS[1])
     await rig.finish(table_id)
 
 
@@ -98,8 +101,8 @@ async def play_red_envelope(rig: Rig, table_id: str) -> None:
     await rig.to_phase(table_id, Phase.BIDDING)
     await rig.app.envelope.place_bid(player("p1"), "bid-a", table_id, 10_000)
     await rig.to_phase(table_id, Phase.BETTING)
-    await rig.app.place_bet(BETTOR, "e0", table_id, "dealer", 1_000)
-    await rig.app.place_bet(player("p2"), "e2", table_id, "dealer", 1_000)
+    await rig.app.place_bet(BETTOR, "e0", table_id, "dealer", 1_000, client_seed=SEEDS[0])
+    await rig.app.place_bet(player("p2"), "e2", table_id, "dealer", 1_000, client_seed=SEEDS[1])
     await rig.finish(table_id)
 
 
@@ -177,6 +180,41 @@ async def test_betting_opens_with_its_deadline_and_balances_follow_the_applied_s
         assert balance.net_minor == mine[i - 1].result.my_net_minor
     spectator = await collect(rig, SPECTATOR, table_id, start)
     assert [u for u in spectator if kind(u) == "result"] and not [u for u in spectator if kind(u) == "balance"]
+
+
+@pytest.mark.parametrize("variant", sorted(PLAYS))
+async def test_seed_revealed_carries_the_client_seed_the_round_was_played_with(rig: Rig, variant: str) -> None:
+    """A client verifying from the stream alone needs the real combination of the players'
+    seeds; a red-envelope round is split, never drawn, and once got an empty one here."""
+    table_id = variant.replace("_", "-")
+    await PLAYS[variant](rig, table_id)
+    await rig.next_round(table_id, Phase.BETTING if variant != "red_envelope_bull" else Phase.BIDDING)  # the reveal
+    stream = await collect(rig, SPECTATOR, table_id, await first_position(rig, table_id))
+    (revealed,) = [u.seed_revealed for u in stream if kind(u) == "seed_revealed"]
+    servicer = TableServicer(rig.app, rig.events, AuditorTokens(), None)  # type: ignore[arg-type]
+    view = await servicer.GetRound(
+        table_pb2.GetRoundRequest(table_id=table_id, round_id=revealed.round_id),
+        None,  # type: ignore[arg-type]
+    )
+    assert revealed.client_seed == view.client_seed == fair.combine_client_seeds(SEEDS)
+    seed = bytes.fromhex(revealed.server_seed)
+    if variant == "red_envelope_bull":  # the stream's grabs and seed rebuild the split
+        grabs = sorted((u.envelope_grabbed for u in stream if kind(u) == "envelope_grabbed"), key=lambda g: g.grab_no)
+        total, shares = view.envelope_total_minor, len(grabs)
+        split = fair.split_envelope(seed, revealed.round_id, revealed.client_seed, total, shares, 1)
+        assert list(split.amounts) == [g.amount_minor for g in grabs]
+        assert list(split.grab_order) == [g.position for g in grabs]
+        return
+    if variant == "baibian_bull":  # the drawn card, then the hands round the table
+        (dealt,) = [u.dealt for u in stream if kind(u) == "dealt"]
+        hands = {h.seat: list(h.cards) for h in view.hands if h.group == "open"}
+        cards, size = dealt_prefix(dealt.drawn_card, hands), 54
+    else:
+        cards, size = [card for hand in view.hands for card in hand.cards], 52
+    verdict = fair.verify_round(
+        revealed.commitment, seed, revealed.round_id, revealed.client_seed, size, parse_cards(cards)
+    )
+    assert verdict.ok, verdict
 
 
 async def test_the_balance_waits_for_the_wallet_to_apply_the_settlement(rig: Rig) -> None:

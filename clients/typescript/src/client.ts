@@ -12,7 +12,10 @@ import { Wallet, type LoginResponse } from "./gen/niuniu/wallet/v1/wallet_pb.js"
 export type Protocol = "connect" | "grpc-web";
 
 export interface ClientOptions {
-  /** The browser gateway's base URL, e.g. "http://127.0.0.1:8090". */
+  /**
+   * The browser gateway's base URL: "http://127.0.0.1:8080" for `scripts/up`. Empty (the
+   * default) calls the page's own origin, for a page the gateway serves.
+   */
   baseUrl?: string;
   /** Wire protocol the gateway speaks; "connect" by default. */
   protocol?: Protocol;

@@ -8,6 +8,8 @@
  * one against the test vectors of docs/fairness.md section 7 and section 10.
  */
 
+import type { RoundView } from "./gen/niuniu/table/v1/table_pb.js";
+
 export const VERSION = "niuniu-fair-v1";
 export const CLIENT_SEEDS_VERSION = "niuniu-client-seeds-v1";
 export const PURPOSE_DECK = "deck";
@@ -15,7 +17,7 @@ export const PURPOSE_ENVELOPE = "envelope";
 export const SEED_BYTES = 32;
 const MAX_REJECTIONS = 1024;
 const MAX_FIELD_BYTES = 1024;
-const MAX_ENVELOPE_TOTAL = 10 ** 15;
+const MAX_ENVELOPE_TOTAL = 10n ** 15n;
 const MAX_SHARES = 10_000;
 
 /** Malformed input (not a failed check): a bad seed, round id, deck size or envelope. */
@@ -180,36 +182,36 @@ async function fisherYates<T>(stream: BitStream, items: T[]): Promise<void> {
 
 export interface Split {
   /** `amount[s]`: what the s-th grab receives, in minor units. */
-  amounts: number[];
+  amounts: bigint[];
   /** `grab_order[s]`: the participant position that grabs s-th. */
   grabOrder: number[];
 }
 
-/** The red-envelope split ("double mean") and grab order (section 5). */
+/** The red-envelope split ("double mean") and grab order (section 5); amounts in minor units. */
 export async function splitEnvelope(
   serverSeed: Uint8Array,
   roundId: string,
   clientSeed: string,
-  totalMinor: number,
+  totalMinor: bigint,
   shares: number,
-  minMinor: number,
+  minMinor: bigint,
 ): Promise<Split> {
-  for (const [name, v] of [["total", totalMinor], ["shares", shares], ["min", minMinor]] as const) {
-    if (!Number.isSafeInteger(v)) throw new FairInputError(`the envelope's ${name} must be an integer, got ${v}`);
-  }
+  if (!Number.isSafeInteger(shares)) throw new FairInputError(`the envelope's shares must be an integer, got ${shares}`);
   if (shares < 1 || shares > MAX_SHARES) throw new FairInputError(`1..${MAX_SHARES} shares, got ${shares}`);
-  if (minMinor < 1) throw new FairInputError(`the smallest share is at least 1, got ${minMinor}`);
+  if (minMinor < 1n) throw new FairInputError(`the smallest share is at least 1, got ${minMinor}`);
   if (totalMinor > MAX_ENVELOPE_TOTAL) throw new FairInputError(`the envelope is at most 10^15, got ${totalMinor}`);
-  if (totalMinor < shares * minMinor) {
+  const n = BigInt(shares);
+  if (totalMinor < n * minMinor) {
     throw new FairInputError(`${totalMinor} cannot give ${shares} shares of at least ${minMinor}`);
   }
   const stream = new BitStream(serverSeed, PURPOSE_ENVELOPE, roundId, clientSeed);
-  const amounts: number[] = [];
+  const amounts: bigint[] = [];
   let remaining = totalMinor;
-  for (let s = 0; s < shares - 1; s++) {
-    const left = shares - s;
-    const high = Math.min(Math.floor((2 * remaining) / left), remaining - (left - 1) * minMinor);
-    const amount = minMinor + (await stream.uniform(high - minMinor + 1));
+  for (let s = 0n; s < n - 1n; s++) {
+    const left = n - s;
+    const high = min((2n * remaining) / left, remaining - (left - 1n) * minMinor);
+    // high - min + 1 <= 10^15 < 2^53: an exact number for uniform().
+    const amount = minMinor + BigInt(await stream.uniform(Number(high - minMinor + 1n)));
     amounts.push(amount);
     remaining -= amount;
   }
@@ -218,6 +220,8 @@ export async function splitEnvelope(
   await fisherYates(stream, grabOrder);
   return { amounts, grabOrder };
 }
+
+const min = (a: bigint, b: bigint): bigint => (a < b ? a : b);
 
 const CONTRIBUTION = /^[A-Za-z0-9._~+/=-]{1,64}$/;
 
@@ -248,7 +252,7 @@ export interface VerifyInput {
   deckSize?: number;
   /** The cards the table dealt, in deck order (a prefix of the deck). */
   dealt?: readonly string[];
-  envelope?: { totalMinor: number; shares: number; minMinor: number; amounts?: readonly number[]; grabOrder?: readonly number[] };
+  envelope?: { totalMinor: bigint; shares: number; minMinor: bigint; amounts?: readonly bigint[]; grabOrder?: readonly number[] };
   /** The players' contributions, checked to combine into `clientSeed`. */
   clientSeeds?: readonly string[];
 }
@@ -260,8 +264,104 @@ export interface Verification {
   split?: Split;
 }
 
-/** Recompute a round from its revealed seed and check it (section 6). */
-export async function verifyRound(input: VerifyInput): Promise<Verification> {
+export interface RoundViewOptions {
+  /**
+   * Red envelope: the smallest share the envelope was split with. `GetRound` does not carry
+   * it; the table splits with 1 (0.01), the default.
+   */
+  envelopeMinMinor?: bigint;
+}
+
+/**
+ * Recompute a round from its revealed seed and check it (section 6). Takes what
+ * `client.table.getRound(...)` answers (a settled round's `RoundView`: every variant's deal
+ * or envelope is rebuilt from it), or the facts spelled out as a `VerifyInput`.
+ */
+export async function verifyRound(input: VerifyInput | RoundView, options: RoundViewOptions = {}): Promise<Verification> {
+  if (!isRoundView(input)) return verifyInput(input);
+  const result = await verifyInput(roundViewInput(input, options));
+  const seats = baibianHands(input);
+  if (seats && result.deck) {
+    // 百變牛牛's deal starts from the drawn card, deck[0] of the derived deck, so it is checked after the shuffle.
+    result.checks.push(checkDealt(result.deck, baibianPrefix(result.deck, seats, input.config["deal.card_value"] === "rank")));
+    result.ok = result.checks.every((c) => c.ok);
+  }
+  return result;
+}
+
+function isRoundView(input: VerifyInput | RoundView): input is RoundView {
+  return (input as { $typeName?: string }).$typeName === "niuniu.table.v1.RoundView";
+}
+
+/**
+ * What a `RoundView` lets a verifier check: the commitment always; the dealt cards once every
+ * hand is revealed (docs/api/frontend/stream.md, "Card-to-seat order"); the envelope's split
+ * and grab order once every grab is. Throws FairInputError before the seed is revealed.
+ */
+export function roundViewInput(view: RoundView, options: RoundViewOptions = {}): VerifyInput {
+  if (!view.serverSeed) throw new FairInputError(`round ${view.roundId} has no revealed seed yet (phase ${view.phase || "unknown"})`);
+  const base: VerifyInput = { commitment: view.commitment, serverSeed: view.serverSeed, roundId: view.roundId, clientSeed: view.clientSeed };
+  if (view.variant === "red_envelope_bull") {
+    if (view.grabs.length === 0) return base;
+    const grabs = [...view.grabs].sort((a, b) => a.grabNo - b.grabNo);
+    const envelope = {
+      totalMinor: view.envelopeTotalMinor,
+      shares: grabs.length,
+      minMinor: options.envelopeMinMinor ?? 1n,
+      amounts: grabs.map((g) => g.amountMinor),
+      grabOrder: grabs.map((g) => g.position),
+    };
+    return { ...base, envelope };
+  }
+  const deal = dealtCards(view);
+  return deal ? { ...base, ...deal } : base;
+}
+
+/** The deck's dealt prefix rebuilt from the revealed hands; undefined until every hand is revealed. */
+function dealtCards(view: RoundView): { deckSize: number; dealt?: string[] } | undefined {
+  const cardsOf = (hands: RoundView["hands"]): string[] => hands.flatMap((h) => h.cards);
+  switch (view.variant) {
+    case "golden_bull": // deck[0:5] dealer, then area_1..area_3: GetRound's order
+      return view.hands.length === 4 ? { deckSize: 52, dealt: cardsOf(view.hands) } : undefined;
+    case "bai_buu": // four cards a seat, banker first; each seat listed as its head, then its last
+      return view.hands.length === 8 ? { deckSize: 52, dealt: cardsOf(view.hands) } : undefined;
+    case "baibian_bull": // the dealt cards are checked once the deck is derived (verifyRound)
+      return baibianHands(view) ? { deckSize: 54 } : undefined;
+    default:
+      return undefined;
+  }
+}
+
+/** 百變牛牛's seats clockwise from the banker. */
+const BAIBIAN_SEATS = ["banker", "heaven", "earth", "mystic", "yellow"] as const;
+
+/** Each seat's five cards in the order dealt (its "open" part); undefined until all five are revealed. */
+function baibianHands(view: RoundView): Map<string, readonly string[]> | undefined {
+  if (view.variant !== "baibian_bull") return undefined;
+  const open = new Map(view.hands.filter((h) => h.group === "open").map((h) => [h.seat, h.cards] as const));
+  return BAIBIAN_SEATS.every((seat) => open.get(seat)?.length === 5) ? open : undefined;
+}
+
+/**
+ * 百變牛牛's deal (docs/rules/baibian_bull.md): deck[0] is drawn face up and burned; its value
+ * picks the first seat, (value - 1) mod 5; then deck[1 + i] goes to seat (first + i) mod 5.
+ * The value is the card's points (A 1, 2..9, T J Q K 10, jokers 10) or, with
+ * `deal.card_value = rank`, its rank (A 1 .. K 13, SJ 14, BJ 15).
+ */
+function baibianPrefix(deck: readonly string[], hands: Map<string, readonly string[]>, byRank: boolean): string[] {
+  const drawn = deck[0] ?? "";
+  const rank = drawn === "SJ" ? 14 : drawn === "BJ" ? 15 : RANKS.indexOf(drawn[0] as (typeof RANKS)[number]) + 1;
+  const value = byRank ? rank : Math.min(rank, 10);
+  const first = (value - 1) % BAIBIAN_SEATS.length;
+  const prefix = [drawn];
+  for (let i = 0; i < 5 * BAIBIAN_SEATS.length; i++) {
+    const seat = BAIBIAN_SEATS[(first + i) % BAIBIAN_SEATS.length] ?? "banker";
+    prefix.push(hands.get(seat)?.[Math.floor(i / BAIBIAN_SEATS.length)] ?? "?");
+  }
+  return prefix;
+}
+
+async function verifyInput(input: VerifyInput): Promise<Verification> {
   const seed = fromHex(input.serverSeed);
   checkSeed(seed);
   const clientSeed = input.clientSeed ?? "";
@@ -313,7 +413,7 @@ function checkDealt(deck: readonly string[], dealt: readonly string[]): Check {
   return { name: "deck", ok: true, detail: `the ${dealt.length} dealt cards are the top of the derived ${deck.length}-card deck` };
 }
 
-function checkSequence(name: "split" | "grab_order", noun: string, derived: readonly number[], recorded: readonly number[]): Check {
+function checkSequence<T extends bigint | number>(name: "split" | "grab_order", noun: string, derived: readonly T[], recorded: readonly T[]): Check {
   if (derived.length !== recorded.length) {
     return { name, ok: false, detail: `the table recorded ${recorded.length} values but the seed gives ${derived.length}` };
   }

@@ -3,6 +3,8 @@
 import assert from "node:assert/strict";
 import { describe, it } from "node:test";
 
+import { create, type MessageInitShape } from "@bufbuild/protobuf";
+
 import {
   BitStream,
   combineClientSeeds,
@@ -15,6 +17,8 @@ import {
   toHex,
   verifyRound,
 } from "../../src/fairness.js";
+import { HandRevealedSchema } from "../../src/gen/niuniu/table/v1/events_pb.js";
+import { RoundViewSchema, type RoundView } from "../../src/gen/niuniu/table/v1/table_pb.js";
 
 const SEED_A = "000102030405060708090a0b0c0d0e0f101112131415161718191a1b1c1d1e1f";
 const SEED_B = "fc8c2e460e09d6d0eb8793beeadfd10e099c9571ed7aa61ad1794a11d64fce01";
@@ -67,14 +71,14 @@ describe("niuniu-fair-v1 test vectors (docs/fairness.md section 7)", () => {
   });
 
   const envelopes = [
-    { id: "E1", seed: SEED_A, round: "round-0001", client: "", total: 1000, shares: 5, min: 1, amounts: [361, 79, 186, 260, 114], grab: [0, 4, 2, 1, 3] },
+    { id: "E1", seed: SEED_A, round: "round-0001", client: "", total: 1000n, shares: 5, min: 1n, amounts: [361n, 79n, 186n, 260n, 114n], grab: [0, 4, 2, 1, 3] },
     {
-      id: "E2", seed: SEED_A, round: "round-0001", client: "lucky7", total: 10000, shares: 12, min: 1,
-      amounts: [764, 1002, 511, 320, 1228, 1215, 963, 979, 1306, 724, 453, 535], grab: [9, 8, 6, 1, 4, 11, 7, 3, 0, 5, 2, 10],
+      id: "E2", seed: SEED_A, round: "round-0001", client: "lucky7", total: 10000n, shares: 12, min: 1n,
+      amounts: [764n, 1002n, 511n, 320n, 1228n, 1215n, 963n, 979n, 1306n, 724n, 453n, 535n], grab: [9, 8, 6, 1, 4, 11, 7, 3, 0, 5, 2, 10],
     },
-    { id: "E3", seed: SEED_B, round: "牛牛-42", client: "Ünïcode ✓", total: 500000, shares: 3, min: 100, amounts: [231426, 121268, 147306], grab: [1, 2, 0] },
-    { id: "E4", seed: SEED_A, round: "round-0001", client: "", total: 10, shares: 10, min: 1, amounts: Array(10).fill(1), grab: [5, 7, 3, 4, 2, 1, 6, 9, 8, 0] },
-    { id: "E5", seed: SEED_A, round: "round-0001", client: "", total: 777, shares: 1, min: 1, amounts: [777], grab: [0] },
+    { id: "E3", seed: SEED_B, round: "牛牛-42", client: "Ünïcode ✓", total: 500000n, shares: 3, min: 100n, amounts: [231426n, 121268n, 147306n], grab: [1, 2, 0] },
+    { id: "E4", seed: SEED_A, round: "round-0001", client: "", total: 10n, shares: 10, min: 1n, amounts: Array<bigint>(10).fill(1n), grab: [5, 7, 3, 4, 2, 1, 6, 9, 8, 0] },
+    { id: "E5", seed: SEED_A, round: "round-0001", client: "", total: 777n, shares: 1, min: 1n, amounts: [777n], grab: [0] },
   ];
   for (const e of envelopes) {
     it(`envelope ${e.id}`, async () => {
@@ -113,7 +117,7 @@ describe("verifyRound", () => {
       roundId: "round-0001",
       deckSize: 52,
       dealt: cards("4C QD AS 5C 7D"),
-      envelope: { totalMinor: 1000, shares: 5, minMinor: 1, amounts: [361, 79, 186, 260, 114], grabOrder: [0, 4, 2, 1, 3] },
+      envelope: { totalMinor: 1000n, shares: 5, minMinor: 1n, amounts: [361n, 79n, 186n, 260n, 114n], grabOrder: [0, 4, 2, 1, 3] },
     });
     assert.deepEqual(result.checks.map((c) => [c.name, c.ok]), [["commitment", true], ["deck", true], ["split", true], ["grab_order", true]]);
     assert.equal(result.ok, true);
@@ -129,7 +133,7 @@ describe("verifyRound", () => {
     assert.match(swapped.checks[1]?.detail ?? "", /position 3: the table dealt 7D but the seed gives 5C/);
     const split = await verifyRound({
       commitment: COMMIT_A, serverSeed: SEED_A, roundId: "round-0001",
-      envelope: { totalMinor: 1000, shares: 5, minMinor: 1, amounts: [361, 80, 185, 260, 114], grabOrder: [0, 4, 2, 3, 1] },
+      envelope: { totalMinor: 1000n, shares: 5, minMinor: 1n, amounts: [361n, 80n, 185n, 260n, 114n], grabOrder: [0, 4, 2, 3, 1] },
     });
     assert.deepEqual(split.checks.map((c) => [c.name, c.ok]), [["commitment", true], ["split", false], ["grab_order", false]]);
     const otherRound = await verifyRound({ commitment: COMMIT_A, serverSeed: SEED_A, roundId: "round-0002", deckSize: 52, dealt: D1.slice(0, 20) });
@@ -155,6 +159,54 @@ describe("verifyRound", () => {
     await assert.rejects(verifyRound({ commitment: "xyz", serverSeed: SEED_A, roundId: "r" }), FairInputError);
     await assert.rejects(verifyRound({ commitment: COMMIT_A, serverSeed: SEED_A, roundId: "" }), FairInputError);
     await assert.rejects(verifyRound({ commitment: COMMIT_A, serverSeed: SEED_A, roundId: "r", deckSize: 53 }), FairInputError);
-    await assert.rejects(splitEnvelope(fromHex(SEED_A), "r", "", 4, 5, 1), FairInputError);
+    await assert.rejects(splitEnvelope(fromHex(SEED_A), "r", "", 4n, 5, 1n), FairInputError);
+  });
+});
+
+describe("verifyRound(roundView): what GetRound answers, every variant", () => {
+  type ViewFields = Omit<MessageInitShape<typeof RoundViewSchema>, "$typeName">;
+  const view = (variant: string, fields: ViewFields): RoundView =>
+    create(RoundViewSchema, { roundId: "round-0001", commitment: COMMIT_A, serverSeed: SEED_A, phase: "settled", variant, ...fields } as ViewFields);
+  const hand = (seat: string, cards: string[], group = ""): MessageInitShape<typeof HandRevealedSchema> => ({ seat, cards, group });
+  const names = (r: { checks: { name: string; ok: boolean }[] }): [string, boolean][] => r.checks.map((c) => [c.name, c.ok]);
+
+  it("Golden Bull: the hands in GetRound order are the top of the deck", async () => {
+    const seats = ["dealer", "area_1", "area_2", "area_3"];
+    const hands = seats.map((seat, i) => hand(seat, D1.slice(5 * i, 5 * i + 5)));
+    assert.deepEqual(names(await verifyRound(view("golden_bull", { hands }))), [["commitment", true], ["deck", true]]);
+    const swapped = [hands[1], hands[0], hands[2], hands[3]] as typeof hands;
+    assert.equal((await verifyRound(view("golden_bull", { hands: swapped }))).ok, false);
+  });
+
+  it("Bai Buu: four cards a seat, each listed as its head then its last", async () => {
+    const seats = ["banker", "player_01", "player_02", "player_03"];
+    const hands = seats.flatMap((seat, i) => [hand(seat, D1.slice(4 * i, 4 * i + 2), "head"), hand(seat, D1.slice(4 * i + 2, 4 * i + 4), "last")]);
+    assert.deepEqual(names(await verifyRound(view("bai_buu", { hands }))), [["commitment", true], ["deck", true]]);
+  });
+
+  it("百變牛牛: the drawn card picks the first seat, then one card a seat clockwise", async () => {
+    // D2 (client seed lucky7, 54 cards) draws 4H: 4 points, so the first card goes to seat 3 (mystic).
+    const seats = ["banker", "heaven", "earth", "mystic", "yellow"];
+    const dealt = new Map(seats.map((s) => [s, [] as string[]]));
+    for (let i = 0; i < 25; i++) dealt.get(seats[(3 + i) % 5] ?? "")?.push(D2[1 + i] ?? "");
+    const hands = seats.flatMap((seat) => [hand(seat, (dealt.get(seat) ?? []).slice(0, 4), "face_up"), hand(seat, dealt.get(seat) ?? [], "open")]);
+    const good = await verifyRound(view("baibian_bull", { hands, clientSeed: "lucky7" }));
+    assert.deepEqual(names(good), [["commitment", true], ["deck", true]]);
+    // The same hands under rank values (4H is still 4) pass; another first seat does not.
+    const moved = hands.map((h) => ({ ...h, seat: seats[(seats.indexOf(h.seat ?? "") + 1) % 5] ?? "" }));
+    assert.equal((await verifyRound(view("baibian_bull", { hands: moved, clientSeed: "lucky7" }))).ok, false);
+  });
+
+  it("68 NiuNiu: the grabs give the split and the grab order; money is bigint", async () => {
+    const amounts = [361n, 79n, 186n, 260n, 114n];
+    const order = [0, 4, 2, 1, 3];
+    const grabs = amounts.map((amountMinor, grabNo) => ({ grabNo, position: order[grabNo] ?? 0, amountMinor })).reverse();
+    const result = await verifyRound(view("red_envelope_bull", { grabs, envelopeTotalMinor: 1000n }));
+    assert.deepEqual(names(result), [["commitment", true], ["split", true], ["grab_order", true]]);
+    assert.deepEqual(result.split?.amounts, amounts);
+  });
+
+  it("a round whose seed is not revealed yet is refused, not failed", async () => {
+    await assert.rejects(verifyRound(view("golden_bull", { serverSeed: "", phase: "betting" })), FairInputError);
   });
 });

@@ -1,0 +1,78 @@
+// A Node program written against the packed SDK alone (tests/clients/test_sdk_package.py
+// installs `npm pack`'s tarball next to it in an empty folder, type-checks it with tsc and
+// runs it): log in, bet with a client seed, watch the round, read the result and verify the
+// round from GetRound. One JSON line on stdout says what happened.
+//
+// Input (environment): NIUNIU_SDK_GATEWAY, NIUNIU_SDK_TABLE, NIUNIU_SDK_USERNAME,
+// NIUNIU_SDK_PASSWORD, NIUNIU_SDK_CLIENT_SEED.
+import { Code, ConnectError, NiuniuClient, formatMoney, reasonOf, verifyRound, watchTable, type RoundView } from "@niuniu/sdk";
+
+const env = (name: string): string => {
+  const value = process.env[name];
+  if (!value) throw new Error(`${name} is not set`);
+  return value;
+};
+const tableId = env("NIUNIU_SDK_TABLE");
+const clientSeed = env("NIUNIU_SDK_CLIENT_SEED");
+
+const client = new NiuniuClient({ baseUrl: env("NIUNIU_SDK_GATEWAY") });
+await client.login(env("NIUNIU_SDK_USERNAME"), env("NIUNIU_SDK_PASSWORD"));
+const before = await client.wallet.getBalance({});
+
+// A refusal carries its reason code: a stake under the table minimum.
+let refusal = "";
+try {
+  await client.table.placeBet({ commandId: `tiny-${crypto.randomUUID()}`, tableId, area: "area_1", amountMinor: 1n });
+} catch (error) {
+  refusal = `${Code[ConnectError.from(error).code]} ${reasonOf(error)}`;
+}
+
+const stop = new AbortController();
+const timer = setTimeout(() => stop.abort(new Error("no verified round within 90 s")), 90_000);
+let roundId = "";
+let holdMinor = 0n;
+let stakeMinor = 0n;
+let netMinor: bigint | undefined;
+let balanceAfter: bigint | undefined;
+for await (const u of watchTable(client, tableId, { signal: stop.signal })) {
+  const update = u.update;
+  if (update.case === "phaseChanged" && update.value.phase === "betting" && !roundId) {
+    if (client.clock.remainingMs(update.value.deadlineUnixMs) < 1_500) continue; // too late: next round
+    const receipt = await client.table.placeBet({
+      commandId: `sdk-${crypto.randomUUID()}`,
+      tableId,
+      area: "area_1",
+      amountMinor: 500n,
+      roundId: u.roundId,
+      clientSeed,
+    });
+    [roundId, holdMinor, stakeMinor] = [receipt.roundId, receipt.holdMinor, receipt.stakeMinor];
+  } else if (u.roundId !== roundId) {
+    continue;
+  } else if (update.case === "result") {
+    netMinor = update.value.myNetMinor;
+  } else if (update.case === "balance") {
+    balanceAfter = update.value.availableMinor;
+  } else if (update.case === "seedRevealed") {
+    break;
+  }
+}
+clearTimeout(timer);
+
+const view: RoundView = await client.table.getRound({ tableId, roundId });
+const verification = await verifyRound(view);
+console.log(
+  JSON.stringify({
+    roundId,
+    refusal,
+    stakeMinor: stakeMinor.toString(),
+    holdMinor: holdMinor.toString(),
+    netMinor: netMinor?.toString() ?? null,
+    balanceBefore: before.availableMinor.toString(),
+    balanceAfter: balanceAfter?.toString() ?? null,
+    net: netMinor === undefined ? "" : formatMoney(netMinor, { signed: true }),
+    clientSeed: view.clientSeed,
+    ok: verification.ok,
+    checks: verification.checks.map((c) => c.name),
+  }),
+);
