@@ -79,7 +79,3 @@ class CpuGroups:
         with contextlib.suppress(OSError):  # another run's groups are still there: it removes the parent
             (self.root / self.parent).rmdir()
 
-
-def join(group: Path) -> None:
-    """Move the calling process into ``group`` (a worker placing itself before it starts working)."""
-    (group / "cgroup.procs").write_text(str(os.getpid()))
