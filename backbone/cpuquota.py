@@ -78,4 +78,3 @@ class CpuGroups:
         self.made.clear()
         with contextlib.suppress(OSError):  # another run's groups are still there: it removes the parent
             (self.root / self.parent).rmdir()
-
