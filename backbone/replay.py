@@ -37,12 +37,17 @@ at the end, so each is checked once, and a replay that broke one fails there.
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import dataclasses
+import multiprocessing
 import re
 import sys
 import threading
 import time
-from collections.abc import Callable, Sequence
+import uuid
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
+from multiprocessing.connection import Connection
 from typing import Any, Protocol
 
 import psycopg
@@ -51,6 +56,7 @@ from niuniu.v1 import events_pb2
 from psycopg import sql
 
 from backbone.consumer import TRACKING_SCHEMA, ApplyMany, Handler, Tracked
+from backbone.cpuquota import CpuGroups
 from backbone.db import create_schema, run_ddl
 from backbone.kafka import make_consumer
 
@@ -68,6 +74,11 @@ POLL_TIMEOUT_MS = 500
 REPLAY_SWITCH_INTERVAL_S = 0.001
 # Connections building the deferred indexes and constraints at the end of a replay, a table each.
 REPLAY_BUILD_CONNECTIONS = 2
+MAX_REPLAY_WORKERS = 64
+# How often a replay by worker processes looks at them (their progress, an early failure).
+WORKER_WATCH_S = 0.5
+# The CPU cgroup under which a replay's workers get their quota (``cpu_per_worker``).
+WORKER_QUOTA_PARENT = "niuniu-replay"
 
 
 class StagedBatch(Protocol):
@@ -83,6 +94,8 @@ class StagedBatch(Protocol):
 
 # Prepares the poll's events (index = position in the sequence) for writing; no I/O.
 Stager = Callable[[Sequence[Tracked]], StagedBatch]
+# Shown each poll a replay reads, in the order read (on the replay's worker thread); no I/O.
+Observer = Callable[[Sequence[Tracked]], None]
 
 
 @dataclass(frozen=True, slots=True)
@@ -167,6 +180,9 @@ async def replay(
     *,
     progress: Callable[[int, int], None] | None = None,
     indexes: bool = True,
+    observe: Observer | None = None,
+    workers: int = 0,
+    cpu_per_worker: float = 0.0,
 ) -> ReplayReport:
     """Rebuild ``projection`` from offset 0 of ``topics`` into the fresh ``schema``.
 
@@ -174,25 +190,31 @@ async def replay(
     paths only: a replay read whole, compared and dropped (the audit's) reads none of them, and they
     took 1.2-1.5 s of an 8 s replay of 200 000 events. Its constraints are built either way: they
     are what the replay is checked against.
+
+    ``observe`` is given every poll read, in the order read (the audit's settlement reconciler).
+    ``workers`` > 0: the partitions are replayed by that many processes side by side (``_replay_workers``),
+    each held to ``cpu_per_worker`` of a core when that is > 0; 0 replays them here.
     """
+    if workers > 0:
+        return await _replay_workers(
+            dsn, bootstrap_servers, topics, projection, schema, _Options(progress, indexes, observe),
+            workers, cpu_per_worker,
+        )  # fmt: skip
     started = time.perf_counter()
     consumer = replay_consumer(bootstrap_servers, f"replay-{projection.name}")
     # The partitions, their end offsets and the first poll (``_open``) come from a worker thread.
-    opening = asyncio.ensure_future(asyncio.to_thread(_open, consumer, topics, projection))
+    opening = asyncio.ensure_future(asyncio.to_thread(_open, consumer, topics, projection, observe))
     _quick_switch.enter()
     try:
         async with await psycopg.AsyncConnection.connect(dsn) as conn:
-            await create_schema(conn, schema, fresh=True)
-            await conn.execute(sql.SQL("SET search_path TO {}, public").format(sql.Identifier(schema)))
-            await conn.execute("SET synchronous_commit = off")  # a scratch schema: nothing to lose in a crash
-            await conn.commit()
+            put_back = await _scratch_schema(conn, schema, projection)
             later = plain_indexes(projection) if indexes else []
-            await run_ddl(conn, [*TRACKING_SCHEMA, *(s for s in projection.ddl if not _PLAIN_INDEX.match(s))])
-            put_back = await _scratch_tables(conn, schema, projection.implied_unique)
             await run_ddl(conn, [*_REPLAY_STAGE, *projection.stage_ddl])
             end, remaining, first = await opening
             read, applied = (
-                (0, 0) if first is None else await _drain(first, consumer, conn, projection, end, remaining, progress)
+                (0, 0)
+                if first is None
+                else await _drain(first, consumer, conn, projection, end, remaining, progress, observe)
             )
             await _build_deferred(dsn, conn, schema, later, put_back)
     finally:
@@ -201,6 +223,21 @@ async def replay(
         _quick_switch.leave()
         consumer.close()
     return ReplayReport(schema, read, applied, time.perf_counter() - started)
+
+
+async def _scratch_schema(conn: psycopg.AsyncConnection, schema: str, projection: Projection) -> list[_Deferred]:
+    """The fresh ``schema`` with the projection's tables but its plain indexes (``_scratch_tables``), ``conn``
+    writing there without waiting for WAL flushes; the constraints to put back at the end."""
+    await create_schema(conn, schema, fresh=True)
+    await _use_scratch(conn, schema)
+    await run_ddl(conn, [*TRACKING_SCHEMA, *(s for s in projection.ddl if not _PLAIN_INDEX.match(s))])
+    return await _scratch_tables(conn, schema, projection.implied_unique)
+
+
+async def _use_scratch(conn: psycopg.AsyncConnection, schema: str) -> None:
+    await conn.execute(sql.SQL("SET search_path TO {}, public").format(sql.Identifier(schema)))
+    await conn.execute("SET synchronous_commit = off")  # a scratch schema: nothing to lose in a crash
+    await conn.commit()
 
 
 def plain_indexes(projection: Projection) -> list[str]:
@@ -368,16 +405,27 @@ class _Poll:
 
 
 def _open(
-    consumer: Any, topics: Sequence[str], projection: Projection
+    consumer: Any, topics: Sequence[str], projection: Projection, observe: Observer | None = None
 ) -> tuple[dict[TopicPartition, int], set[TopicPartition], _Poll | None]:
     """Assign every partition of ``topics`` from its start: their end offsets, the partitions with
     records before them, and the first poll (short) decoded and staged; None when there is none."""
     partitions = [TopicPartition(t, p) for t in topics for p in sorted(consumer.partitions_for_topic(t) or ())]
-    consumer.assign(partitions)
+    return _open_partitions(consumer, partitions, projection, observe)
+
+
+def _open_partitions(
+    consumer: Any,
+    partitions: Sequence[TopicPartition],
+    projection: Projection,
+    observe: Observer | None = None,
+    end: dict[TopicPartition, int] | None = None,
+) -> tuple[dict[TopicPartition, int], set[TopicPartition], _Poll | None]:
+    """``_open`` of the given partitions (up to ``end`` when given, else their end offsets now)."""
+    consumer.assign(list(partitions))
     consumer.seek_to_beginning(*partitions)
-    end = consumer.end_offsets(partitions)
+    end = dict(consumer.end_offsets(list(partitions)) if end is None else end)
     remaining = {tp for tp, offset in end.items() if offset > 0}
-    first = _poll_and_stage(consumer, projection, end, remaining, FIRST_POLL_RECORDS) if remaining else None
+    first = _poll_and_stage(consumer, projection, end, remaining, FIRST_POLL_RECORDS, observe) if remaining else None
     return end, remaining, first
 
 
@@ -387,8 +435,9 @@ def _poll_and_stage(
     end: dict[TopicPartition, int],
     remaining: set[TopicPartition],
     max_records: int = MAX_REPLAY_POLL_RECORDS,
+    observe: Observer | None = None,
 ) -> _Poll:
-    """One poll, decoded and staged (runs on a worker thread; ``remaining`` is updated)."""
+    """One poll, decoded, shown to ``observe`` and staged (runs on a worker thread; ``remaining`` is updated)."""
     batches = consumer.poll(POLL_TIMEOUT_MS, max_records=max_records)
     polled: list[Tracked] = []
     rows: list[str] = []
@@ -411,6 +460,8 @@ def _poll_and_stage(
     for tp in list(remaining):
         if consumer.position(tp) >= end[tp]:
             remaining.discard(tp)
+    if observe is not None and polled:
+        observe(polled)
     staged = projection.stager(polled) if polled and projection.stager is not None else None
     return _Poll(polled, "".join(rows).encode(), staged, not remaining)
 
@@ -423,6 +474,7 @@ async def _drain(
     end: dict[TopicPartition, int],
     remaining: set[TopicPartition],
     progress: Callable[[int, int], None] | None = None,
+    observe: Observer | None = None,
 ) -> tuple[int, int]:
     """Write ``first`` and every poll after it up to ``end``; (events read, events new)."""
     read = applied = 0
@@ -433,7 +485,11 @@ async def _drain(
         upcoming = (
             None
             if poll.done
-            else asyncio.ensure_future(asyncio.to_thread(_poll_and_stage, consumer, projection, end, remaining))
+            else asyncio.ensure_future(
+                asyncio.to_thread(
+                    _poll_and_stage, consumer, projection, end, remaining, MAX_REPLAY_POLL_RECORDS, observe
+                )
+            )
         )
         if poll.polled:
             read += len(poll.polled)
@@ -532,3 +588,215 @@ async def table_digest(
     )
     cur = await conn.execute(query)
     return list(await cur.fetchall())
+
+
+# --- worker processes -----------------------------------------------------------------------------------
+#
+# A replay by ``workers`` processes divides the partitions among them (about as many records each) and
+# each writes its partitions' events into the one scratch schema, made and finished (the deferred indexes
+# and constraints) by the calling process. Nothing a poll writes depends on another partition's events
+# having been written first: an event and its copies share a key, so a partition; the entries' and
+# rounds' keys come from the events, ``seq`` (the one value that follows the order of writing) is
+# compared by nobody, and balances are sums. Two polls of different workers that touch one balance row
+# wait for each other's commit (the upserts lock rows in one order, so they cannot deadlock). An entry id
+# journaled from events of two partitions is one event's entry and the other's reject, whichever comes
+# first, as between the polls of a single reader (and between the live consumer's partitions).
+
+
+class ReplayWorkerFailed(RuntimeError):
+    """A worker process of a replay failed; the replay is not complete."""
+
+
+@dataclass(frozen=True, slots=True)
+class _Options:
+    progress: Callable[[int, int], None] | None
+    indexes: bool
+    observe: Observer | None
+
+
+async def _replay_workers(
+    dsn: str,
+    bootstrap_servers: str,
+    topics: Sequence[str],
+    projection: Projection,
+    schema: str,
+    options: _Options,
+    workers: int,
+    cpu_per_worker: float,
+) -> ReplayReport:
+    """``replay`` by ``workers`` processes; ``options.observe`` is shown every record by a reader of this
+    process, alongside (all partitions, one poll at a time, as a replay in one process reads them)."""
+    if not 1 <= workers <= MAX_REPLAY_WORKERS:
+        raise ValueError(f"workers must be 1..{MAX_REPLAY_WORKERS}, not {workers}")
+    started = time.perf_counter()
+    consumer = replay_consumer(bootstrap_servers, f"replay-{projection.name}")
+    watching: asyncio.Future[None] | None = None
+    try:
+        end = await asyncio.to_thread(_end_offsets, consumer, topics)
+        async with await psycopg.AsyncConnection.connect(dsn) as conn:
+            put_back = await _scratch_schema(conn, schema, projection)
+            if options.observe is not None:
+                watching = asyncio.ensure_future(
+                    asyncio.to_thread(
+                        _observe_all, consumer, dataclasses.replace(projection, stager=None), end, options.observe
+                    )
+                )
+            shares = divide(end, workers)
+            run = _WorkerRun(dsn, bootstrap_servers, schema, projection, shares, end)
+            read, applied = await run.until_done(cpu_per_worker, options.progress)
+            if watching is not None:
+                await watching
+            later = plain_indexes(projection) if options.indexes else []
+            await _build_deferred(dsn, conn, schema, later, put_back)
+    finally:
+        if watching is not None:
+            await asyncio.gather(watching, return_exceptions=True)  # the consumer is closed next
+        consumer.close()
+    return ReplayReport(schema, read, applied, time.perf_counter() - started)
+
+
+def _end_offsets(consumer: Any, topics: Sequence[str]) -> dict[TopicPartition, int]:
+    partitions = [TopicPartition(t, p) for t in topics for p in sorted(consumer.partitions_for_topic(t) or ())]
+    return dict(consumer.end_offsets(partitions))
+
+
+def divide(end: Mapping[TopicPartition, int], workers: int) -> list[list[TopicPartition]]:
+    """The partitions with records, in up to ``workers`` shares of about as many records each: the largest
+    first, each to the share with the fewest records so far."""
+    shares: list[list[TopicPartition]] = [[] for _ in range(workers)]
+    sizes = [0] * workers
+    for tp in sorted((tp for tp, n in end.items() if n > 0), key=lambda tp: (-end[tp], tp.topic, tp.partition)):
+        smallest = sizes.index(min(sizes))
+        shares[smallest].append(tp)
+        sizes[smallest] += end[tp]
+    return [share for share in shares if share]
+
+
+def _observe_all(consumer: Any, reader: Projection, end: dict[TopicPartition, int], observe: Observer) -> None:
+    """Show ``observe`` every record of ``end``'s partitions, a poll at a time (``reader``: no stager)."""
+    _, remaining, poll = _open_partitions(consumer, list(end), reader, observe, end)
+    while poll is not None and not poll.done:
+        poll = _poll_and_stage(consumer, reader, end, remaining, MAX_REPLAY_POLL_RECORDS, observe)
+
+
+@dataclass
+class _WorkerRun:
+    """The worker processes of one replay, one a share of the partitions."""
+
+    dsn: str
+    bootstrap_servers: str
+    schema: str
+    projection: Projection
+    shares: list[list[TopicPartition]]
+    end: dict[TopicPartition, int]
+
+    async def until_done(self, cpu_per_worker: float, progress: Callable[[int, int], None] | None) -> tuple[int, int]:
+        """Start the workers (each in a CPU group of its own with ``cpu_per_worker`` > 0), report their
+        progress until all have ended; (events read, events new), or ``ReplayWorkerFailed``."""
+        context = multiprocessing.get_context("spawn")  # a fresh interpreter: no threads or loop inherited
+        counters = [context.Value("q", 0, lock=False) for _ in self.shares]
+        pipes = [context.Pipe(duplex=False) for _ in self.shares]
+        procs = [
+            context.Process(
+                target=_worker_main,
+                args=(
+                    self.dsn,
+                    self.bootstrap_servers,
+                    self.schema,
+                    self.projection,
+                    self._parts(share),
+                    counter,
+                    sender,
+                ),
+                name=f"replay-worker-{i}",
+                daemon=True,
+            )
+            for i, (share, counter, (_, sender)) in enumerate(zip(self.shares, counters, pipes, strict=True), start=1)
+        ]
+        total = sum(self.end.values())
+        with contextlib.ExitStack() as stack:
+            groups = stack.enter_context(CpuGroups(WORKER_QUOTA_PARENT)) if cpu_per_worker else None
+            stack.callback(_stop, procs)
+            tag = uuid.uuid4().hex[:6]
+            for i, proc in enumerate(procs, start=1):
+                proc.start()
+                if groups is not None and proc.pid is not None:
+                    groups.cap(f"{tag}-worker-{i}", proc.pid, cpu_per_worker)
+            while any(proc.exitcode is None for proc in procs) and all(proc.exitcode in (None, 0) for proc in procs):
+                if progress is not None:
+                    progress(sum(int(c.value) for c in counters), total)
+                await asyncio.sleep(WORKER_WATCH_S)
+            outcomes: list[tuple[Any, ...]] = [
+                receiver.recv() if receiver.poll() else ("error", f"exit {proc.exitcode}")
+                for (receiver, _), proc in zip(pipes, procs, strict=True)
+            ]
+        failed = [
+            f"{proc.name}: {outcome[1]}" for proc, outcome in zip(procs, outcomes, strict=True) if outcome[0] != "done"
+        ]
+        if failed:
+            raise ReplayWorkerFailed("; ".join(failed))
+        if progress is not None:
+            progress(sum(int(o[1]) for o in outcomes), total)
+        return sum(int(o[1]) for o in outcomes), sum(int(o[2]) for o in outcomes)
+
+    def _parts(self, share: list[TopicPartition]) -> list[tuple[str, int, int]]:
+        return [(tp.topic, tp.partition, self.end[tp]) for tp in share]
+
+
+def _stop(procs: Sequence[Any]) -> None:
+    """End the workers still running (after a failure of another), and wait for each."""
+    for proc in procs:
+        if proc.exitcode is None and proc.pid is not None:
+            proc.terminate()
+    for proc in procs:
+        if proc.pid is not None:
+            proc.join()
+
+
+def _worker_main(
+    dsn: str,
+    bootstrap_servers: str,
+    schema: str,
+    projection: Projection,
+    parts: list[tuple[str, int, int]],
+    counter: Any,
+    sender: Connection,
+) -> None:
+    """A worker process: replay ``parts`` (topic, partition, end offset) into ``schema``; sends
+    ("done", read, applied), or ("error", what) and exits non-zero."""
+    try:
+        read, applied = asyncio.run(_replay_share(dsn, bootstrap_servers, schema, projection, parts, counter))
+    except BaseException as error:
+        sender.send(("error", f"{type(error).__name__}: {error}"[:2_000]))
+        raise
+    sender.send(("done", read, applied))
+
+
+async def _replay_share(
+    dsn: str,
+    bootstrap_servers: str,
+    schema: str,
+    projection: Projection,
+    parts: list[tuple[str, int, int]],
+    counter: Any,
+) -> tuple[int, int]:
+    """A worker's share: its partitions read up to their end offsets and written into the scratch ``schema``
+    made by the replay, poll after poll as a replay in one process writes them."""
+    consumer = replay_consumer(bootstrap_servers, f"replay-{projection.name}-worker")
+    ends = {TopicPartition(topic, partition): end for topic, partition, end in parts}
+    opening = asyncio.ensure_future(asyncio.to_thread(_open_partitions, consumer, list(ends), projection, None, ends))
+    _quick_switch.enter()
+
+    def count(read: int, _total: int) -> None:
+        counter.value = read
+
+    try:
+        async with await psycopg.AsyncConnection.connect(dsn) as conn:
+            await _use_scratch(conn, schema)
+            await run_ddl(conn, [*_REPLAY_STAGE, *projection.stage_ddl])
+            end, remaining, first = await opening
+            return (0, 0) if first is None else await _drain(first, consumer, conn, projection, end, remaining, count)
+    finally:
+        await asyncio.gather(opening, return_exceptions=True)
+        _quick_switch.leave()
+        consumer.close()

@@ -59,20 +59,26 @@ from typing import Any
 
 import grpc
 import psycopg
+import redis
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 from niuniu.table.v1 import events_pb2 as table_events
 from niuniu.table.v1 import table_pb2, table_pb2_grpc
 from niuniu.wallet.v1 import wallet_pb2, wallet_pb2_grpc
 from psycopg import sql
 
+from backbone import tls
 from backbone.auth import Role, Tokens, bearer, development_env
+from backbone.config import DEFAULT_KAFKA, DEFAULT_REDIS
+from backbone.cpuquota import CPU_ROOT, CpuGroups, unavailable_reason
 from backbone.healthcheck import check
-from backbone.kafka import default_principal_env, make_admin
+from backbone.kafka import default_principal_env, ensure_topics, make_admin
 from backbone.limits import Limit, pgbench_commits
 from backbone.localports import free_port
+from backbone.topics import Topics
 from bull.variants import VARIANTS, RoundShape
 from bull.variants.red_envelope_bull import BID_MIN, DEFAULT_BID_MIN_MINOR
 from services.table.bets import MAX_BETS_PER_CALL
+from services.table.runner import lease_name
 
 SERVICES = ("rng", "wallet", "ledger", "table")
 HEALTH_TIMEOUT_S = 90.0
@@ -102,6 +108,12 @@ MAX_TABLES = 500
 LOOPBACK = ("127.", "localhost", "[::1]")
 EMPTY_CALL_S = 5.0
 """How long the empty-call rate is measured after each run."""
+MAX_REPLICAS = 8
+REPLICA_POOL_SIZE = 8
+"""PostgreSQL connections each replica's pool may hold with ``--replicas`` (at every N alike): 8 replicas of
+four services at the default 20 would ask for more than the shared server's ``max_connections``."""
+QUOTA_PARENT = "niuniu-load"
+"""The CPU cgroup under which ``--cpu-per-replica`` makes each replica's group (``<run>-<service>-<i>``)."""
 
 
 def _loopback(addr: str) -> str:
@@ -113,17 +125,22 @@ def _loopback(addr: str) -> str:
 
 @dataclass
 class LocalStack:
-    """The four services as processes of this run (killed on exit)."""
+    """The four services as processes of this run (killed on exit), ``replicas`` of each.
+
+    With more than one replica of a service, each has ports of its own, and the others (and the load)
+    reach the service as ``ipv4:<addr>,<addr>,...``: the channels' round robin spreads the calls.
+    """
 
     run_id: str
     log_dir: Path
-    ports: dict[str, int] = field(default_factory=dict)
-    metrics_ports: dict[str, int] = field(default_factory=dict)
-    procs: dict[str, subprocess.Popen[bytes]] = field(default_factory=dict)
+    replicas: int = 1
+    ports: dict[str, list[int]] = field(default_factory=dict)
+    metrics_ports: dict[str, list[int]] = field(default_factory=dict)
+    procs: dict[str, list[subprocess.Popen[bytes]]] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
-        self.ports = {s: free_port() for s in SERVICES}
-        self.metrics_ports = {s: free_port() for s in SERVICES}
+        self.ports = {s: [free_port() for _ in range(self.replicas)] for s in SERVICES}
+        self.metrics_ports = {s: [free_port() for _ in range(self.replicas)] for s in SERVICES}
         self.log_dir.mkdir(parents=True, exist_ok=True)
 
     def schema(self, service: str) -> str:
@@ -134,9 +151,21 @@ class LocalStack:
         return f"load{self.run_id}."
 
     def addr(self, service: str) -> str:
-        return f"127.0.0.1:{self.ports[service]}"
+        """The service's address for a channel: its one replica's, or every replica's (round robin)."""
+        ports = self.ports[service]
+        if len(ports) == 1:
+            return f"127.0.0.1:{ports[0]}"
+        return "ipv4:" + ",".join(f"127.0.0.1:{port}" for port in ports)
 
-    def env(self, service: str) -> dict[str, str]:
+    def replica_names(self, service: str) -> list[str]:
+        """``service`` alone, or ``service-1`` .. ``service-N``."""
+        return [service] if self.replicas == 1 else [f"{service}-{i}" for i in range(1, self.replicas + 1)]
+
+    def metrics_urls(self, service: str | None = None) -> list[str]:
+        services = SERVICES if service is None else (service,)
+        return [f"http://127.0.0.1:{port}/metrics" for s in services for port in self.metrics_ports[s]]
+
+    def env(self, service: str, replica: int = 0) -> dict[str, str]:
         env = default_principal_env(development_env(os.environ))  # prefixed topics: the default Kafka principal
         env.update(
             {
@@ -144,44 +173,69 @@ class LocalStack:
                 "NIUNIU_TOPIC_PREFIX": self.topic_prefix,
                 "NIUNIU_DB_SCHEMA": self.schema(service),
                 f"NIUNIU_{service.upper()}_DSN": os.environ["DATABASE_URL"],
-                f"NIUNIU_{service.upper()}_GRPC_PORT": str(self.ports[service]),
-                f"NIUNIU_{service.upper()}_METRICS_PORT": str(self.metrics_ports[service]),
+                f"NIUNIU_{service.upper()}_GRPC_PORT": str(self.ports[service][replica]),
+                f"NIUNIU_{service.upper()}_METRICS_PORT": str(self.metrics_ports[service][replica]),
                 "NIUNIU_LOG_LEVEL": "WARNING",
                 **{f"NIUNIU_{s.upper()}_ADDR": self.addr(s) for s in SERVICES},
             }
         )
+        if self.replicas > 1:
+            env["NIUNIU_DB_POOL_MAX_SIZE"] = str(REPLICA_POOL_SIZE)
         return env
 
     def start(self) -> None:
-        bin_dir = Path(sys.executable).parent
+        """The run's topics, then each service's first replica, then its others side by side (the first makes
+        the schema alone). With every topic there from the start, each relay and consumer knows its topics'
+        partitions at once instead of at its next metadata refresh, up to 30 s later, inside the runs."""
+        ensure_topics(os.environ.get("KAFKA_BOOTSTRAP_SERVERS", DEFAULT_KAFKA), Topics(self.topic_prefix).specs())
         for service in SERVICES:
-            log = (self.log_dir / f"{service}.log").open("ab")
-            self.procs[service] = subprocess.Popen(
-                [str(bin_dir / f"niuniu-{service}")], env=self.env(service), stdout=log, stderr=subprocess.STDOUT
-            )
-            deadline = time.monotonic() + HEALTH_TIMEOUT_S
-            while check(self.addr(service)) != "SERVING":
-                if self.procs[service].poll() is not None or time.monotonic() > deadline:
-                    raise SystemExit(f"niuniu-load: {service} did not start; see {self.log_dir / service}.log")
+            self.procs[service] = [self._spawn(service, 0)]
+            self._wait_serving(service, [0])
+            self.procs[service] += [self._spawn(service, i) for i in range(1, self.replicas)]
+            self._wait_serving(service, list(range(1, self.replicas)))
+
+    def _spawn(self, service: str, replica: int) -> subprocess.Popen[bytes]:
+        name = self.replica_names(service)[replica]
+        log = (self.log_dir / f"{name}.log").open("ab")
+        binary = Path(sys.executable).parent / f"niuniu-{service}"
+        return subprocess.Popen([str(binary)], env=self.env(service, replica), stdout=log, stderr=subprocess.STDOUT)
+
+    def _wait_serving(self, service: str, replicas: list[int]) -> None:
+        deadline = time.monotonic() + HEALTH_TIMEOUT_S
+        for i in replicas:
+            while check(f"127.0.0.1:{self.ports[service][i]}") != "SERVING":
+                if self.procs[service][i].poll() is not None or time.monotonic() > deadline:
+                    name = self.replica_names(service)[i]
+                    raise SystemExit(f"niuniu-load: {name} did not start; see {self.log_dir / name}.log")
                 time.sleep(0.2)
 
     def stop(self) -> None:
-        for proc in self.procs.values():
+        procs = [proc for replicas in self.procs.values() for proc in replicas]
+        for proc in procs:
             proc.send_signal(signal.SIGTERM)
-        for proc in self.procs.values():
+        for proc in procs:
             try:
                 proc.wait(timeout=15)
             except subprocess.TimeoutExpired:
                 proc.kill()
                 proc.wait(timeout=5)
 
+    def replica_pids(self) -> dict[int, str]:
+        """Each replica's process id -> its name."""
+        return {
+            proc.pid: name
+            for service, procs in self.procs.items()
+            for proc, name in zip(procs, self.replica_names(service), strict=True)
+        }
+
     def cpu_seconds(self) -> dict[str, float]:
         ticks = os.sysconf("SC_CLK_TCK")
-        out = {}
-        for service, proc in self.procs.items():
-            stat = _proc_stat(str(proc.pid))
-            if stat is not None:
-                out[service] = (int(stat[1][11]) + int(stat[1][12])) / ticks
+        out: dict[str, float] = {}
+        for service, procs in self.procs.items():
+            for proc in procs:
+                stat = _proc_stat(str(proc.pid))
+                if stat is not None:
+                    out[service] = out.get(service, 0.0) + (int(stat[1][11]) + int(stat[1][12])) / ticks
         return out
 
     async def analyze(self) -> int:
@@ -318,10 +372,111 @@ class RunResult:
     settle_stages_s: dict[str, list[float]] = field(default_factory=dict)
     """Those seconds in their ``SETTLEMENT_STAGES``: per stage, each round's."""
     accepted_by_variant: Counter[str] = field(default_factory=Counter)
+    work: dict[str, dict[str, float]] = field(default_factory=dict)
+    """With ``--replicas``: per replica, how much of each of the ``WORK`` kinds it did during the run."""
 
     @property
     def bets_per_s(self) -> float:
         return self.accepted / self.seconds if self.seconds else 0.0
+
+
+WORK = {
+    "calls": "calls served",
+    "tables": "tables owned",
+    "published": "events published",
+    "applied": "records applied",
+}
+"""The kinds of work a replica's share is shown of (``--replicas``): gRPC calls it answered (health and
+reflection left out), tables whose round lease it holds at the run's end, events its relay published,
+records its exactly-once consumers applied."""
+WORK_SERIES = {
+    "grpc_server_handled_total": "calls",
+    "niuniu_outbox_published_total": "published",
+    "niuniu_consumer_events_applied_total": "applied",
+}
+LEASE_KEY_PREFIX = "niuniu:lease:"
+"""Where ``backbone.lease.RedisLease`` keeps a lease in Redis (``niuniu:lease:<name>``)."""
+SHARE_BOUNDS = (0.67, 1.5)
+"""A replica's share of a kind of work counts as even within these multiples of the replicas' mean."""
+
+
+def replica_work(stack: LocalStack) -> dict[str, dict[str, float]]:
+    """Per replica, the ``WORK_SERIES`` counters so far (from its own /metrics)."""
+    work: dict[str, dict[str, float]] = {}
+    for service in SERVICES:
+        urls = stack.metrics_urls(service)
+        for name, url in zip(stack.replica_names(service), urls, strict=True):
+            counts = work[name] = dict.fromkeys(WORK_SERIES.values(), 0.0)
+            try:
+                with urllib.request.urlopen(url, timeout=5) as response:
+                    text = response.read().decode()
+            except OSError:
+                continue
+            for line in text.splitlines():
+                kind = WORK_SERIES.get(line.split("{", 1)[0])
+                if kind is not None and 'grpc_service="grpc.' not in line:
+                    counts[kind] += float(line.rsplit(" ", 1)[1])
+    return work
+
+
+def work_between(
+    before: dict[str, dict[str, float]], after: dict[str, dict[str, float]]
+) -> dict[str, dict[str, float]]:
+    return {
+        name: {kind: n - before.get(name, {}).get(kind, 0.0) for kind, n in counts.items()}
+        for name, counts in after.items()
+    }
+
+
+def tables_owned(stack: LocalStack, table_ids: list[str]) -> dict[str, float]:
+    """How many of ``table_ids`` each table replica holds the round lease of now (read from Redis: the
+    lease's owner names its process, ``services.table.server.supervisor``)."""
+    client = redis.Redis.from_url(os.environ.get("REDIS_URL", DEFAULT_REDIS), socket_timeout=5)
+    try:
+        keys = [f"{LEASE_KEY_PREFIX}{lease_name(stack.topic_prefix, table_id)}" for table_id in table_ids]
+        values = client.mget(keys)
+    finally:
+        client.close()
+    by_pid = stack.replica_pids()
+    owned = dict.fromkeys(stack.replica_names("table"), 0.0)
+    for value in values:
+        if isinstance(value, bytes):
+            owner = value.decode().rpartition("|")[0]  # <host>-<pid>-<context>|<token>
+            name = by_pid.get(int(owner.rsplit("-", 2)[1])) if owner.count("-") >= 2 else None
+            if name in owned:
+                owned[name] += 1
+    return owned
+
+
+def share_lines(stack: LocalStack, work: dict[str, dict[str, float]]) -> list[str]:
+    """Each service's replicas' work of each kind (counts, and shares of their mean), and which fall outside
+    ``SHARE_BOUNDS``; a kind no replica of a service did is left out."""
+    low, high = SHARE_BOUNDS
+    lines = ["  work by replica, count (share of the mean):"]
+    outside: list[str] = []
+    for service in SERVICES:
+        names = stack.replica_names(service)
+        parts = []
+        for kind, label in WORK.items():
+            counts = [work.get(name, {}).get(kind, 0.0) for name in names]
+            if not any(counts):
+                continue
+            mean = sum(counts) / len(counts)
+            shares = [count / mean for count in counts]
+            parts.append(
+                f"{label} "
+                + " / ".join(f"{c:.0f}" for c in counts)
+                + " ("
+                + " / ".join(f"{x:.2f}" for x in shares)
+                + ")"
+            )
+            outside += [
+                f"{name} {label} {x:.2f}" for name, x in zip(names, shares, strict=True) if not low <= x <= high
+            ]
+        lines.append(f"    {service:<7}" + ("; ".join(parts) if parts else "none counted"))
+    within = f"{low}-{high}x of the mean"
+    lines.append(f"  shares outside {within}: " + ", ".join(outside) if outside else f"  every share within {within}")
+    return lines
 
 
 def percentile(values: list[float], p: float) -> float:
@@ -683,14 +838,14 @@ def _profile(stack: LocalStack, out_dir: Path, run: int, seconds: float) -> list
                 "-d",
                 str(int(seconds)),
                 "-p",
-                str(proc.pid),
+                str(pid),
                 "-o",
-                str(out_dir / f"{service}-run{run}.txt"),
+                str(out_dir / f"{name}-run{run}.txt"),
             ],
             stdout=subprocess.DEVNULL,
             stderr=subprocess.DEVNULL,
         )
-        for service, proc in stack.procs.items()
+        for pid, name in stack.replica_pids().items()
     ]
 
 
@@ -768,112 +923,211 @@ def print_run(n: int, r: RunResult, in_flight: int, out: Any, bets_per_call: int
 
 async def main_async(args: argparse.Namespace) -> int:
     out = sys.stdout
+    if not args.replicas:
+        results, clean = await session(args, out, None)
+        print_summary(results, args, out)
+        return 0 if clean else 1
+    rates: dict[int, float] = {}
+    clean = True
+    for n in args.replicas:
+        share = f"{args.cpu_per_replica:g} of a core each" if args.cpu_per_replica else "no CPU quota"
+        print(f"== {n} replica{'s' if n > 1 else ''} of each service ({share}) ==", file=out, flush=True)
+        results, ok = await session(args, out, n)
+        print_summary(results, args, out)
+        clean = clean and ok
+        rates[n] = statistics.median(r.bets_per_s for r in results)
+    print(scaling_line(rates), file=out)
+    return 0 if clean else 1
+
+
+def scaling_line(rates: dict[int, float]) -> str:
+    """``scaling: N=1 <bets/s>, N=2 <bets/s> (<ratio>x), ...``: each N's median rate, and its ratio to the first."""
+    first = next(iter(rates.values()))
+    parts = [
+        f"N={n} {rate:.0f}" + (f" ({rate / first:.2f}x)" if i and first else "")
+        for i, (n, rate) in enumerate(rates.items())
+    ]
+    return "scaling: " + ", ".join(parts)
+
+
+async def session(args: argparse.Namespace, out: Any, replicas: int | None) -> tuple[list[RunResult], bool]:
+    """Set up players and tables and bet: the runs' results, and whether ``--audit`` found the journal clean.
+
+    Against ``--table``, or the services started here (``replicas`` of each: with ``--cpu-per-replica``,
+    each held to that share of a core from the warm-up on).
+    """
     tag = uuid.uuid4().hex[:6]
     tokens = Tokens.development()
-    admin = bearer(tokens.issue("load-admin", Role.ADMIN))
     stack: LocalStack | None = None
     if args.table:
         table_addr, wallet_addr = _loopback(args.table), _loopback(args.wallet)
         metrics_urls = [_loopback(u) for u in args.metrics.split(",") if u]
     else:
-        stack = LocalStack(tag, Path(args.log_dir) / tag)
+        stack = LocalStack(tag, Path(args.log_dir) / tag, replicas or 1)
         print(f"starting the four services (logs in {stack.log_dir})", file=out, flush=True)
         table_addr, wallet_addr = stack.addr("table"), stack.addr("wallet")
-        metrics_urls = [f"http://127.0.0.1:{p}/metrics" for p in stack.metrics_ports.values()]
-    results: list[RunResult] = []
-    clean = True
+        metrics_urls = stack.metrics_urls()
+    groups = CpuGroups(QUOTA_PARENT)
     try:
         if stack is not None:
             stack.start()  # inside the try: services already started are stopped if a later one fails
-        async with grpc.aio.insecure_channel(table_addr) as tch, grpc.aio.insecure_channel(wallet_addr) as wch:
-            table, wallet = table_pb2_grpc.TableStub(tch), wallet_pb2_grpc.WalletStub(wch)
-            started = time.monotonic()
-            variants = args.variants.split(",")
-            registered = await register_players(wallet, admin, args.players + house_seats(variants, args.tables), tag)
-            players, house = registered[: args.players], registered[args.players :]
-            states = await create_tables(table, admin, args.tables, variants, tag)
-            await seat_the_house(table, states, house)
-            print(
-                f"{len(players)} players registered and funded, {len(states)} tables"
-                f" ({args.variants}) in {time.monotonic() - started:.1f} s",
-                file=out,
-                flush=True,
-            )
-            stop = asyncio.Event()
-            follower = asyncio.create_task(follow_tables(table, admin, states, stop))
-            try:
-                if args.warmup > 0:
-                    await warm_up(table, players, states, args, stack, out)
-                for run in range(1, args.runs + 1):
-                    since = time.time()
-                    cpu_before = process_cpu_seconds(stack) if stack else {}
-                    machine_before = machine_busy_seconds()
-                    metrics_before = scrape(metrics_urls)
-                    spies = _profile(stack, Path(args.profile), run, args.duration) if stack and args.profile else []
-                    seconds, by_variant, latencies, refusals = await bet_phase(
-                        table, players, states, args.in_flight, args.rate, args.duration, args.bets_per_call
-                    )
-                    cpu_after = process_cpu_seconds(stack) if stack else {}
-                    machine_s = machine_busy_seconds() - machine_before
-                    metrics = scrape(metrics_urls)
-                    for spy in spies:
-                        spy.wait(timeout=60)
-                    lags = await settlement_lags(stack, since) if stack else SettlementLags([], [], 0)
-                    pg = await pgbench_commits(os.environ["DATABASE_URL"])
-                    empty = await empty_call_rate(tch, args.in_flight)
-                    cpu = {k: cpu_after[k] - cpu_before.get(k, 0.0) for k in cpu_after}
-                    handled = {m: handling_ms(metrics_before, metrics, m) for m in HANDLED}
-                    groups = {g: mean_group(metrics_before, metrics, g) for g in GROUP_SIZES}
-                    result = RunResult(
-                        seconds,
-                        sum(by_variant.values()),
-                        latencies,
-                        refusals,
-                        pg,
-                        lags.applied,
-                        lags.missing,
-                        cpu,
-                        metrics,
-                        empty,
-                        handled,
-                        machine_cpu_s=machine_s,
-                        accepted_by_variant=by_variant,
-                        settle_published_s=lags.published,
-                        settle_stages_s=lags.stages,
-                        group_sizes=groups,
-                    )
-                    results.append(result)
-                    print_run(run, result, args.in_flight, out, args.bets_per_call)
-                    out.flush()
-                if args.audit and stack is not None:
-                    clean = await asyncio.to_thread(audit_replay, stack, tokens, out)
-            finally:
-                stop.set()
-                await follower
+        options = tls.channel_options()
+        async with (
+            grpc.aio.insecure_channel(table_addr, options=options) as tch,
+            grpc.aio.insecure_channel(wallet_addr, options=options) as wch,
+        ):
+            bench = Bench(args, out, tokens, tch, wch, stack, metrics_urls, replicas is not None)
+            await bench.set_up(tag)
+            if stack is not None and replicas is not None and args.cpu_per_replica:
+                cap_replicas(groups, stack, args.cpu_per_replica, out)
+            return await bench.run_all()
     finally:
         if stack is not None:
             stack.stop()
+            groups.close()
             if not args.keep:
                 await stack.drop()
-    if len(results) > 1:
 
-        def mmm(values: list[float], fmt: str = "{:.0f}") -> str:
-            return " / ".join(fmt.format(v) for v in (min(values), statistics.median(values), max(values)))
 
-        print(f"summary of {len(results)} runs (min / median / max):", file=out)
-        print(f"  accepted bets/s        {mmm([r.bets_per_s for r in results])}", file=out)
-        for p in (50, 99):
-            call = f"{call_name(args.bets_per_call)} p{p} ms".ljust(23)
-            print(f"  {call}{mmm([percentile(r.latencies_ms, p) for r in results], '{:.1f}')}", file=out)
-        lag_max = [max(r.settle_lags_s) for r in results if r.settle_lags_s]
-        if lag_max:
-            print(f"  worst settlement lag s {mmm(lag_max, '{:.2f}')}", file=out)
-        published_max = [max(r.settle_published_s) for r in results if r.settle_published_s]
-        if published_max:
-            print(f"  worst to Kafka s       {mmm(published_max, '{:.2f}')}   (wallet's settlement event)", file=out)
-        print(f"  PostgreSQL commits/s   {mmm([r.postgres.per_s for r in results])}   (pgbench)", file=out)
-        print(f"  table empty calls/s    {mmm([r.empty_calls_per_s for r in results])}", file=out)
-    return 0 if clean else 1
+def cap_replicas(groups: CpuGroups, stack: LocalStack, share: float, out: Any) -> None:
+    """Hold every replica to ``share`` of a core, each in a CPU group of its own."""
+    for pid, name in stack.replica_pids().items():
+        groups.cap(f"{stack.run_id}-{name}", pid, share)
+    print(
+        f"each of the {len(stack.replica_pids())} replicas held to {share:g} of a core"
+        f" (cgroup cpu {CPU_ROOT / QUOTA_PARENT}/{stack.run_id}-*)",
+        file=out,
+        flush=True,
+    )
+
+
+@dataclass
+class Bench:
+    """One session's clients and what its runs measure."""
+
+    args: argparse.Namespace
+    out: Any
+    tokens: Tokens
+    table_channel: grpc.aio.Channel
+    wallet_channel: grpc.aio.Channel
+    stack: LocalStack | None
+    metrics_urls: list[str]
+    by_replica: bool
+    players: list[Player] = field(default_factory=list)
+    states: list[TableState] = field(default_factory=list)
+
+    @property
+    def table(self) -> Any:
+        return table_pb2_grpc.TableStub(self.table_channel)
+
+    async def set_up(self, tag: str) -> None:
+        """Register and fund the players, create the tables and seat their house players."""
+        admin = bearer(self.tokens.issue("load-admin", Role.ADMIN))
+        wallet = wallet_pb2_grpc.WalletStub(self.wallet_channel)
+        started = time.monotonic()
+        args, variants = self.args, self.args.variants.split(",")
+        registered = await register_players(wallet, admin, args.players + house_seats(variants, args.tables), tag)
+        self.players, house = registered[: args.players], registered[args.players :]
+        self.states = await create_tables(self.table, admin, args.tables, variants, tag)
+        await seat_the_house(self.table, self.states, house)
+        print(
+            f"{len(self.players)} players registered and funded, {len(self.states)} tables"
+            f" ({args.variants}) in {time.monotonic() - started:.1f} s",
+            file=self.out,
+            flush=True,
+        )
+
+    async def run_all(self) -> tuple[list[RunResult], bool]:
+        """Warm up, then ``--runs`` runs (each printed); then ``--audit``."""
+        admin = bearer(self.tokens.issue("load-admin", Role.ADMIN))
+        stop = asyncio.Event()
+        follower = asyncio.create_task(follow_tables(self.table, admin, self.states, stop))
+        results: list[RunResult] = []
+        try:
+            if self.args.warmup > 0:
+                await warm_up(self.table, self.players, self.states, self.args, self.stack, self.out)
+            for run in range(1, self.args.runs + 1):
+                results.append(await self.run_once(run))
+            clean = True
+            if self.args.audit and self.stack is not None:
+                clean = await asyncio.to_thread(audit_replay, self.stack, self.tokens, self.out)
+            return results, clean
+        finally:
+            stop.set()
+            await follower
+
+    async def run_once(self, run: int) -> RunResult:
+        args, stack = self.args, self.stack
+        since = time.time()
+        cpu_before = process_cpu_seconds(stack) if stack else {}
+        machine_before = machine_busy_seconds()
+        metrics_before = scrape(self.metrics_urls)
+        work_before = replica_work(stack) if stack and self.by_replica else {}
+        spies = _profile(stack, Path(args.profile), run, args.duration) if stack and args.profile else []
+        seconds, by_variant, latencies, refusals = await bet_phase(
+            self.table, self.players, self.states, args.in_flight, args.rate, args.duration, args.bets_per_call
+        )
+        cpu_after = process_cpu_seconds(stack) if stack else {}
+        machine_s = machine_busy_seconds() - machine_before
+        metrics = scrape(self.metrics_urls)
+        work = work_between(work_before, replica_work(stack)) if stack and self.by_replica else {}
+        if stack and self.by_replica:
+            for name, owned in tables_owned(stack, [s.table_id for s in self.states]).items():
+                work[name]["tables"] = owned
+        for spy in spies:
+            spy.wait(timeout=60)
+        lags = await settlement_lags(stack, since) if stack else SettlementLags([], [], 0)
+        result = RunResult(
+            seconds,
+            sum(by_variant.values()),
+            latencies,
+            refusals,
+            await pgbench_commits(os.environ["DATABASE_URL"]),
+            lags.applied,
+            lags.missing,
+            {k: cpu_after[k] - cpu_before.get(k, 0.0) for k in cpu_after},
+            metrics,
+            await empty_call_rate(self.table_channel, args.in_flight),
+            {m: handling_ms(metrics_before, metrics, m) for m in HANDLED},
+            machine_cpu_s=machine_s,
+            accepted_by_variant=by_variant,
+            settle_published_s=lags.published,
+            settle_stages_s=lags.stages,
+            group_sizes={g: mean_group(metrics_before, metrics, g) for g in GROUP_SIZES},
+            work=work,
+        )
+        print_run(run, result, args.in_flight, self.out, args.bets_per_call)
+        if stack and self.by_replica:
+            for line in share_lines(stack, work):
+                print(line, file=self.out)
+        self.out.flush()
+        return result
+
+
+def print_summary(results: list[RunResult], args: argparse.Namespace, out: Any) -> None:
+    """Min / median / max of the runs' figures (with more than one run)."""
+    if len(results) < 2:
+        return
+
+    def mmm(values: list[float], fmt: str = "{:.0f}") -> str:
+        return " / ".join(fmt.format(v) for v in (min(values), statistics.median(values), max(values)))
+
+    print(f"summary of {len(results)} runs (min / median / max):", file=out)
+    print(f"  accepted bets/s        {mmm([r.bets_per_s for r in results])}", file=out)
+    for p in (50, 99):
+        call = f"{call_name(args.bets_per_call)} p{p} ms".ljust(23)
+        print(f"  {call}{mmm([percentile(r.latencies_ms, p) for r in results], '{:.1f}')}", file=out)
+    lag_max = [max(r.settle_lags_s) for r in results if r.settle_lags_s]
+    if lag_max:
+        print(f"  worst settlement lag s {mmm(lag_max, '{:.2f}')}", file=out)
+    published_max = [max(r.settle_published_s) for r in results if r.settle_published_s]
+    if published_max:
+        print(f"  worst to Kafka s       {mmm(published_max, '{:.2f}')}   (wallet's settlement event)", file=out)
+    busy = [r.machine_cpu_s / r.seconds for r in results if r.seconds and not math.isnan(r.machine_cpu_s)]
+    if busy:
+        print(f"  machine busy cores     {mmm(busy, '{:.2f}')}   (of {os.cpu_count()})", file=out)
+    print(f"  PostgreSQL commits/s   {mmm([r.postgres.per_s for r in results])}   (pgbench)", file=out)
+    print(f"  table empty calls/s    {mmm([r.empty_calls_per_s for r in results])}", file=out)
 
 
 async def warm_up(
@@ -954,6 +1208,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--log-dir", default=".run/load")
     parser.add_argument("--keep", action="store_true", help="keep the started services' schemas")
     parser.add_argument("--audit", action="store_true", help="niuniu-audit replay after the last run")
+    parser.add_argument(
+        "--replicas", type=_counts, default=[], help="e.g. 1,2,3: for each N, N replicas of each service started here"
+    )
+    parser.add_argument(
+        "--cpu-per-replica", type=float, default=0.0, help="with --replicas: each replica's CPU quota, cores (0: none)"
+    )
     args = parser.parse_args(argv)
     bounds = (
         (1 <= args.tables <= MAX_TABLES, f"--tables 1..{MAX_TABLES}"),
@@ -965,13 +1225,27 @@ def main(argv: list[str] | None = None) -> int:
         (args.rate >= 0, "--rate >= 0"),
         (1 <= args.bets_per_call <= MAX_BETS_PER_CALL, f"--bets-per-call 1..{MAX_BETS_PER_CALL}"),
         (not (args.audit and args.table), "--audit needs the services this command starts (no --table)"),
+        (not (args.replicas and args.table), "--replicas needs the services this command starts (no --table)"),
+        (all(1 <= n <= MAX_REPLICAS for n in args.replicas), f"--replicas: each 1..{MAX_REPLICAS}"),
+        (args.cpu_per_replica == 0 or 0.01 <= args.cpu_per_replica <= 64, "--cpu-per-replica 0.01..64 (0: none)"),
+        (not args.cpu_per_replica or bool(args.replicas), "--cpu-per-replica goes with --replicas"),
     )
     for ok, message in bounds:
         if not ok:
             parser.error(message)
     if "DATABASE_URL" not in os.environ:
         parser.error("DATABASE_URL must name the PostgreSQL to probe (source .run/env)")
+    if args.cpu_per_replica and (reason := unavailable_reason()):
+        parser.error(f"--cpu-per-replica: {reason}")
     return asyncio.run(main_async(args))
+
+
+def _counts(text: str) -> list[int]:
+    """``1,2,3`` -> [1, 2, 3]."""
+    try:
+        return [int(part) for part in text.split(",") if part.strip()]
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"a comma-separated list of whole numbers, not {text!r}") from None
 
 
 if __name__ == "__main__":

@@ -1,7 +1,7 @@
 """``niuniu-audit``: rebuild the journal from Kafka and reconcile it; verify a round; benchmark the replay.
 
   niuniu-audit replay [--no-wallet] [--wallet HOST:PORT] [--username NAME] [--password-file F]
-                      [--scratch-dsn DSN] [--keep] [--replay-schema NAME]
+                      [--scratch-dsn DSN] [--keep] [--replay-schema NAME] [--workers N]
       Take the wallet's balances (ListBalances, each page exact as of a wallet event
       position), wait until Kafka holds every wallet event up to that position, rebuild
       the whole journal from offset 0 of the wallet and table topics into a scratch
@@ -13,18 +13,22 @@
       round (services/ledger/settlements.py): every round the table ended must be applied
       by the wallet (a refusal is a difference), pass verify-round's checks against the
       wallet's movements, and every live bet's hold must be what the table's record needs.
-      Prints a reconciliation report; progress goes to stderr.
+      Prints a reconciliation report; progress goes to stderr. --workers N replays the partitions in
+      N processes side by side (backbone/replay.py), into the same scratch schema: the same journal.
   niuniu-audit verify-round ROUND [--table HOST:PORT] [--no-recompute]
                            [--wallet HOST:PORT] [--username NAME] [--password-file F]
       Show the round's journal and check it against the table's RoundSettled: every
       transfer has its movement, every hold of the round is resolved; then (unless
       --no-recompute) read the round's public record from the table as an auditor and
       re-deal and re-settle it from its revealed seed.
-  niuniu-audit bench-replay [--events N] [--scratch-dsn DSN]
+  niuniu-audit bench-replay [--events N] [--scratch-dsn DSN] [--workers 1,2,3 [--cpu-per-worker Q]]
       Replay speed (events/s) on N synthetic wallet and table events in scratch topics, into a
       scratch schema of --scratch-dsn (default NIUNIU_AUDIT_SCRATCH_DSN, then DATABASE_URL), with
       three rates measured in the same run: kafka-python alone reading and parsing the same records,
       Kafka's own consumer reading them (ConsumerPerformance), and pgbench's one-row INSERT commits.
+      --workers: the same events replayed by each number of worker processes in turn (each held to
+      --cpu-per-worker of a core in a CPU cgroup of its own: cgroup v1, as root), then the scaling
+      line ``scaling: workers=1 <events/s>, workers=2 <events/s> (<ratio>x), ...``.
 
 Connections come from the environment, each overridable by a flag: NIUNIU_AUDITOR_DSN
 (a read-only role is enough; else NIUNIU_LEDGER_DSN or DATABASE_URL), NIUNIU_LEDGER_SCHEMA
@@ -66,7 +70,7 @@ import time
 import uuid
 from collections.abc import AsyncIterator, Callable, Coroutine, Sequence
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, TextIO, TypeVar
@@ -81,10 +85,11 @@ from psycopg.conninfo import conninfo_to_dict, make_conninfo
 from backbone import tls
 from backbone.auth import DEVELOPMENT, ENV_MODE, Role, operator_token
 from backbone.config import DEFAULT_KAFKA
+from backbone.cpuquota import MIN_SHARE, unavailable_reason
 from backbone.eventstore import build_envelope
 from backbone.kafka import TopicSpec, ensure_topics, make_admin, make_consumer, make_producer, use_identity
 from backbone.limits import Limit, kafka_consumer_rate, pgbench_commits
-from backbone.replay import ReplayReport, build_indexes, plain_indexes, replay, replay_consumer
+from backbone.replay import MAX_REPLAY_WORKERS, ReplayReport, build_indexes, plain_indexes, replay, replay_consumer
 from backbone.topics import Topics
 from services.ledger import queries
 from services.ledger.projection import CONSUMER, JOURNAL
@@ -132,6 +137,8 @@ class AuditConfig:
     scratch_dsn: str = ""
     # How long to wait for Kafka to hold every wallet event up to the wallet's snapshot.
     cut_timeout_s: float = DEFAULT_CUT_TIMEOUT_S
+    # Processes replaying the partitions side by side (1: the replay runs in this process).
+    workers: int = 1
 
 
 class AuditError(Exception):
@@ -262,17 +269,17 @@ async def audit_replay(
             )
     partitions = await asyncio.to_thread(partition_counts, config.kafka, topic_names)
     settlements = SettlementReconciler(config.topics.wallet_events, config.topics.table_events, partitions)
-    assert JOURNAL.stager is not None
-    projection = replace(JOURNAL, stager=settlements.observing(JOURNAL.stager))  # fed the events the replay reads
     async with scratch_store(config) as (scratch_dsn, scratch_label):
         replayed = await replay(  # the plain indexes only for a replay kept for inspection: nothing here reads them
             scratch_dsn,
             config.kafka,
             topic_names,
-            projection,
+            JOURNAL,
             config.replay_schema,
             progress=progress,
             indexes=config.keep_replay,
+            observe=settlements.observe,  # fed every event the replay reads
+            workers=config.workers if config.workers > 1 else 0,
         )
         live_conn = await _connect(config.dsn, config.live_schema)
         replay_conn = await _connect(scratch_dsn, config.replay_schema)
@@ -532,6 +539,7 @@ async def _run_replay(args: argparse.Namespace, out: TextIO, err: TextIO) -> int
         keep_replay=args.keep,
         scratch_dsn=args.scratch_dsn,
         cut_timeout_s=args.cut_timeout,
+        workers=args.workers,
     )
     wallet = None
     if not args.no_wallet:
@@ -622,6 +630,15 @@ async def _run_verify_round(args: argparse.Namespace, out: TextIO, err: TextIO) 
 
 
 @dataclass(frozen=True, slots=True)
+class WorkersReport:
+    """A replay of the benchmark's events by ``workers`` processes (``--workers``)."""
+
+    workers: int
+    replay: ReplayReport
+    entries: int
+
+
+@dataclass(frozen=True, slots=True)
 class BenchReport:
     replay: ReplayReport  # as ``niuniu-audit replay`` replays: the journal's plain indexes not built
     entries: int
@@ -632,10 +649,15 @@ class BenchReport:
     kafka_parse_per_s: float
     kafka_read: Limit
     postgres: Limit
+    # With ``--workers``: the same events replayed by each number of worker processes, instead of the above.
+    by_workers: tuple[WorkersReport, ...] = ()
 
 
-async def bench_replay(events: int, dsn: str, kafka: str) -> BenchReport:
-    """Replay ``events`` synthetic events from scratch topics, with the same run's reference rates."""
+async def bench_replay(
+    events: int, dsn: str, kafka: str, workers: Sequence[int] = (), cpu_per_worker: float = 0.0
+) -> BenchReport:
+    """Replay ``events`` synthetic events from scratch topics, with the same run's reference rates: in this
+    process, or (``workers``) by each number of worker processes in turn, each held to ``cpu_per_worker``."""
     tag = uuid.uuid4().hex[:8]
     topics = Topics(f"bench{tag}.")
     specs = [TopicSpec(topics.wallet_events, partitions=6), TopicSpec(topics.table_events, partitions=6)]
@@ -644,26 +666,53 @@ async def bench_replay(events: int, dsn: str, kafka: str) -> BenchReport:
     names = [topics.wallet_events, topics.table_events]
     try:
         produced = _produce_synthetic(kafka, topics, events)
-        report = await replay(dsn, kafka, names, JOURNAL, schema, indexes=False)
-        started = time.perf_counter()
-        await build_indexes(dsn, schema, plain_indexes(JOURNAL))
-        indexes_seconds = time.perf_counter() - started
-        conn = await _connect(dsn, schema)
-        async with conn:
-            cur = await conn.execute("SELECT count(*) FROM journal_entries")
-            row = await cur.fetchone()
+        by_workers = tuple([await _bench_workers(dsn, kafka, names, schema, n, cpu_per_worker) for n in workers])
+        if by_workers:
+            report, entries, indexes_seconds = by_workers[0].replay, by_workers[0].entries, float("nan")
+        else:
+            report = await replay(dsn, kafka, names, JOURNAL, schema, indexes=False)
+            started = time.perf_counter()
+            await build_indexes(dsn, schema, plain_indexes(JOURNAL))
+            indexes_seconds = time.perf_counter() - started
+            entries = await _entries(dsn, schema)
         kafka_rate = await asyncio.to_thread(kafka_parse_rate, kafka, names)
         kafka_read = await kafka_consumer_rate(kafka, produced)
         postgres = await pgbench_commits(dsn)
-        return BenchReport(report, int(row[0]) if row else 0, indexes_seconds, kafka_rate, kafka_read, postgres)
+        return BenchReport(report, entries, indexes_seconds, kafka_rate, kafka_read, postgres, by_workers)
     finally:
-        async with await psycopg.AsyncConnection.connect(dsn, autocommit=True) as conn:
-            await conn.execute(sql.SQL("DROP SCHEMA IF EXISTS {} CASCADE").format(sql.Identifier(schema)))
+        await _drop_schema(dsn, schema)
         admin = make_admin(kafka, "niuniu-audit-bench")
         try:
             admin.delete_topics([s.name for s in specs])
         finally:
             admin.close()
+
+
+async def _bench_workers(
+    dsn: str, kafka: str, names: Sequence[str], schema: str, workers: int, cpu_per_worker: float
+) -> WorkersReport:
+    """The benchmark's replay by ``workers`` processes, into a schema of its own (dropped afterwards)."""
+    mine = f"{schema}_w{workers}"
+    try:
+        report = await replay(
+            dsn, kafka, names, JOURNAL, mine, indexes=False, workers=workers, cpu_per_worker=cpu_per_worker
+        )
+        return WorkersReport(workers, report, await _entries(dsn, mine))
+    finally:
+        await _drop_schema(dsn, mine)
+
+
+async def _entries(dsn: str, schema: str) -> int:
+    conn = await _connect(dsn, schema)
+    async with conn:
+        cur = await conn.execute("SELECT count(*) FROM journal_entries")
+        row = await cur.fetchone()
+    return int(row[0]) if row else 0
+
+
+async def _drop_schema(dsn: str, schema: str) -> None:
+    async with await psycopg.AsyncConnection.connect(dsn, autocommit=True) as conn:
+        await conn.execute(sql.SQL("DROP SCHEMA IF EXISTS {} CASCADE").format(sql.Identifier(schema)))
 
 
 def kafka_parse_rate(kafka: str, topics: Sequence[str]) -> float:
@@ -715,10 +764,45 @@ def _produce_synthetic(kafka: str, topics: Topics, events: int) -> dict[str, int
 
 
 def _run_bench(args: argparse.Namespace, out: TextIO) -> int:
-    bench = _run_coroutine(bench_replay(args.events, args.scratch_dsn or args.dsn, args.kafka))
+    bench = _run_coroutine(
+        bench_replay(args.events, args.scratch_dsn or args.dsn, args.kafka, args.workers, args.cpu_per_worker)
+    )
     report, entries = bench.replay, bench.entries
     rate = report.events_read / report.seconds if report.seconds else 0.0
     print(f"ledger replay benchmark, {report.events_read} events ({entries} journal entries)", file=out)
+    if bench.by_workers:
+        _print_workers(bench.by_workers, args.cpu_per_worker, out)
+    else:
+        _print_in_process(bench, out)
+    print(
+        f"  kafka_parse_per_s        {bench.kafka_parse_per_s:10.0f}   (kafka-python alone, same records, same run;"
+        f" replay = {100 * rate / bench.kafka_parse_per_s if bench.kafka_parse_per_s else 0.0:.0f} %)",
+        file=out,
+    )
+    print(f"  kafka_read               {bench.kafka_read}", file=out)
+    print(f"                           replay = {bench.kafka_read.ratio(rate)} of it", file=out)
+    print(f"  postgres                 {bench.postgres}", file=out)
+    if bench.by_workers:
+        first = _rate(bench.by_workers[0].replay)
+        print(
+            "scaling: "
+            + ", ".join(
+                f"workers={w.workers} {_rate(w.replay):.0f} events/s"
+                + (f" ({_rate(w.replay) / first:.2f}x)" if i and first else "")
+                for i, w in enumerate(bench.by_workers)
+            ),
+            file=out,
+        )
+    return EXIT_OK
+
+
+def _rate(report: ReplayReport) -> float:
+    return report.events_read / report.seconds if report.seconds else 0.0
+
+
+def _print_in_process(bench: BenchReport, out: TextIO) -> None:
+    report, entries = bench.replay, bench.entries
+    rate = _rate(report)
     print(f"  replay_seconds           {report.seconds:10.2f}   (as niuniu-audit replays: no plain index)", file=out)
     print(f"  replay_events_per_s      {rate:10.0f}", file=out)
     with_indexes = report.seconds + bench.indexes_seconds
@@ -728,15 +812,16 @@ def _run_bench(args: argparse.Namespace, out: TextIO) -> int:
     )
     print(f"  with_indexes_per_s       {report.events_read / with_indexes if with_indexes else 0.0:10.0f}", file=out)
     print(f"  entries_per_s            {entries / report.seconds if report.seconds else 0.0:10.0f}", file=out)
-    print(
-        f"  kafka_parse_per_s        {bench.kafka_parse_per_s:10.0f}   (kafka-python alone, same records, same run;"
-        f" replay = {100 * rate / bench.kafka_parse_per_s if bench.kafka_parse_per_s else 0.0:.0f} %)",
-        file=out,
-    )
-    print(f"  kafka_read               {bench.kafka_read}", file=out)
-    print(f"                           replay = {bench.kafka_read.ratio(rate)} of it", file=out)
-    print(f"  postgres                 {bench.postgres}", file=out)
-    return EXIT_OK
+
+
+def _print_workers(by_workers: Sequence[WorkersReport], cpu_per_worker: float, out: TextIO) -> None:
+    quota = f"{cpu_per_worker:g} of a core each" if cpu_per_worker else "no CPU quota"
+    for w in by_workers:
+        print(
+            f"  workers={w.workers} ({quota}): replay_seconds {w.replay.seconds:.2f},"
+            f" replay_events_per_s {_rate(w.replay):.0f}, {w.replay.events_read} events, {w.entries} entries",
+            file=out,
+        )
 
 
 # --- command line ----------------------------------------------------------------------------------------
@@ -808,6 +893,12 @@ def build_parser() -> argparse.ArgumentParser:
         help="keep the scratch database (or schema) for inspection, with the journal's plain indexes built",
     )
     rep.add_argument("--no-progress", action="store_true", help="no progress line on stderr")
+    rep.add_argument(
+        "--workers",
+        type=_workers,
+        default=1,
+        help="processes replaying the partitions side by side (default 1: the replay runs in this process)",
+    )
     ver = commands.add_parser(
         "verify-round", parents=[common, credentials], help="check a round's journal against its settlement"
     )
@@ -817,12 +908,39 @@ def build_parser() -> argparse.ArgumentParser:
     bench = commands.add_parser("bench-replay", parents=[common], help="replay speed on synthetic events")
     bench.add_argument("--events", type=int, default=DEFAULT_BENCH_EVENTS, help="how many events (default: 20000)")
     bench.add_argument(
+        "--workers",
+        type=_worker_counts,
+        default=[],
+        help="e.g. 1,2,3: replay the same events with each number of worker processes (default: in this process)",
+    )
+    bench.add_argument(
+        "--cpu-per-worker",
+        type=float,
+        default=0.0,
+        help="with --workers: hold each worker to this share of a core, in a CPU cgroup of its own (0: none)",
+    )
+    bench.add_argument(
         "--scratch-dsn",
         default=env.get("NIUNIU_AUDIT_SCRATCH_DSN") or env.get("DATABASE_URL", ""),
         help="database the benchmark's scratch schema is made in (default: $NIUNIU_AUDIT_SCRATCH_DSN,"
         " $DATABASE_URL; else --dsn)",
     )
     return parser
+
+
+def _workers(text: str) -> int:
+    try:
+        workers = int(text)
+    except ValueError:
+        workers = 0
+    if not 1 <= workers <= MAX_REPLAY_WORKERS:
+        raise argparse.ArgumentTypeError(f"a whole number of processes 1..{MAX_REPLAY_WORKERS}, not {text!r}")
+    return workers
+
+
+def _worker_counts(text: str) -> list[int]:
+    """``1,2,3`` -> [1, 2, 3]."""
+    return [_workers(part.strip()) for part in text.split(",") if part.strip()]
 
 
 T = TypeVar("T")
@@ -859,6 +977,12 @@ def main(argv: Sequence[str] | None = None, *, out: TextIO | None = None, err: T
         else:
             if args.events <= 0:
                 print("niuniu-audit: error: --events must be positive", file=err)
+                return EXIT_ERROR
+            if args.cpu_per_worker and not (args.workers and MIN_SHARE <= args.cpu_per_worker <= 64):
+                print(f"niuniu-audit: error: --cpu-per-worker {MIN_SHARE}..64 goes with --workers", file=err)
+                return EXIT_ERROR
+            if args.cpu_per_worker and (reason := unavailable_reason()):
+                print(f"niuniu-audit: error: --cpu-per-worker: {reason}", file=err)
                 return EXIT_ERROR
             code = _run_bench(args, out)
     except (psycopg.Error, OSError) as error:

@@ -170,6 +170,10 @@ async def test_journal_balances_matches_the_stream_and_replays_identically(stack
     code, report = await run_audit("replay", *stack.audit_args("--no-wallet", "--no-progress"))
     assert code == audit.EXIT_OK, report
     assert "differences: 0" in report and "imbalance 0" in report
+    # Replayed by two worker processes, a share of the partitions each: the same journal, compared as strictly.
+    code, by_two = await run_audit("replay", "--workers", "2", *stack.audit_args("--no-wallet", "--no-progress"))
+    assert code == audit.EXIT_OK, by_two
+    assert _journal_lines(by_two) == _journal_lines(report) and "differences: 0" in by_two
 
     # The wallet comparison, against a fake balance source holding the stream's balances
     # (the wallet service's ListBalances is not available yet).
@@ -188,6 +192,14 @@ async def test_journal_balances_matches_the_stream_and_replays_identically(stack
     fake[player] = WalletBalance(fake[player].available_minor + 1, 0)
     (difference,) = (await audit.audit_replay(config, FakeWallet(fake))).differences
     assert difference.subject == f"{player}/available" and difference.other == str(fake[player].available_minor)
+
+
+def _journal_lines(report: str) -> list[str]:
+    """The report's lines about what was replayed and compared (not its timings or scratch names)."""
+    kept = ("journal", "trial", "rejects", "rounds", "differences")
+    lines = [line for line in report.splitlines() if line.lstrip().startswith(kept)]
+    assert len(lines) >= 4, report
+    return lines
 
 
 class FakeWallet:
@@ -220,11 +232,14 @@ async def test_an_altered_journal_row_is_caught_by_the_replay(stack: Stack) -> N
             )
             await conn.execute("ALTER TABLE journal_lines ENABLE TRIGGER journal_lines_append_only")
 
-    code, report = await run_audit("replay", *stack.audit_args("--no-wallet", "--no-progress"))
-    assert code == audit.EXIT_DIFFERENCES, report
-    assert f"[journal] entry {tampered}: line" in report
-    assert "[trial_balance] live journal" in report  # and the live totals no longer balance
-    assert f"[balances] live {tampered_account}/" in report  # nor match the balances table
+    for workers in ("1", "2"):  # in this process, and by two worker processes
+        code, report = await run_audit(
+            "replay", "--workers", workers, *stack.audit_args("--no-wallet", "--no-progress")
+        )
+        assert code == audit.EXIT_DIFFERENCES, report
+        assert f"[journal] entry {tampered}: line" in report
+        assert "[trial_balance] live journal" in report  # and the live totals no longer balance
+        assert f"[balances] live {tampered_account}/" in report  # nor match the balances table
 
 
 async def journal_rejects_gauge(stack: Stack) -> float | None:

@@ -68,6 +68,24 @@ def test_bench_replay_prints_the_replay_as_the_audit_runs_it_and_with_the_indexe
     assert {t for t in _topics(infra) - topics_before if t.startswith("bench")} == set()
 
 
+def test_bench_replay_by_workers_replays_the_same_events_each_way_and_prints_the_scaling(
+    infra: dict[str, str],
+) -> None:
+    schemas_before = _schemas(infra, "ledger\\_bench\\_%")
+    text = _run(infra, "niuniu-audit", "bench-replay", "--events", "3000", "--workers", "1,2")
+    read = re.search(r"ledger replay benchmark, (\d+) events \((\d+) journal entries\)", text)
+    assert read is not None, text[-3000:]
+    events, entries = read.groups()
+    for workers in (1, 2):
+        line = rf"workers={workers} \(no CPU quota\): replay_seconds [0-9.]+, replay_events_per_s \d+, {events} events"
+        assert re.search(rf"{line}, {entries} entries", text), text[-3000:]
+    assert re.search(r"postgres\s+\d+/s \(pgbench", text), text[-3000:]
+    assert _figure(text, "kafka_parse_per_s") > 0
+    scaling = re.search(r"^scaling: workers=1 (\d+) events/s, workers=2 (\d+) events/s \(([0-9.]+)x\)$", text, re.M)
+    assert scaling is not None and int(scaling.group(1)) > 0, text[-3000:]
+    assert _schemas(infra, "ledger\\_bench\\_%") == schemas_before
+
+
 def test_niuniu_bench_prints_each_stage_beside_postgresql_and_kafka(infra: dict[str, str]) -> None:
     topics_before, schemas_before = _topics(infra), _schemas(infra, "bench\\_%")
     text = _run(infra, "niuniu-bench", "--events", "400", "--writers", "4")
