@@ -216,7 +216,7 @@ class Gateway:
         if malformed is not None:
             metrics.HTTP_REFUSED.labels("header").inc()
             reason = f"MALFORMED_HEADER: {malformed} holds a byte outside printable ASCII"
-            return self._http_refusal(400, Status(grpc.StatusCode.INVALID_ARGUMENT, reason), cors)
+            return self._http_refusal(400, refusal(grpc.StatusCode.INVALID_ARGUMENT, reason), cors)
         if request.method == "OPTIONS":
             return self._preflight(request, cors)
         wire = Wire.of(request)
