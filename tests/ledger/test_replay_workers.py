@@ -11,12 +11,12 @@ import psycopg
 import pytest
 from kafka import TopicPartition
 from psycopg import sql
+from test_replay_staged import ORDER, _publish, _rows
 
 from backbone.consumer import Tracked
 from backbone.replay import ReplayWorkerFailed, divide, replay
 from backbone.topics import Topics
 from services.ledger.projection import JOURNAL
-from tests.ledger.test_replay_staged import ORDER, _publish, _rows
 
 
 @pytest.mark.integration
