@@ -273,7 +273,8 @@ def test_the_auditor_reads_the_ledgers_database_and_changes_nothing() -> None:
             "SELECT n.nspname || '.' || c.relname || '.' || a.attname FROM pg_attribute a"
             " JOIN pg_class c ON c.oid = a.attrelid JOIN pg_namespace n ON n.oid = c.relnamespace"
             " WHERE a.attnum > 0 AND NOT a.attisdropped AND n.nspname NOT IN ('pg_catalog', 'information_schema')"
-            " AND a.attname ~ '(seed|password|hash)' AND a.attname <> 'key_hash' AND has_column_privilege(c.oid, a.attnum, 'SELECT')"
+            " AND a.attname ~ '(seed|password|hash)' AND a.attname <> 'key_hash'"
+            " AND has_column_privilege(c.oid, a.attnum, 'SELECT')"
         ).fetchall()
     assert secret == [], secret
 
