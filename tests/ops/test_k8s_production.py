@@ -58,6 +58,7 @@ def test_every_custom_resource_is_valid_against_its_crd_schema(docs: list[dict[s
         ("kafka.strimzi.io/v1", "KafkaTopic"),
         ("kafka.strimzi.io/v1", "KafkaUser"),
         ("postgresql.cnpg.io/v1", "Cluster"),
+        ("postgresql.cnpg.io/v1", "Pooler"),
         ("monitoring.coreos.com/v1", "ServiceMonitor"),
         ("monitoring.coreos.com/v1", "PrometheusRule"),
     }
@@ -175,13 +176,17 @@ def test_one_postgres_cluster_database_and_owner_per_service(docs: list[dict[str
     assert set(clusters) == {f"niuniu-{s}-pg" for s in SERVICES}
     for service in SERVICES:
         spec = clusters[f"niuniu-{service}-pg"]["spec"]
-        assert spec["bootstrap"]["initdb"] == {"database": f"niuniu_{service}", "owner": f"niuniu_{service}"}
+        initdb = spec["bootstrap"]["initdb"]
+        assert (initdb["database"], initdb["owner"]) == (f"niuniu_{service}", f"niuniu_{service}")
         assert spec["instances"] >= 3
     deployments = of_kind(docs, "Deployment")
     for service in SERVICES:
         (container,) = deployments[f"niuniu-{service}"]["spec"]["template"]["spec"]["containers"]
-        dsn = {e["name"]: e for e in container["env"]}[f"NIUNIU_{service.upper()}_DSN"]
-        assert dsn["valueFrom"]["secretKeyRef"] == {"name": f"niuniu-{service}-pg-app", "key": "uri"}
+        env = {e["name"]: e for e in container["env"]}
+        dsn = env[f"NIUNIU_{service.upper()}_DSN"]["value"]  # through the database's pooler
+        assert f"host=niuniu-{service}-pooler-rw" in dsn and f"dbname=niuniu_{service}" in dsn
+        user = env[f"NIUNIU_{service.upper()}_DB_USER"]["valueFrom"]["secretKeyRef"]
+        assert user["name"] == f"niuniu-{service}-pg-app"
 
 
 def test_redis_is_a_managed_service_over_tls(docs: list[dict[str, Any]]) -> None:
