@@ -24,10 +24,10 @@ import pytest
 from niuniu.table.v1 import events_pb2 as ev
 from niuniu.table.v1 import table_pb2
 from niuniu.wallet.v1 import wallet_pb2
-from play import Watcher, audit_replay_is_clean, connect, kind, settle_everything, total_money, update_is
+from play import Watcher, connect, kind, settle_everything, total_money, update_is
 from players import Clients, Player, all_balances, register
 from prometheus_client.parser import text_string_to_metric_families
-from stack import ROOT, Stack
+from stack import BIN, ROOT, Stack
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
@@ -188,5 +188,18 @@ async def test_a_round_the_wallet_refuses_is_counted_and_the_repair_releases_eve
         balances = await all_balances(c)
         assert all(balances[p.account] == (DEPOSIT, 0) for p in players), balances
         assert total_money(balances) == before
-        await audit_replay_is_clean(stack)
+        await audit_replay_names_only(stack, "cover-gb-")
         await watcher.stop()
+
+
+async def audit_replay_names_only(stack: Stack, forced: str) -> None:
+    """``niuniu-audit replay`` over the module's stack: the splits the refund test forced on purpose (its
+    rounds' ids start with ``forced``) are its only differences; the repaired round is not one of them."""
+    argv = ["replay", "--schema", stack.schema_of("ledger"), "--topic-prefix", stack.prefix]
+    argv += ["--wallet", stack.addr("wallet"), "--dsn", stack.infra["DATABASE_URL"], "--no-progress"]
+    audit = await asyncio.create_subprocess_exec(
+        str(BIN / "niuniu-audit"), *argv, stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.STDOUT
+    )
+    report = (await audit.communicate())[0].decode()
+    named = [line for line in report.splitlines() if line.strip().startswith("[")]
+    assert named and all(forced in line for line in named), report

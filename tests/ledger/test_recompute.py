@@ -85,7 +85,8 @@ def settled_event(variant: str, settlement: object, transfers: list[ev.Settlemen
 
 def envelope_round(*, pool: int = 10_000, round_id: str = ROUND) -> tuple[table_pb2.RoundView, RoundEvidence]:
     """A red-envelope round as the table settles it: the dealer's payments split at the pool's hold."""
-    config = EnvelopeTableConfig.from_settings({"fees.service_minor": "50"})
+    # The earlier reading of 喝水 (what the losers paid), under which the dealer pays past the pool.
+    config = EnvelopeTableConfig.from_settings({"fees.service_minor": "50", "drink_water_base": "paid"})
     split = fair.split_envelope(SEED, round_id, "", 1_000, 4, 1)
     participants = ["player:dealer", "player:a", "player:b", "player:c"]
     stakes = {"player:a": 1_000, "player:b": 500, "player:c": 300}
