@@ -28,6 +28,7 @@ from aiohttp import web
 from google.protobuf import json_format
 from google.protobuf.message import DecodeError, Message
 
+from backbone import tracing
 from backbone.auth import ServiceCredentials
 from backbone.clientaddress import forwarding_metadata
 from backbone.errors import REASON_METADATA_KEY
@@ -183,7 +184,8 @@ class Gateway:
         metrics.STREAMS_LIMIT.set(config.max_streams)
 
     def application(self) -> web.Application:
-        app = web.Application(client_max_size=self.config.max_body_bytes)
+        traced = [tracing.aiohttp_middleware] if tracing.enabled() else []
+        app = web.Application(client_max_size=self.config.max_body_bytes, middlewares=traced)
         app.router.add_get("/healthz", self.health)
         app.router.add_route("*", "/{service}/{method}", self.handle)
         if self.config.static_dir is not None:

@@ -44,7 +44,7 @@ from pathlib import Path
 
 from aiohttp import web
 
-from backbone import logs, tls
+from backbone import logs, tls, tracing
 from backbone.auth import DEVELOPMENT, ENV_MODE
 from backbone.clientaddress import gateway_credentials
 from backbone.config import DEFAULT_BIND_HOST, ConfigError
@@ -201,6 +201,7 @@ def main(argv: list[str] | None = None) -> None:
         url = args.url or f"http://{'127.0.0.1' if host in ('0.0.0.0', '::') else host}:{port}/healthz"
         sys.exit(0 if check(url, args.timeout) else 1)
     logs.configure("gateway")
+    tracing.configure("gateway")  # off unless NIUNIU_OTLP_ENDPOINT is set
     try:
         asyncio.run(serve(dict(os.environ)))
     except ConfigError as error:
