@@ -232,7 +232,7 @@ def test_base_secrets_are_marked_placeholders(rendered: dict[str, list[Doc]]) ->
         "niuniu-redis",
         *(f"niuniu-{s}-db" for s in SERVICES),
         *(f"niuniu-{s}-kafka" for s in SERVICES),
-        *(f"niuniu-{s}-signing-key" for s in SERVICES),
+        *(f"niuniu-{s}-signing-key" for s in (*SERVICES, "gateway")),
     }
     for secret in secrets:
         assert "data" not in secret, "placeholders go in stringData"
