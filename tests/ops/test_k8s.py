@@ -251,7 +251,7 @@ def test_operators_overlay_drops_placeholder_dsns(rendered: dict[str, list[Doc]]
     secrets = of_kind(rendered["overlays/operators"], "Secret")
     # The DSNs and Kafka passwords come from the operators' generated Secrets.
     assert sorted(s["metadata"]["name"] for s in secrets) == sorted(
-        ["niuniu-issuer-key", "niuniu-redis", *(f"niuniu-{s}-signing-key" for s in SERVICES)]
+        ["niuniu-issuer-key", "niuniu-redis", *(f"niuniu-{s}-signing-key" for s in (*SERVICES, "gateway"))]
     )
 
 
