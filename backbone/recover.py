@@ -46,7 +46,8 @@ async def run_check(service: str) -> int:
         return 1
     finally:
         await pool.close()
-    print(f"{service}: its store holds every event of {', '.join(topics)} ({report.records} records read): it may start")
+    read = f"{report.records} records read"
+    print(f"{service}: its store holds every event of {', '.join(topics)} ({read}): it may start")
     return 0
 
 

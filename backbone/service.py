@@ -139,8 +139,9 @@ async def start(
     store = EventStore(spec.name, spec.default_topic(topics))
     await _set_up_tables(pool, store, spec)
     # Before anything appends: a database restored behind its own topics refuses to start (ConfigError).
+    own = published_topics(spec, topics)
     try:
-        await restorecheck.refuse_if_behind(pool, settings.kafka_bootstrap_servers, published_topics(spec, topics), spec.name)
+        await restorecheck.refuse_if_behind(pool, settings.kafka_bootstrap_servers, own, spec.name)
     except restorecheck.BehindTopics:
         await pool.close()
         raise

@@ -30,7 +30,16 @@ import grpc
 import pytest
 from niuniu.table.v1 import events_pb2 as ev
 from niuniu.table.v1 import table_pb2
-from play import Watcher, audit_replay_is_clean, connect, kind, ledger_matches_wallet, settle_everything, total_money
+from play import (
+    Watcher,
+    audit_replay_is_clean,
+    connect,
+    kind,
+    ledger_matches_wallet,
+    settle_everything,
+    total_money,
+    update_is,
+)
 from players import Clients, Player, all_balances, register
 from stack import BIN, ROOT, Stack, free_port
 
@@ -85,9 +94,9 @@ class Cluster:
         return ["--data-dir", str(self.data), "--port", str(self.port), "--user", "postgres"]
 
     def sql(self, query: str, database: str = "postgres") -> str:
+        connection = ["-h", "127.0.0.1", "-p", str(self.port), "-U", "postgres", "-d", database]
         out = subprocess.run(
-            [str(self.bin / "psql"), "-X", "-A", "-t", "-h", "127.0.0.1", "-p", str(self.port), "-U", "postgres"]
-            + ["-d", database, "-c", query],
+            [str(self.bin / "psql"), "-X", "-A", "-t", *connection, "-c", query],
             check=True,
             capture_output=True,
             text=True,
@@ -115,7 +124,8 @@ def scratch_cluster() -> Iterator[Cluster]:
         )
         with (cluster.data / "postgresql.conf").open("a") as f:
             f.write(conf)
-        cluster.as_owner(str(cluster.bin / "pg_ctl"), "-D", str(cluster.data), "-l", str(home / "pg.log"), "-w", "start")
+        log = str(home / "pg.log")
+        cluster.as_owner(str(cluster.bin / "pg_ctl"), "-D", str(cluster.data), "-l", log, "-w", "start")
         cluster.sql("CREATE DATABASE drill")
         yield cluster
     finally:
@@ -198,7 +208,7 @@ async def play_rounds(c: Clients, players: Sequence[Player], watchers: dict[str,
                 except grpc.aio.AioRpcError as error:  # a window closing under the bet
                     assert error.code() == grpc.StatusCode.FAILED_PRECONDITION, error
             if taken:
-                await watcher.wait_for(lambda u: kind(u) == "result" and u.round_id == opened.round_id)
+                await watcher.wait_for(update_is("result", opened.round_id))
                 played += 1
 
     await asyncio.gather(*(table(t) for t in TABLES))
