@@ -22,7 +22,7 @@ from kafka import KafkaProducer
 from psycopg_pool import AsyncConnectionPool
 from redis.asyncio import Redis
 
-from backbone import logs, tls, tracing
+from backbone import logs, restorecheck, tls, tracing
 from backbone.auth import Tokens
 from backbone.config import ConfigError, Settings
 from backbone.consumer import BatchHandler, ExactlyOnceConsumer, Handler
@@ -138,6 +138,13 @@ async def start(
     )
     store = EventStore(spec.name, spec.default_topic(topics))
     await _set_up_tables(pool, store, spec)
+    # Before anything appends: a database restored behind its own topics refuses to start (ConfigError).
+    own = published_topics(spec, topics)
+    try:
+        await restorecheck.refuse_if_behind(pool, settings.kafka_bootstrap_servers, own, spec.name)
+    except restorecheck.BehindTopics:
+        await pool.close()
+        raise
     redis_timeout_s = settings.redis_timeout_ms / 1000
     redis = Redis.from_url(settings.redis_url, socket_timeout=redis_timeout_s, socket_connect_timeout=redis_timeout_s)
     ctx = ServiceContext(settings, topics, pool, store, redis, tokens)
@@ -215,6 +222,7 @@ async def _set_up_tables(pool: AsyncConnectionPool, store: EventStore, spec: Ser
                 await store.setup(conn)
                 await ExactlyOnceConsumer.setup(conn)
                 await PgFence.setup(conn)
+                await restorecheck.setup(conn)
                 if spec.setup is not None:
                     await spec.setup(conn)
             return

@@ -56,9 +56,13 @@ def made_by_operators(docs: list[Doc]) -> set[Key]:
 
 
 def referenced(docs: list[Doc]) -> dict[Key, set[str]]:
-    """Every Secret and ConfigMap a pod of the render reads -> the keys it reads by name."""
+    """Every Secret and ConfigMap a pod of the render reads -> the keys it reads by name (and the
+    object store's credentials a CloudNativePG Cluster's backups read)."""
     refs: dict[Key, set[str]] = {}
     for d in docs:
+        store = d["spec"].get("backup", {}).get("barmanObjectStore", {}) if d["kind"] == "Cluster" else {}
+        for ref in store.get("s3Credentials", {}).values():
+            refs.setdefault(("Secret", ref["name"]), set()).add(ref["key"])
         if d["kind"] != "Deployment":
             continue
         pod = d["spec"]["template"]["spec"]
