@@ -36,6 +36,11 @@ and the gRPC stack underneath do on the same machine at that moment.
 DIR/<service>-run<N>.txt). ``--audit`` (with the services it started) runs ``niuniu-audit
 replay`` after the last run, against the run's journal, topics and wallet, prints its
 verdict and exits non-zero unless it is clean. Only loopback addresses are accepted.
+
+``--takeover`` runs a takeover under load instead (``tools/takeover.py``): three replicas of the table, the
+wallet and the ledger, one of each SIGKILLed in turn, the time until what it owned is served again, the
+calls' p99 meanwhile, and the checks that no bet was lost or applied twice (``--tables``, ``--players``,
+``--in-flight``, ``--log-dir`` and ``--keep`` apply).
 """
 
 from __future__ import annotations
@@ -134,14 +139,20 @@ class LocalStack:
     run_id: str
     log_dir: Path
     replicas: int = 1
+    counts: dict[str, int] = field(default_factory=dict)
+    """Services run with another number of replicas than ``replicas`` (``niuniu-load --takeover``: one rng)."""
     ports: dict[str, list[int]] = field(default_factory=dict)
     metrics_ports: dict[str, list[int]] = field(default_factory=dict)
     procs: dict[str, list[subprocess.Popen[bytes]]] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
-        self.ports = {s: [free_port() for _ in range(self.replicas)] for s in SERVICES}
-        self.metrics_ports = {s: [free_port() for _ in range(self.replicas)] for s in SERVICES}
+        self.ports = {s: [free_port() for _ in range(self.count(s))] for s in SERVICES}
+        self.metrics_ports = {s: [free_port() for _ in range(self.count(s))] for s in SERVICES}
         self.log_dir.mkdir(parents=True, exist_ok=True)
+
+    def count(self, service: str) -> int:
+        """How many replicas of ``service`` run."""
+        return self.counts.get(service, self.replicas)
 
     def schema(self, service: str) -> str:
         return f"load_{self.run_id}_{service}"
@@ -159,7 +170,8 @@ class LocalStack:
 
     def replica_names(self, service: str) -> list[str]:
         """``service`` alone, or ``service-1`` .. ``service-N``."""
-        return [service] if self.replicas == 1 else [f"{service}-{i}" for i in range(1, self.replicas + 1)]
+        n = self.count(service)
+        return [service] if n == 1 else [f"{service}-{i}" for i in range(1, n + 1)]
 
     def metrics_urls(self, service: str | None = None) -> list[str]:
         services = SERVICES if service is None else (service,)
@@ -179,7 +191,7 @@ class LocalStack:
                 **{f"NIUNIU_{s.upper()}_ADDR": self.addr(s) for s in SERVICES},
             }
         )
-        if self.replicas > 1:
+        if max(self.count(s) for s in SERVICES) > 1:
             env["NIUNIU_DB_POOL_MAX_SIZE"] = str(REPLICA_POOL_SIZE)
         return env
 
@@ -191,8 +203,8 @@ class LocalStack:
         for service in SERVICES:
             self.procs[service] = [self._spawn(service, 0)]
             self._wait_serving(service, [0])
-            self.procs[service] += [self._spawn(service, i) for i in range(1, self.replicas)]
-            self._wait_serving(service, list(range(1, self.replicas)))
+            self.procs[service] += [self._spawn(service, i) for i in range(1, self.count(service))]
+            self._wait_serving(service, list(range(1, self.count(service))))
 
     def _spawn(self, service: str, replica: int) -> subprocess.Popen[bytes]:
         name = self.replica_names(service)[replica]
@@ -1212,6 +1224,11 @@ def main(argv: list[str] | None = None) -> int:
         "--replicas", type=_counts, default=[], help="e.g. 1,2,3: for each N, N replicas of each service started here"
     )
     parser.add_argument(
+        "--takeover",
+        action="store_true",
+        help="3 replicas of the table, wallet and ledger; one of each killed in turn under load (tools/takeover.py)",
+    )
+    parser.add_argument(
         "--cpu-per-replica", type=float, default=0.0, help="with --replicas: each replica's CPU quota, cores (0: none)"
     )
     args = parser.parse_args(argv)
@@ -1229,6 +1246,10 @@ def main(argv: list[str] | None = None) -> int:
         (all(1 <= n <= MAX_REPLICAS for n in args.replicas), f"--replicas: each 1..{MAX_REPLICAS}"),
         (args.cpu_per_replica == 0 or 0.01 <= args.cpu_per_replica <= 64, "--cpu-per-replica 0.01..64 (0: none)"),
         (not args.cpu_per_replica or bool(args.replicas), "--cpu-per-replica goes with --replicas"),
+        (
+            not (args.takeover and (args.table or args.replicas)),
+            "--takeover starts its own replicas (no --table, --replicas)",
+        ),
     )
     for ok, message in bounds:
         if not ok:
@@ -1237,6 +1258,10 @@ def main(argv: list[str] | None = None) -> int:
         parser.error("DATABASE_URL must name the PostgreSQL to probe (source .run/env)")
     if args.cpu_per_replica and (reason := unavailable_reason()):
         parser.error(f"--cpu-per-replica: {reason}")
+    if args.takeover:
+        from tools import takeover  # it imports this module
+
+        return takeover.main(args)
     return asyncio.run(main_async(args))
 
 
