@@ -196,14 +196,18 @@ class LocalStack:
         return env
 
     def start(self) -> None:
-        """The run's topics, then each service's first replica, then its others side by side (the first makes
-        the schema alone). With every topic there from the start, each relay and consumer knows its topics'
-        partitions at once instead of at its next metadata refresh, up to 30 s later, inside the runs."""
+        """The run's topics, then every service's first replica, then their others, each group side by side
+        (a first replica makes its service's schema alone; the services' schemas are their own). With every
+        topic there from the start, each relay and consumer knows its topics' partitions at once instead of
+        at its next metadata refresh, up to 30 s later, inside the runs."""
         ensure_topics(os.environ.get("KAFKA_BOOTSTRAP_SERVERS", DEFAULT_KAFKA), Topics(self.topic_prefix).specs())
         for service in SERVICES:
             self.procs[service] = [self._spawn(service, 0)]
+        for service in SERVICES:
             self._wait_serving(service, [0])
+        for service in SERVICES:
             self.procs[service] += [self._spawn(service, i) for i in range(1, self.count(service))]
+        for service in SERVICES:
             self._wait_serving(service, list(range(1, self.count(service))))
 
     def _spawn(self, service: str, replica: int) -> subprocess.Popen[bytes]:
