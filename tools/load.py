@@ -37,10 +37,7 @@ DIR/<service>-run<N>.txt). ``--audit`` (with the services it started) runs ``niu
 replay`` after the last run, against the run's journal, topics and wallet, prints its
 verdict and exits non-zero unless it is clean. Only loopback addresses are accepted.
 
-``--takeover`` runs a takeover under load instead (``tools/takeover.py``): three replicas of the table, the
-wallet and the ledger, one of each SIGKILLed in turn, the time until what it owned is served again, the
-calls' p99 meanwhile, and the checks that no bet was lost or applied twice (``--tables``, ``--players``,
-``--in-flight``, ``--log-dir`` and ``--keep`` apply).
+A takeover under load (a replica of each service SIGKILLed in turn) is ``python -m tools.takeover``.
 """
 
 from __future__ import annotations
@@ -140,7 +137,7 @@ class LocalStack:
     log_dir: Path
     replicas: int = 1
     counts: dict[str, int] = field(default_factory=dict)
-    """Services run with another number of replicas than ``replicas`` (``niuniu-load --takeover``: one rng)."""
+    """Services run with another number of replicas than ``replicas`` (``python -m tools.takeover``: one rng)."""
     ports: dict[str, list[int]] = field(default_factory=dict)
     metrics_ports: dict[str, list[int]] = field(default_factory=dict)
     procs: dict[str, list[subprocess.Popen[bytes]]] = field(default_factory=dict)
@@ -1228,11 +1225,6 @@ def main(argv: list[str] | None = None) -> int:
         "--replicas", type=_counts, default=[], help="e.g. 1,2,3: for each N, N replicas of each service started here"
     )
     parser.add_argument(
-        "--takeover",
-        action="store_true",
-        help="3 replicas of the table, wallet and ledger; one of each killed in turn under load (tools/takeover.py)",
-    )
-    parser.add_argument(
         "--cpu-per-replica", type=float, default=0.0, help="with --replicas: each replica's CPU quota, cores (0: none)"
     )
     args = parser.parse_args(argv)
@@ -1250,10 +1242,6 @@ def main(argv: list[str] | None = None) -> int:
         (all(1 <= n <= MAX_REPLICAS for n in args.replicas), f"--replicas: each 1..{MAX_REPLICAS}"),
         (args.cpu_per_replica == 0 or 0.01 <= args.cpu_per_replica <= 64, "--cpu-per-replica 0.01..64 (0: none)"),
         (not args.cpu_per_replica or bool(args.replicas), "--cpu-per-replica goes with --replicas"),
-        (
-            not (args.takeover and (args.table or args.replicas)),
-            "--takeover starts its own replicas (no --table, --replicas)",
-        ),
     )
     for ok, message in bounds:
         if not ok:
@@ -1262,10 +1250,6 @@ def main(argv: list[str] | None = None) -> int:
         parser.error("DATABASE_URL must name the PostgreSQL to probe (source .run/env)")
     if args.cpu_per_replica and (reason := unavailable_reason()):
         parser.error(f"--cpu-per-replica: {reason}")
-    if args.takeover:
-        from tools import takeover  # it imports this module
-
-        return takeover.main(args)
     return asyncio.run(main_async(args))
 
 

@@ -1,4 +1,4 @@
-"""``niuniu-load --takeover``: one replica of the table, of the wallet and of the ledger killed in turn under load.
+"""``python -m tools.takeover``: one replica of the table, of the wallet and of the ledger killed in turn under load.
 
 It starts three replicas of the table, the wallet and the ledger (one of the rng) as ``niuniu-load --replicas``
 does, opens ``--tables`` tables with short betting windows and keeps ``--in-flight`` PlaceBet calls going
@@ -49,6 +49,8 @@ from backbone.auth import Role, Tokens, bearer
 from backbone.config import DEFAULT_REDIS
 from tools.load import (
     LEASE_KEY_PREFIX,
+    MAX_PLAYERS,
+    MAX_TABLES,
     STAKE_MINOR,
     LocalStack,
     Player,
@@ -246,7 +248,7 @@ def _seconds(value: float | None, said: str, otherwise: str) -> str:
 
 @dataclass
 class TakeoverRun:
-    """The load, the kills in turn, the drain and the checks of one ``--takeover`` run."""
+    """The load, the kills in turn, the drain and the checks of one takeover run."""
 
     stack: LocalStack
     bettor: Bettor
@@ -514,5 +516,22 @@ async def play(run: TakeoverRun, table: Any, admin: tuple[tuple[str, str]]) -> l
             await follower
 
 
-def main(args: argparse.Namespace) -> int:
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(
+        prog="python -m tools.takeover", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument("--tables", type=int, default=12)
+    parser.add_argument("--players", type=int, default=24)
+    parser.add_argument("--in-flight", type=int, default=6)
+    parser.add_argument("--log-dir", default=".run/load")
+    parser.add_argument("--keep", action="store_true", help="keep the run's schemas and topics")
+    args = parser.parse_args(argv)
+    if not (1 <= args.tables <= MAX_TABLES and 1 <= args.players <= MAX_PLAYERS and 1 <= args.in_flight <= 256):
+        parser.error(f"--tables 1..{MAX_TABLES}, --players 1..{MAX_PLAYERS}, --in-flight 1..256")
+    if "DATABASE_URL" not in os.environ:
+        parser.error("DATABASE_URL must name the PostgreSQL (source .run/env)")
     return asyncio.run(session(args, sys.stdout))
+
+
+if __name__ == "__main__":
+    sys.exit(main())

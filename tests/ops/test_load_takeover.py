@@ -1,4 +1,4 @@
-"""``niuniu-load --takeover``, CI-sized: three replicas of the table, the wallet and the ledger under load, one of
+"""``python -m tools.takeover``, CI-sized: three replicas of the table, the wallet and the ledger under load, one of
 each SIGKILLed in turn. What the dead replica owned is owned and worked on again, and afterwards no accepted
 bet is lost or applied twice and the audit's replay finds no difference. The times are printed, not judged."""
 
@@ -36,7 +36,7 @@ def test_lease_values_and_names_are_read_as_the_services_write_them() -> None:
 def test_one_replica_of_each_killed_in_turn_loses_nothing_and_applies_nothing_twice(
     infra: dict[str, str], tmp_path: Path
 ) -> None:
-    command = [str(Path(sys.executable).parent / "niuniu-load"), "--takeover"]
+    command = [sys.executable, "-m", "tools.takeover"]
     command += ["--tables", "9", "--players", "18", "--in-flight", "4", "--log-dir", str(tmp_path)]
     done = subprocess.run(
         command, env={**os.environ, **infra}, capture_output=True, text=True, timeout=RUN_TIMEOUT_S, check=False
