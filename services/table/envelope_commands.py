@@ -35,7 +35,8 @@ from backbone.errors import (
 )
 from bull.variants import RoundShape
 from bull.variants.red_envelope_bull import MAX_BID_MINOR, EnvelopeTableConfig
-from services.table.bets import Bets, check_command_id, window_open
+from services.table.admission import window_open
+from services.table.bets import Bets, check_command_id
 from services.table.common import (
     BIDS,
     HOLD_GRACE,
