@@ -370,8 +370,7 @@ class TableStore:
         round's one bet of a player, where that holds: a unique index) is taken, so the caller may queue its
         COMMIT before it reads the outcome with ``bet_recorded``.
 
-        The guard is the atomic form of ``admission.verify_bet``; the statement returns the facts it was
-        decided on, not a verdict, and the caller names a refusal with ``verify_bet`` on them.
+        The guard is ``admission.verify_bet``'s atomic form; it returns the facts it decided on, not a verdict.
 
         The stakes and bets counted are those committed before the statement began, and the caller's own:
         it holds the round's row and the table's ordering lock from an earlier statement
