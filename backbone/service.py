@@ -113,6 +113,32 @@ class ServiceSpec:
     health_dependencies: Sequence[str] = ("postgres", "redis", "kafka")
 
 
+def _consumer(
+    spec: ServiceSpec, consumer_spec: ConsumerSpec, ctx: ServiceContext, owner: str, schema: str | None
+) -> ExactlyOnceConsumer:
+    """One of the service's consumers, on its own Kafka client and partition leases."""
+    settings, topics = ctx.settings, ctx.topics
+    # The group carries the topic prefix, so independent
+    # deployments sharing a broker never share a group.
+    group = f"{topics.prefix}{consumer_spec.name}"
+    gather = (
+        {"fetch_min_bytes": GATHER_BYTES, "fetch_max_wait_ms": consumer_spec.gather_ms}
+        if consumer_spec.gather_ms
+        else {}
+    )
+    kafka = make_consumer(settings.kafka_bootstrap_servers, group, f"{spec.name}-{consumer_spec.name}", **gather)
+    return ExactlyOnceConsumer(
+        consumer_spec.name,
+        consumer_spec.topics(topics),
+        ctx.pool,
+        consumer_spec.handler(ctx),
+        kafka,
+        batch_size=consumer_spec.batch_size,
+        parallel_partitions=consumer_spec.parallel_partitions,
+        leases=PartitionLeases(ctx.redis, f"consumer:{group}:{schema or ''}", owner, PARTITION_LEASE_TTL_MS, ctx.pool),
+    )
+
+
 async def start(
     spec: ServiceSpec,
     settings: Settings,
@@ -166,27 +192,7 @@ async def start(
         linger_s=RELAY_LINGER_S,
     )
     tasks: list[BackgroundTask] = [relay.run]
-    for consumer_spec in spec.consumers:
-        # The group carries the topic prefix, so independent
-        # deployments sharing a broker never share a group.
-        group = f"{topics.prefix}{consumer_spec.name}"
-        gather = (
-            {"fetch_min_bytes": GATHER_BYTES, "fetch_max_wait_ms": consumer_spec.gather_ms}
-            if consumer_spec.gather_ms
-            else {}
-        )
-        kafka = make_consumer(settings.kafka_bootstrap_servers, group, f"{spec.name}-{consumer_spec.name}", **gather)
-        consumer = ExactlyOnceConsumer(
-            consumer_spec.name,
-            consumer_spec.topics(topics),
-            pool,
-            consumer_spec.handler(ctx),
-            kafka,
-            batch_size=consumer_spec.batch_size,
-            parallel_partitions=consumer_spec.parallel_partitions,
-            leases=PartitionLeases(redis, f"consumer:{group}:{schema or ''}", owner, PARTITION_LEASE_TTL_MS, pool),
-        )
-        tasks.append(consumer.run)
+    tasks.extend(_consumer(spec, consumer_spec, ctx, owner, schema).run for consumer_spec in spec.consumers)
     tasks.extend(make(ctx) for make in spec.background)
     running = await start_server(
         lambda server: spec.register(server, ctx),

@@ -194,25 +194,8 @@ class TableServicer(BankerRpcs, table_pb2_grpc.TableServicer):
         deal = {seat: n for n, seat in enumerate(seats)}
         hands.sort(key=lambda hand: deal.get(hand.seat, len(deal)))  # stable: parts stay in order
         bets = await self._app.round_bets(row["round_id"])
-        totals: dict[str, int] = {}
-        for bet in bets:
-            if bet["status"] != "cancelled":
-                totals[bet["area"]] = totals.get(bet["area"], 0) + bet["stake_minor"]
-        privileged = who.role in (Role.ADMIN, Role.AUDITOR)
-        mine = [
-            ev.BetOutcome(
-                bet_id=b["bet_id"],
-                player=b["player"],
-                area=b["area"],
-                stake_minor=b["stake_minor"],
-                outcome=b["outcome"] or b["status"],
-                net_minor=b["net_minor"] or 0,
-                hold_id=b["hold_id"],
-                odds=settled.area_odds.get(b["area"], "") if b["status"] == "settled" else "",
-            )
-            for b in bets
-            if privileged or b["player"] == player_account(who)
-        ]
+        totals = area_totals(bets)
+        mine = bet_outcomes(who, bets, settled)
         return table_pb2.RoundView(
             table_id=row["table_id"],
             round_id=row["round_id"],
@@ -299,3 +282,31 @@ def _bet_outcome(outcome: BetReceipt | DomainError) -> table_pb2.PlaceBetOutcome
         refusal = table_pb2.Refusal(code=code, reason=outcome.reason, message=outcome.message)
         return table_pb2.PlaceBetOutcome(refused=refusal)
     return table_pb2.PlaceBetOutcome(placed=_receipt(outcome))
+
+
+def area_totals(bets: list[dict[str, Any]]) -> dict[str, int]:
+    """The stakes of a round's bets by area, cancelled bets left out."""
+    totals: dict[str, int] = {}
+    for bet in bets:
+        if bet["status"] != "cancelled":
+            totals[bet["area"]] = totals.get(bet["area"], 0) + bet["stake_minor"]
+    return totals
+
+
+def bet_outcomes(who: Principal, bets: list[dict[str, Any]], settled: ev.RoundSettled) -> list[ev.BetOutcome]:
+    """The round's bets ``who`` may see (their own; every bet for an admin or auditor), with their outcomes."""
+    privileged = who.role in (Role.ADMIN, Role.AUDITOR)
+    return [
+        ev.BetOutcome(
+            bet_id=b["bet_id"],
+            player=b["player"],
+            area=b["area"],
+            stake_minor=b["stake_minor"],
+            outcome=b["outcome"] or b["status"],
+            net_minor=b["net_minor"] or 0,
+            hold_id=b["hold_id"],
+            odds=settled.area_odds.get(b["area"], "") if b["status"] == "settled" else "",
+        )
+        for b in bets
+        if privileged or b["player"] == player_account(who)
+    ]
