@@ -387,44 +387,9 @@ class EventStore:
             async with conn.transaction():
                 return await self.append(conn, stream_id, expected_version, events)
         await note_trace(conn)
+        statement, params, envelopes = self._append_statement(stream_id, expected_version, events)
         try:
-            if len(events) == 1:
-                event = events[0]
-                envelope, occurred = self._envelope(stream_id, expected_version + 1, event)
-                envelopes = [envelope]
-                cur = await conn.execute(
-                    _APPEND_ONE,
-                    (
-                        stream_id,
-                        ordering_domain(stream_id),
-                        expected_version,
-                        envelope.event_id,
-                        envelope.event_type,
-                        envelope.correlation_id,
-                        occurred,
-                        envelope.SerializeToString(),
-                        event.topic or self.default_topic,
-                        key_hash(stream_id),
-                    ),
-                )
-            else:
-                built = [self._envelope(stream_id, expected_version + i, event) for i, event in enumerate(events, 1)]
-                envelopes = [e for e, _ in built]
-                cur = await conn.execute(
-                    _APPEND_MANY,
-                    (
-                        stream_id,
-                        ordering_domain(stream_id),
-                        expected_version,
-                        [e.event_id for e in envelopes],
-                        [e.event_type for e in envelopes],
-                        [e.correlation_id for e in envelopes],
-                        [occurred for _, occurred in built],
-                        [e.SerializeToString() for e in envelopes],
-                        [event.topic or self.default_topic for event in events],
-                        key_hash(stream_id),
-                    ),
-                )
+            cur = await conn.execute(statement, params)
         except psycopg.errors.UniqueViolation:
             raise ConcurrencyError(stream_id, expected_version) from None
         row = await cur.fetchone()
@@ -436,6 +401,25 @@ class EventStore:
             envelope.store_position = position
             stored.append(StoredEvent(int(position), envelope))
         return stored
+
+    def _append_statement(
+        self, stream_id: str, expected_version: int, events: Sequence[NewEvent]
+    ) -> tuple[str, tuple[object, ...], list[events_pb2.EventEnvelope]]:
+        """The statement that appends ``events``, its parameters (one row's, or arrays) and the envelopes."""
+        built = [self._envelope(stream_id, expected_version + i, event) for i, event in enumerate(events, 1)]
+        envelopes = [e for e, _ in built]
+        columns = (
+            [e.event_id for e in envelopes],
+            [e.event_type for e in envelopes],
+            [e.correlation_id for e in envelopes],
+            [occurred for _, occurred in built],
+            [e.SerializeToString() for e in envelopes],
+            [event.topic or self.default_topic for event in events],
+        )
+        one = len(events) == 1
+        values = tuple(column[0] for column in columns) if one else columns
+        params = (stream_id, ordering_domain(stream_id), expected_version, *values, key_hash(stream_id))
+        return (_APPEND_ONE if one else _APPEND_MANY), params, envelopes
 
     def append_call(
         self, stream_id: str, expected_version: int, events: Sequence[NewEvent], *, prefix: str = "a_"

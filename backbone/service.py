@@ -155,42 +155,12 @@ async def start(
     """
     if tokens is None:
         tokens = Tokens.from_env(spec.name, issuer=spec.issues_user_tokens)
-    ensure_topics(settings.kafka_bootstrap_servers, topics.specs())
-    if schema is not None:
-        async with await connect(settings.dsn, autocommit=True, timeouts=settings.db_timeouts) as conn:
-            await create_schema(conn, schema)
-    pool = await open_pool(
-        settings.dsn, schema=schema, max_size=settings.db_pool_max_size, timeouts=settings.db_timeouts
-    )
-    store = EventStore(spec.name, spec.default_topic(topics))
-    await _set_up_tables(pool, store, spec)
-    # Before anything appends: a database restored behind its own topics refuses to start (ConfigError).
-    own = published_topics(spec, topics)
-    try:
-        await restorecheck.refuse_if_behind(pool, settings.kafka_bootstrap_servers, own, spec.name)
-    except restorecheck.BehindTopics:
-        await pool.close()
-        raise
+    pool, store = await _open_store(spec, settings, topics, schema)
     redis_timeout_s = settings.redis_timeout_ms / 1000
     redis = Redis.from_url(settings.redis_url, socket_timeout=redis_timeout_s, socket_connect_timeout=redis_timeout_s)
     ctx = ServiceContext(settings, topics, pool, store, redis, tokens)
     owner = f"{socket.gethostname()}-{os.getpid()}-{id(ctx)}"
-
-    def relay_producer() -> KafkaProducer:
-        return make_producer(settings.kafka_bootstrap_servers, f"{spec.name}-relay")
-
-    relay = OutboxRelay(
-        spec.name,
-        pool,
-        relay_producer(),
-        new_producer=relay_producer,
-        leases=PartitionLeases(
-            redis, f"relay:{topics.prefix}{spec.name}:{schema or ''}", owner, PARTITION_LEASE_TTL_MS, pool
-        ),
-        topics=published_topics(spec, topics),
-        idle_sleep_s=RELAY_IDLE_SLEEP_S,
-        linger_s=RELAY_LINGER_S,
-    )
+    relay = _relay(spec, ctx, owner, schema)
     tasks: list[BackgroundTask] = [relay.run]
     tasks.extend(_consumer(spec, consumer_spec, ctx, owner, schema).run for consumer_spec in spec.consumers)
     tasks.extend(make(ctx) for make in spec.background)
@@ -205,6 +175,51 @@ async def start(
         dependencies=dependency_monitor(spec, settings),
     )
     return running, ctx
+
+
+async def _open_store(
+    spec: ServiceSpec, settings: Settings, topics: Topics, schema: str | None
+) -> tuple[AsyncConnectionPool, EventStore]:
+    """The service's topics, pool and tables; a database restored behind its own topics refuses to
+    start here, before anything appends (``restorecheck.BehindTopics``, a ConfigError)."""
+    ensure_topics(settings.kafka_bootstrap_servers, topics.specs())
+    if schema is not None:
+        async with await connect(settings.dsn, autocommit=True, timeouts=settings.db_timeouts) as conn:
+            await create_schema(conn, schema)
+    pool = await open_pool(
+        settings.dsn, schema=schema, max_size=settings.db_pool_max_size, timeouts=settings.db_timeouts
+    )
+    store = EventStore(spec.name, spec.default_topic(topics))
+    await _set_up_tables(pool, store, spec)
+    try:
+        await restorecheck.refuse_if_behind(
+            pool, settings.kafka_bootstrap_servers, published_topics(spec, topics), spec.name
+        )
+    except restorecheck.BehindTopics:
+        await pool.close()
+        raise
+    return pool, store
+
+
+def _relay(spec: ServiceSpec, ctx: ServiceContext, owner: str, schema: str | None) -> OutboxRelay:
+    """The outbox relay of this replica: it publishes the partitions it holds a lease on."""
+    settings, topics = ctx.settings, ctx.topics
+
+    def relay_producer() -> KafkaProducer:
+        return make_producer(settings.kafka_bootstrap_servers, f"{spec.name}-relay")
+
+    return OutboxRelay(
+        spec.name,
+        ctx.pool,
+        relay_producer(),
+        new_producer=relay_producer,
+        leases=PartitionLeases(
+            ctx.redis, f"relay:{topics.prefix}{spec.name}:{schema or ''}", owner, PARTITION_LEASE_TTL_MS, ctx.pool
+        ),
+        topics=published_topics(spec, topics),
+        idle_sleep_s=RELAY_IDLE_SLEEP_S,
+        linger_s=RELAY_LINGER_S,
+    )
 
 
 def published_topics(spec: ServiceSpec, topics: Topics) -> list[str]:

@@ -18,8 +18,8 @@ from __future__ import annotations
 
 import logging
 import os
-from collections.abc import AsyncIterator, Iterable, Mapping
-from contextlib import asynccontextmanager
+from collections.abc import AsyncIterator, Iterable, Iterator, Mapping, Sequence
+from contextlib import asynccontextmanager, contextmanager
 from typing import Any
 
 import grpc
@@ -135,6 +135,18 @@ async def aiohttp_middleware(request: web.Request, handler: Any) -> web.StreamRe
         response: web.StreamResponse = await handler(request)
         span.set_attribute("http.response.status_code", response.status)
         return response
+
+
+@contextmanager
+def consumer_spans(name: str, records: Sequence[tuple[str, Iterable[tuple[str, Any]] | None, str]]) -> Iterator[None]:
+    """A CONSUMER span for each (topic, headers, event type) that carries a trace context, open meanwhile."""
+    spans = [consumer_span(name, topic, headers, event_type) for topic, headers, event_type in records]
+    try:
+        yield
+    finally:
+        for span in spans:
+            if span is not None:
+                span.end()
 
 
 def consumer_span(name: str, topic: str, headers: Iterable[tuple[str, Any]] | None, event_type: str) -> Span | None:

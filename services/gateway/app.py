@@ -34,6 +34,7 @@ from backbone.clientaddress import forwarding_metadata
 from backbone.errors import REASON_METADATA_KEY
 from backbone.grpcserver import overflowed_field
 from services.gateway import metrics, protocol
+from services.gateway.cors import cors_headers, preflight
 from services.gateway.limits import Network, StreamSlots, client_address, token_subject
 from services.gateway.methods import Method, exposed
 from services.gateway.protocol import ProtocolError, Status
@@ -51,24 +52,6 @@ DEFAULT_READ_TIMEOUT_S = 10.0
 DEFAULT_IDLE_TIMEOUT_S = 65.0
 MAX_TIMEOUT_S = 3600.0
 # What a browser may send (answered to a CORS preflight) and read (exposed) besides the simple headers.
-ALLOWED_REQUEST_HEADERS = (
-    "authorization",
-    "content-type",
-    "x-grpc-web",
-    "x-user-agent",
-    "grpc-timeout",
-    "connect-protocol-version",
-    "connect-timeout-ms",
-    "x-correlation-id",
-)
-EXPOSED_HEADERS = (
-    "grpc-status",
-    "grpc-message",
-    "niuniu-reason",
-    "niuniu-retry-after-s",
-    "trailer-niuniu-reason",
-    "trailer-niuniu-retry-after-s",
-)
 FORWARDED_METADATA = ("authorization", "x-correlation-id")
 # Every header the gateway reads or forwards: printable ASCII only (gRPC metadata takes nothing else).
 READ_HEADERS = (
@@ -82,7 +65,6 @@ READ_HEADERS = (
     "access-control-request-method",
     "x-forwarded-for",
 )
-PREFLIGHT_MAX_AGE_S = 7200
 
 STATIC_NAME = re.compile(r"[A-Za-z0-9_-][A-Za-z0-9._-]{0,127}")  # a plain file name: no path, no dot file
 
@@ -219,13 +201,13 @@ class Gateway:
         if origin is not None and not same_host and not self.config.origin_allowed(origin):
             metrics.HTTP_REFUSED.labels("origin").inc()
             return web.Response(status=403, text="origin not allowed\n")
-        cors = self._cors_headers(origin)
+        cors = cors_headers(origin)
         if malformed is not None:
             metrics.HTTP_REFUSED.labels("header").inc()
             reason = f"MALFORMED_HEADER: {malformed} holds a byte outside printable ASCII"
             return self._http_refusal(400, refusal(grpc.StatusCode.INVALID_ARGUMENT, reason), cors)
         if request.method == "OPTIONS":
-            return self._preflight(request, cors)
+            return preflight(request, cors)
         wire = Wire.of(request)
         if wire is None:
             metrics.HTTP_REFUSED.labels("content_type").inc()
@@ -464,33 +446,6 @@ class Gateway:
     def _render(reply: bytes, wire: Wire, method: Method) -> bytes:
         message: Message = method.response.FromString(reply)
         return json_format.MessageToJson(message, indent=None).encode()
-
-    # -- CORS -----------------------------------------------------------------------------------
-
-    def _cors_headers(self, origin: str | None) -> dict[str, str]:
-        if origin is None:
-            return {}
-        return {
-            "Access-Control-Allow-Origin": origin,
-            "Access-Control-Expose-Headers": ", ".join(EXPOSED_HEADERS),
-            "Vary": "Origin",
-        }
-
-    def _preflight(self, request: web.Request, cors: dict[str, str]) -> web.Response:
-        wanted = request.headers.get("Access-Control-Request-Method")
-        if not cors or wanted is None:
-            return web.Response(status=400, text="a preflight names its Origin and Access-Control-Request-Method\n")
-        if wanted != "POST":
-            return web.Response(status=405, headers={"Allow": "POST, OPTIONS"}, text="POST only\n")
-        return web.Response(
-            status=204,
-            headers={
-                **cors,
-                "Access-Control-Allow-Methods": "POST, OPTIONS",
-                "Access-Control-Allow-Headers": ", ".join(ALLOWED_REQUEST_HEADERS),
-                "Access-Control-Max-Age": str(PREFLIGHT_MAX_AGE_S),
-            },
-        )
 
 
 def upstream_status(error: grpc.aio.AioRpcError, method: Method) -> Status:
