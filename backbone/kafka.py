@@ -18,9 +18,9 @@ from __future__ import annotations
 
 import logging
 import os
+import ssl
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
-import ssl
 from typing import Any
 
 from kafka import KafkaAdminClient, KafkaConsumer, KafkaProducer
