@@ -131,7 +131,8 @@ def running_stack(infra: dict[str, str], run_id: str) -> Iterator[Stack]:
 
 def start_gateway(stack: Stack, name: str = "gateway", **settings: str) -> tuple[subprocess.Popen[bytes], str]:
     """A browser gateway process in front of the stack's table and wallet; returns it and its base URL
-    (https when ``NIUNIU_GATEWAY_TLS_CERT_FILE`` is among ``settings``). Its /metrics is on a free port unless ``NIUNIU_GATEWAY_METRICS_PORT`` is among ``settings``."""
+    (https when ``NIUNIU_GATEWAY_TLS_CERT_FILE`` is among ``settings``). Its /metrics is on a free
+    port unless ``NIUNIU_GATEWAY_METRICS_PORT`` is among ``settings``."""
     port = free_port()
     env = stack.env("table")  # the development keys and the services' addresses (NIUNIU_TABLE_ADDR, ...)
     env.update({"NIUNIU_GATEWAY_PORT": str(port), "NIUNIU_GATEWAY_METRICS_PORT": str(free_port()), **settings})
