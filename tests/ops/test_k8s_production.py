@@ -61,6 +61,8 @@ def test_every_custom_resource_is_valid_against_its_crd_schema(docs: list[dict[s
         ("postgresql.cnpg.io/v1", "Pooler"),
         ("monitoring.coreos.com/v1", "ServiceMonitor"),
         ("monitoring.coreos.com/v1", "PrometheusRule"),
+        ("cert-manager.io/v1", "Certificate"),
+        ("cert-manager.io/v1", "Issuer"),
     }
     assert crd_schemas.check(docs) == []
 
@@ -89,6 +91,9 @@ def _broken(docs: list[dict[str, Any]], kind: str, name: str) -> tuple[list[dict
             "'db' was unexpected",
         ),
         ("KafkaNodePool", "dual-role", lambda d: d["spec"].update(roles=["leader"]), "spec.roles.0"),
+        ("Certificate", "niuniu-wallet-tls", lambda d: d["spec"].update(dnsName=["wallet"]), "'dnsName' was unexpected"),
+        ("Certificate", "niuniu-table-tls", lambda d: d["spec"]["privateKey"].update(algorithm="DSA"), "algorithm"),
+        ("Issuer", "niuniu-ca", lambda d: d["spec"]["ca"].pop("secretName"), "'secretName' is a required property"),
     ],
 )
 def test_a_broken_resource_fails_with_where(
