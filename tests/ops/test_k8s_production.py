@@ -91,7 +91,7 @@ def _broken(docs: list[dict[str, Any]], kind: str, name: str) -> tuple[list[dict
             "'db' was unexpected",
         ),
         ("KafkaNodePool", "dual-role", lambda d: d["spec"].update(roles=["leader"]), "spec.roles.0"),
-        ("Certificate", "niuniu-wallet-tls", lambda d: d["spec"].update(dnsName=["wallet"]), "'dnsName' was unexpected"),
+        ("Certificate", "niuniu-wallet-tls", lambda d: d["spec"].update(dnsName=["wallet"]), "dnsName"),
         ("Certificate", "niuniu-table-tls", lambda d: d["spec"]["privateKey"].update(algorithm="DSA"), "algorithm"),
         ("Issuer", "niuniu-ca", lambda d: d["spec"]["ca"].pop("secretName"), "'secretName' is a required property"),
     ],
