@@ -35,7 +35,7 @@ from kafka.structs import OffsetAndMetadata
 from niuniu.v1 import events_pb2
 from psycopg_pool import AsyncConnectionPool
 
-from backbone import logs, metrics
+from backbone import logs, metrics, tracing
 from backbone.db import framed, run_ddl
 from backbone.lease import PartitionLeases, StalePartitions
 
@@ -533,7 +533,19 @@ class ExactlyOnceConsumer:
     async def _handle(
         self, conn: psycopg.AsyncConnection, fresh: list[tuple[TopicPartition, Any, events_pb2.EventEnvelope]]
     ) -> None:
-        """The handler's effects of the batch's new records, in their order."""
+        """The handler's effects of the batch's new records, in their order (a CONSUMER span for each
+        record that carries a trace context, backbone/tracing.py)."""
+        spans = [tracing.consumer_span(self.name, tp.topic, r.headers, e.event_type) for tp, r, e in fresh]
+        try:
+            await self._handle_records(conn, fresh)
+        finally:
+            for span in spans:
+                if span is not None:
+                    span.end()
+
+    async def _handle_records(
+        self, conn: psycopg.AsyncConnection, fresh: list[tuple[TopicPartition, Any, events_pb2.EventEnvelope]]
+    ) -> None:
         if self._apply_many is not None:
             if fresh:
                 await self._apply_many(conn, [Tracked(e, tp.topic, tp.partition, r.offset) for tp, r, e in fresh])

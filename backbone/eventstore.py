@@ -41,7 +41,11 @@ from google.protobuf import any_pb2, timestamp_pb2
 from google.protobuf.message import Message
 from niuniu.v1 import events_pb2
 
+from backbone import tracing
 from backbone.db import run_ddl
+
+TRACE_CONTEXT_DEFAULT = "nullif(current_setting('niuniu.trace_context', true), '')"
+SET_TRACE_CONTEXT = "SELECT set_config('niuniu.trace_context', %s, true)"
 
 SCHEMA: tuple[str, ...] = (
     """
@@ -71,6 +75,9 @@ SCHEMA: tuple[str, ...] = (
     "CREATE INDEX IF NOT EXISTS outbox_unpublished_idx ON outbox (position) WHERE published_at IS NULL",
     # Outboxes made before rows knew their partition: the relays hash their unpublished rows (``key_hash``).
     "ALTER TABLE outbox ADD COLUMN IF NOT EXISTS key_hash INT CHECK (key_hash >= 0)",
+    # The trace of the command that appended the event (backbone/tracing.py): the transaction's
+    # ``niuniu.trace_context`` setting, set only while tracing is on; the relay sends it as a header.
+    f"ALTER TABLE outbox ADD COLUMN IF NOT EXISTS trace_context TEXT DEFAULT {TRACE_CONTEXT_DEFAULT}",
 )
 
 # The store-wide lock: shared by appends, exclusive for readers that need a prefix of positions.
@@ -267,6 +274,13 @@ def with_store_position(envelope: bytes, position: int) -> bytes:
             return envelope + bytes(out)
 
 
+async def note_trace(conn: psycopg.AsyncConnection) -> None:
+    """With tracing on, the current trace becomes that of the outbox rows this transaction appends next."""
+    traceparent = tracing.current_traceparent()
+    if traceparent is not None:
+        await conn.execute(SET_TRACE_CONTEXT, (traceparent,))
+
+
 async def wait_for_appends(conn: psycopg.AsyncConnection) -> None:
     """In the caller's READ COMMITTED transaction: wait until no append is in flight, and keep it so.
 
@@ -372,6 +386,7 @@ class EventStore:
         if conn.info.transaction_status != psycopg.pq.TransactionStatus.INTRANS:
             async with conn.transaction():
                 return await self.append(conn, stream_id, expected_version, events)
+        await note_trace(conn)
         try:
             if len(events) == 1:
                 event = events[0]
@@ -477,6 +492,7 @@ class EventStore:
         if not events:
             return
         call, params = self.append_call(stream_id, expected_version, events)
+        await note_trace(conn)
         await conn.execute("SELECT " + call, params)
 
     def _envelope(self, stream_id: str, version: int, event: NewEvent) -> tuple[events_pb2.EventEnvelope, datetime]:

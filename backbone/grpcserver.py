@@ -29,7 +29,7 @@ from google.protobuf.message import Message
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection
 
-from backbone import logs, metrics
+from backbone import logs, metrics, tracing
 from backbone.config import GrpcSettings
 from backbone.errors import (
     MAX_MESSAGE_CHARS,
@@ -400,6 +400,36 @@ class MetricsInterceptor(grpc.aio.ServerInterceptor):
         return unary
 
 
+class TracingInterceptor(grpc.aio.ServerInterceptor):
+    """A SERVER span per call, continuing the caller's trace (backbone/tracing.py); installed only when on."""
+
+    async def intercept_service(
+        self, continuation: Continuation, details: grpc.HandlerCallDetails
+    ) -> MethodHandler | None:
+        handler = await continuation(details)
+        if handler is None:
+            return handler
+        method, metadata = details.method, tuple(details.invocation_metadata or ())
+        return _rebuild(handler, lambda behavior, streaming: self._wrap(behavior, streaming, method, metadata))
+
+    @staticmethod
+    def _wrap(behavior: Behavior, streaming: bool, method: str, metadata: tuple[Any, ...]) -> Behavior:
+        if streaming and inspect.isasyncgenfunction(behavior):
+
+            async def stream(request: Any, context: grpc.aio.ServicerContext[Any, Any]) -> AsyncIterator[Any]:
+                async with tracing.server_span(method, metadata):
+                    async for item in behavior(request, context):
+                        yield item
+
+            return stream
+
+        async def unary(request: Any, context: grpc.aio.ServicerContext[Any, Any]) -> Any:
+            async with tracing.server_span(method, metadata):
+                return await behavior(request, context)
+
+        return unary
+
+
 def _bind_correlation(context: grpc.aio.ServicerContext[Any, Any]) -> None:
     for key, value in context.invocation_metadata() or ():
         if key == CORRELATION_METADATA_KEY:
@@ -450,7 +480,9 @@ async def start_server(
     ``niuniu.rng.v1.Rng.SetTestDeck``); ``credentials`` (TLS) replace the plaintext port.
     ``dependencies`` turns health NOT_SERVING while a dependency it probes is unreachable.
     """
-    server = grpc.aio.server(interceptors=[MetricsInterceptor(), ErrorInterceptor()], options=server_options())
+    traced = [TracingInterceptor()] if tracing.enabled() else []
+    interceptors = [*traced, MetricsInterceptor(), ErrorInterceptor()]
+    server = grpc.aio.server(interceptors=interceptors, options=server_options())
     names = list(register(server))
     health_servicer = health.aio.HealthServicer()
     health_pb2_grpc.add_HealthServicer_to_server(health_servicer, server)

@@ -44,13 +44,14 @@ from backbone.auth import (
     ISSUER_KEY_ENV,
     JWKS_FILE_ENV,
     SERVICES,
+    SIGNERS,
     SigningKey,
     TrustedKey,
     jwks,
     service_owner,
 )
 
-OWNERS = (ISSUER, *(service_owner(s) for s in SERVICES))
+OWNERS = (ISSUER, *(service_owner(s) for s in SIGNERS))
 
 
 def _file_of(owner: str) -> str:

@@ -22,7 +22,7 @@ from kafka import KafkaProducer
 from psycopg_pool import AsyncConnectionPool
 from redis.asyncio import Redis
 
-from backbone import logs, tls
+from backbone import logs, tls, tracing
 from backbone.auth import Tokens
 from backbone.config import ConfigError, Settings
 from backbone.consumer import BatchHandler, ExactlyOnceConsumer, Handler
@@ -243,6 +243,7 @@ def dependency_monitor(spec: ServiceSpec, settings: Settings) -> DependencyMonit
 
 async def _run(spec: ServiceSpec) -> None:
     settings = Settings.from_env(spec.name, grpc_port=spec.grpc_port, metrics_port=spec.metrics_port)
+    tracing.configure(spec.name)  # off unless NIUNIU_OTLP_ENDPOINT is set
     use_identity(spec.name)  # Kafka clients authenticate as NIUNIU_<SERVICE>_KAFKA_USER (else KAFKA_SASL_USERNAME)
     # Key material first: a service without it must not open a port or touch a database.
     tokens = Tokens.from_env(spec.name, issuer=spec.issues_user_tokens)

@@ -50,6 +50,8 @@ OPTIONAL: dict[str, str] = {
     "DATABASE_URL": "fallback when NIUNIU_<SERVICE>_DSN is unset; the manifests set the DSN",
     "NIUNIU_DB_SCHEMA": "tests only: several systems in one database, a schema each",
     "NIUNIU_EVENT_LOOP": "uvloop by default; asyncio only to rule the loop out when diagnosing",
+    "NIUNIU_OTLP_ENDPOINT": "traces are off by default; an operator with a collector sets it (docs/operating.md)",
+    "NIUNIU_GATEWAY_KEY_FILE": "without it the gateway forwards no client address and logs so (docs/security.md)",
     "NIUNIU_RNG_TEST_DECKS": "test-only deck hook: must never be set outside tests",
     "NIUNIU_ENV": "development mode: set only by the local scripts, tests and overlays/local, never in production",
     "NIUNIU_GRPC_REFLECTION": "server reflection, on by default (the health and audit tools use it)",
@@ -92,6 +94,8 @@ OPTIONAL: dict[str, str] = {
 ONLY_FOR: dict[str, tuple[str, ...]] = {
     # Tokens.from_env(issuer=spec.issues_user_tokens): only the wallet signs player/admin/auditor tokens.
     "NIUNIU_ISSUER_KEY_FILE": ("wallet",),
+    # backbone.clientaddress: only the gateway signs with it; the wallet imports the module to verify.
+    "NIUNIU_GATEWAY_KEY_FILE": ("gateway",),
     # The browser gateway imports backbone.config and backbone.auth for a constant or two but holds
     # no database, no Redis and no key (the callers' tokens pass through), and serves no gRPC: what
     # Settings.from_env and Tokens.from_env read is the four services' alone.

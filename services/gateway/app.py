@@ -2,8 +2,9 @@
 the message bytes to the table or wallet over gRPC, and writes the answer back in the caller's
 protocol.
 
-The gateway holds no state and no keys: the caller's ``authorization`` header goes through as
-gRPC metadata and the services decide, as for any gRPC client. Messages are parsed here only to
+The gateway holds no state, and no key but its own: the caller's ``authorization`` header goes
+through as gRPC metadata and the services decide, as for any gRPC client; the gateway adds the
+client's address and its own token, which vouches for it (backbone/clientaddress.py). Messages are parsed here only to
 refuse malformed ones with INVALID_ARGUMENT (a gRPC server would answer INTERNAL for bytes it
 cannot decode) and to translate Connect's JSON; the bytes forwarded are the caller's.
 """
@@ -27,6 +28,9 @@ from aiohttp import web
 from google.protobuf import json_format
 from google.protobuf.message import DecodeError, Message
 
+from backbone import tracing
+from backbone.auth import ServiceCredentials
+from backbone.clientaddress import forwarding_metadata
 from backbone.errors import REASON_METADATA_KEY
 from backbone.grpcserver import overflowed_field
 from services.gateway import metrics, protocol
@@ -170,6 +174,8 @@ class Gateway:
     channels: Mapping[str, grpc.aio.Channel]
     config: GatewayConfig = field(default_factory=GatewayConfig)
     methods: dict[str, Method] = field(default_factory=exposed)
+    # The gateway's own token, vouching for the client address it forwards (backbone/clientaddress.py).
+    credentials: ServiceCredentials | None = None
     slots: StreamSlots = field(init=False)
 
     def __post_init__(self) -> None:
@@ -178,7 +184,8 @@ class Gateway:
         metrics.STREAMS_LIMIT.set(config.max_streams)
 
     def application(self) -> web.Application:
-        app = web.Application(client_max_size=self.config.max_body_bytes)
+        traced = [tracing.aiohttp_middleware] if tracing.enabled() else []
+        app = web.Application(client_max_size=self.config.max_body_bytes, middlewares=traced)
         app.router.add_get("/healthz", self.health)
         app.router.add_route("*", "/{service}/{method}", self.handle)
         if self.config.static_dir is not None:
@@ -296,6 +303,7 @@ class Gateway:
 
     def _call_options(self, request: web.Request, method: Method) -> tuple[list[tuple[str, str]], float | None]:
         metadata = [(key, request.headers[key]) for key in FORWARDED_METADATA if key in request.headers]
+        metadata += forwarding_metadata(self.credentials, self._client_address(request))
         timeout_s: float | None = None if method.server_streaming else self.config.unary_timeout_s
         if "grpc-timeout" in request.headers:
             timeout_s = protocol.parse_grpc_timeout(request.headers["grpc-timeout"])
@@ -304,6 +312,9 @@ class Gateway:
         if timeout_s is not None:
             timeout_s = min(timeout_s, MAX_TIMEOUT_S if method.server_streaming else self.config.unary_timeout_s)
         return metadata, timeout_s
+
+    def _client_address(self, request: web.Request) -> str:
+        return client_address(request.remote, request.headers.get("x-forwarded-for"), self.config.trusted_proxies)
 
     # -- answering ------------------------------------------------------------------------------
 
@@ -355,7 +366,7 @@ class Gateway:
         timeout_s: float | None,
         counted: Call,
     ) -> web.StreamResponse:
-        address = client_address(request.remote, request.headers.get("x-forwarded-for"), self.config.trusted_proxies)
+        address = self._client_address(request)
         try:
             slot = self.slots.take(address, token_subject(request.headers.get("authorization")))
         except ProtocolError as error:

@@ -15,6 +15,8 @@ Settings (environment):
   one client address, and one token's subject, may hold (services/gateway/limits.py);
 - NIUNIU_GATEWAY_TRUSTED_PROXIES: comma-separated addresses or networks of the proxies in front
   (an Ingress) whose X-Forwarded-For names the client; unset: the peer is the client;
+- NIUNIU_GATEWAY_KEY_FILE (with NIUNIU_JWKS_FILE publishing its public key): the gateway's own
+  signing key, with which it vouches for the client address it forwards (backbone/clientaddress.py);
 - NIUNIU_GATEWAY_READ_TIMEOUT_S (10): a request's body must arrive this long after its headers (else
   HTTP 408 and the connection closed); NIUNIU_GATEWAY_IDLE_TIMEOUT_S (65): a connection with no
   request's headers this long after it opened or after its last answer is closed;
@@ -46,8 +48,9 @@ from pathlib import Path
 
 from aiohttp import web
 
-from backbone import logs, tls
+from backbone import logs, tls, tracing
 from backbone.auth import DEVELOPMENT, ENV_MODE
+from backbone.clientaddress import gateway_credentials
 from backbone.config import DEFAULT_BIND_HOST, ConfigError
 from backbone.metrics import serve_metrics
 from services.gateway.app import (
@@ -172,7 +175,7 @@ async def serve(env: Mapping[str, str]) -> None:
         TABLE: tls.aio_channel(env.get("NIUNIU_TABLE_ADDR", DEFAULT_TABLE_ADDR), None, env),
         WALLET: tls.aio_channel(env.get("NIUNIU_WALLET_ADDR", DEFAULT_WALLET_ADDR), None, env),
     }
-    gateway = Gateway(channels, config)
+    gateway = Gateway(channels, config, credentials=gateway_credentials(env))
     runner = http_runner(gateway)
     await runner.setup()
     site = web.TCPSite(runner, host, port, shutdown_timeout=SHUTDOWN_GRACE_S, ssl_context=https)
@@ -229,6 +232,7 @@ def main(argv: list[str] | None = None) -> None:
         url = args.url or f"{scheme}://{'127.0.0.1' if host in ('0.0.0.0', '::') else host}:{port}/healthz"
         sys.exit(0 if check(url, args.timeout) else 1)
     logs.configure("gateway")
+    tracing.configure("gateway")  # off unless NIUNIU_OTLP_ENDPOINT is set
     try:
         asyncio.run(serve(dict(os.environ)))
     except ConfigError as error:

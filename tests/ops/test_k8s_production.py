@@ -60,6 +60,7 @@ def test_every_custom_resource_is_valid_against_its_crd_schema(docs: list[dict[s
         ("postgresql.cnpg.io/v1", "Cluster"),
         ("postgresql.cnpg.io/v1", "Pooler"),
         ("monitoring.coreos.com/v1", "ServiceMonitor"),
+        ("monitoring.coreos.com/v1", "PodMonitor"),
         ("monitoring.coreos.com/v1", "PrometheusRule"),
         ("cert-manager.io/v1", "Certificate"),
         ("cert-manager.io/v1", "Issuer"),
