@@ -31,6 +31,7 @@ from backbone.eventstore import EventStore
 from backbone.grpcserver import BackgroundTask, RunningServer, serve_forever, start_server
 from backbone.healthcheck import DependencyMonitor, KafkaProbe, PostgresProbe, Probe, RedisProbe
 from backbone.kafka import ensure_topics, make_consumer, make_producer, use_identity
+from backbone.kafka import ssl_context as kafka_ssl_context
 from backbone.lease import PartitionLeases, PgFence
 from backbone.metrics import serve_metrics
 from backbone.relay import OutboxRelay
@@ -260,7 +261,7 @@ def dependency_monitor(spec: ServiceSpec, settings: Settings) -> DependencyMonit
     makers: dict[str, Callable[[], Probe]] = {
         "postgres": lambda: PostgresProbe(settings.dsn, settings.db_timeouts),
         "redis": lambda: RedisProbe(settings.redis_url, timeout_s),
-        "kafka": lambda: KafkaProbe(settings.kafka_bootstrap_servers),
+        "kafka": lambda: KafkaProbe(settings.kafka_bootstrap_servers, kafka_ssl_context()),
     }
     unknown = set(spec.health_dependencies) - set(makers)
     if unknown:

@@ -59,9 +59,10 @@ OPTIONAL: dict[str, str] = {
     "NIUNIU_GATEWAY_HOST": "the gateway's own listen address; NIUNIU_BIND_HOST (niuniu-common) applies when unset",
     "NIUNIU_GATEWAY_STATIC_DIR": "the reference web table's files; a cluster serves none (the operator's own frontend)",
     "NIUNIU_GATEWAY_UNARY_TIMEOUT_S": "the gateway's unary deadline; the default (30 s) is the production one",
-    # Mutual TLS between the services is off unless NIUNIU_TLS_CA_FILE is set (backbone/tls.py);
-    # the manifests deliver no certificates (yet), so none of these is set.
-    "NIUNIU_TLS_CA_FILE": "mutual TLS is off unless set; the manifests deliver no certificates",
+    # Mutual TLS between the services is off unless NIUNIU_TLS_CA_FILE is set (backbone/tls.py):
+    # overlays/production sets it with cert-manager's certificates (tls-patches.yaml); the
+    # local and operators overlays run without.
+    "NIUNIU_TLS_CA_FILE": "mutual TLS is off unless set; overlays/production sets it (tls-patches.yaml)",
     "NIUNIU_TLS_CLIENT_AUTH": "mutual TLS only (NIUNIU_TLS_CA_FILE)",
     "NIUNIU_TLS_CERT_FILE": "mutual TLS only: NIUNIU_<SERVICE>_TLS_CERT_FILE",
     "NIUNIU_TLS_KEY_FILE": "mutual TLS only: NIUNIU_<SERVICE>_TLS_KEY_FILE",
@@ -70,6 +71,7 @@ OPTIONAL: dict[str, str] = {
     # backbone.auth.operator_token's f"NIUNIU_{role.value.upper()}_TOKEN" looks like a
     # per-service template to this check; only command-line tools read it, never a service.
     "NIUNIU_TOKEN": "NIUNIU_<ROLE>_TOKEN: an operator tool's token, not read by the services",
+    "KAFKA_SSL_CAFILE": "the brokers' CA, for a *SSL protocol only; overlays/production sets it (tls-patches.yaml)",
     "KAFKA_SASL_USERNAME": "a process's default Kafka user; a service uses its own NIUNIU_<SERVICE>_KAFKA_USER",
     "KAFKA_SASL_PASSWORD": "a process's default Kafka password; a service uses its own NIUNIU_<SERVICE>_KAFKA_PASSWORD",
     # The bounds on waits and the health probes (backbone/config.py): the defaults are the production ones.

@@ -63,6 +63,8 @@ def test_every_custom_resource_is_valid_against_its_crd_schema(docs: list[dict[s
         ("monitoring.coreos.com/v1", "ServiceMonitor"),
         ("monitoring.coreos.com/v1", "PodMonitor"),
         ("monitoring.coreos.com/v1", "PrometheusRule"),
+        ("cert-manager.io/v1", "Certificate"),
+        ("cert-manager.io/v1", "Issuer"),
     }
     assert crd_schemas.check(docs) == []
 
@@ -98,6 +100,9 @@ def _broken(docs: list[dict[str, Any]], kind: str, name: str) -> tuple[list[dict
             lambda d: d["spec"]["postgresql"]["synchronous"].update(dataDurability="always"),
             "spec.postgresql.synchronous.dataDurability",
         ),
+        ("Certificate", "niuniu-wallet-tls", lambda d: d["spec"].update(dnsName=["wallet"]), "dnsName"),
+        ("Certificate", "niuniu-table-tls", lambda d: d["spec"]["privateKey"].update(algorithm="DSA"), "algorithm"),
+        ("Issuer", "niuniu-ca", lambda d: d["spec"]["ca"].pop("secretName"), "'secretName' is a required property"),
     ],
 )
 def test_a_broken_resource_fails_with_where(
