@@ -81,8 +81,10 @@ async def test_the_packed_sdk_plays_and_verifies_a_round(stack: Stack, gateway: 
     print(json.dumps(out, indent=1))
 
     assert out["refusal"] == "FailedPrecondition BELOW_TABLE_MINIMUM"
-    assert out["ok"] is True and out["checks"] == ["commitment", "deck"], out
-    # The player's seed counted: the round's client seed is its combination (the only bettor).
+    assert out["ok"] is True and out["checks"] == ["commitment", "client_seed", "deck"], out
+    # The player's seed counted: the receipt echoes it, GetRound lists it as counted, and the round's
+    # client seed is its combination (the only bettor).
+    assert out["contributed"] == CLIENT_SEED and out["counted"] == [CLIENT_SEED]
     assert out["clientSeed"] == fair.combine_client_seeds([CLIENT_SEED])
     async with connect(stack) as c:
         view = await c.table.GetRound(

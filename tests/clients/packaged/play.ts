@@ -32,6 +32,7 @@ const timer = setTimeout(() => stop.abort(new Error("no verified round within 90
 let roundId = "";
 let holdMinor = 0n;
 let stakeMinor = 0n;
+let contributed = "";
 let netMinor: bigint | undefined;
 let balanceAfter: bigint | undefined;
 for await (const u of watchTable(client, tableId, { signal: stop.signal })) {
@@ -46,7 +47,7 @@ for await (const u of watchTable(client, tableId, { signal: stop.signal })) {
       roundId: u.roundId,
       clientSeed,
     });
-    [roundId, holdMinor, stakeMinor] = [receipt.roundId, receipt.holdMinor, receipt.stakeMinor];
+    [roundId, holdMinor, stakeMinor, contributed] = [receipt.roundId, receipt.holdMinor, receipt.stakeMinor, receipt.clientSeed];
   } else if (u.roundId !== roundId) {
     continue;
   } else if (update.case === "result") {
@@ -72,6 +73,8 @@ console.log(
     balanceAfter: balanceAfter?.toString() ?? null,
     net: netMinor === undefined ? "" : formatMoney(netMinor, { signed: true }),
     clientSeed: view.clientSeed,
+    contributed,
+    counted: view.clientSeeds.filter((c) => c.mine && c.counted).map((c) => c.clientSeed),
     ok: verification.ok,
     checks: verification.checks.map((c) => c.name),
   }),
