@@ -17,6 +17,7 @@ import json
 import uuid
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
+from typing import Any
 
 import grpc
 import pytest
@@ -155,7 +156,8 @@ class FromStream:
 def from_stream(updates: Sequence[table_pb2.TableUpdate], round_id: str, variant: str) -> FromStream:
     ours = [u for u in updates if u.round_id == round_id]
 
-    def only(name: str) -> Callable[[], object]:
+    def only(name: str) -> Any:
+        """The round's one update of this kind (its message)."""
         (found,) = [getattr(u, name) for u in ours if kind(u) == name]
         return found
 
@@ -167,8 +169,8 @@ def from_stream(updates: Sequence[table_pb2.TableUpdate], round_id: str, variant
     dealt = [u.dealt for u in ours if kind(u) == "dealt"]
     sent = [u.envelope_sent for u in ours if kind(u) == "envelope_sent"]
     return FromStream(
-        commitment=only("round_opened").commitment,  # type: ignore[attr-defined]
-        revealed=only("seed_revealed"),  # type: ignore[arg-type]
+        commitment=only("round_opened").commitment,
+        revealed=only("seed_revealed"),
         mine=[u.my_bet_placed.client_seed for u in ours if kind(u) == "my_bet_placed"],
         hands=hands,
         drawn_card=dealt[0].drawn_card if dealt else "",
@@ -204,7 +206,7 @@ def verify_from_stream(seen: FromStream, round_id: str, variant: str) -> fair.Ve
     return fair.verify_round(seen.commitment, seed, round_id, revealed.client_seed, size, cards)
 
 
-async def niuniu_verify(seen: FromStream, round_id: str, variant: str) -> dict[str, object]:
+async def niuniu_verify(seen: FromStream, round_id: str, variant: str) -> dict[str, Any]:
     """The command-line verifier on the stream's facts (JSON report)."""
     revealed = seen.revealed
     argv = ["--commitment", seen.commitment, "--seed", revealed.server_seed, "--round", round_id]
@@ -220,7 +222,7 @@ async def niuniu_verify(seen: FromStream, round_id: str, variant: str) -> dict[s
     )
     out, err = await proc.communicate()
     assert proc.returncode == 0, (out.decode(), err.decode())
-    report: dict[str, object] = json.loads(out)
+    report: dict[str, Any] = json.loads(out)
     return report
 
 
@@ -270,6 +272,6 @@ async def test_a_round_verifies_from_the_stream_alone(stack: Stack, variant: str
     assert verdict.ok, verdict
     report = await niuniu_verify(seen, round_id, variant)
     assert report["ok"] is True
-    checks = [check["name"] for check in report["checks"]]  # type: ignore[attr-defined]
+    checks = [check["name"] for check in report["checks"]]
     assert checks == ["commitment", "client_seed", *(c.name for c in verdict.checks[1:])], checks
     agrees_with_get_round(view, seen, variant, counted)
