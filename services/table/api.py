@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Mapping, Sequence
 from typing import Any
 
 import grpc
@@ -16,7 +16,7 @@ from bull.money import JACKPOT_POOL
 from services.table.app import TableApp
 from services.table.banker_api import BankerRpcs
 from services.table.bets import BetOrder
-from services.table.common import BetReceipt, player_account, unix_ms, variant_of
+from services.table.common import BetReceipt, contribution_counted, player_account, unix_ms, variant_of
 from services.table.watch import Notifier, watch_table
 
 Context = grpc.aio.ServicerContext[Any, Any]
@@ -219,6 +219,8 @@ class TableServicer(BankerRpcs, table_pb2_grpc.TableServicer):
             envelope_total_minor=envelope.total_minor,
             redeal_of=envelope.redeal_of,
             void_reason=row["void_reason"] or "",
+            client_seeds=contributions(who, row, bets),
+            envelope_min_minor=envelope.min_minor,
         )
 
     async def _variant_of_table(self, table_id: str) -> str:
@@ -235,6 +237,7 @@ class EnvelopeFacts:
         self.pool_minor = 0
         self.highest_bid_minor = 0
         self.total_minor = 0
+        self.min_minor = 0
         self.redeal_of = ""
         self.grabs: list[ev.EnvelopeGrabbed] = []
 
@@ -256,11 +259,29 @@ class EnvelopeFacts:
         elif kind == "table.envelope_sent":
             sent = ev.EnvelopeSent()
             event.unpack(sent)
-            self.total_minor = sent.total_minor
+            self.total_minor, self.min_minor = sent.total_minor, sent.min_minor
         elif kind == "table.envelope_grabbed":
             grab = ev.EnvelopeGrabbed()
             event.unpack(grab)
             self.grabs.append(grab)
+
+
+def contributions(
+    who: Principal, row: Mapping[str, Any], bets: Sequence[Mapping[str, Any]]
+) -> list[table_pb2.ClientSeedContribution]:
+    """The round's client seed contributions, bet by bet, once its seed is revealed (none before)."""
+    if not row["server_seed"]:
+        return []
+    return [
+        table_pb2.ClientSeedContribution(
+            bet_id=b["bet_id"],
+            client_seed=b["client_seed"],
+            counted=contribution_counted(b, row["client_seed"]),
+            mine=b["player"] == player_account(who),
+        )
+        for b in bets
+        if b["client_seed"]
+    ]
 
 
 def _receipt(receipt: BetReceipt) -> table_pb2.BetReceipt:
@@ -273,6 +294,7 @@ def _receipt(receipt: BetReceipt) -> table_pb2.BetReceipt:
         status=receipt.status,
         replayed=receipt.replayed,
         hold_id=receipt.hold_id,
+        client_seed=receipt.client_seed,
     )
 
 

@@ -272,6 +272,7 @@ class Bets:
             "stake_minor": order.amount_minor,
             "hold_minor": variant.hold_minor(order.amount_minor, config),
             "hold_id": attempt_hold_id(bet_id),
+            "client_seed": order.client_seed,  # its BetPlaced and its receipt say what it contributed
         }
         return Admitted(bet, machine, bounds, variant.variant_id, current["betting_closes_at"])
 
