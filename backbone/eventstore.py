@@ -69,8 +69,6 @@ SCHEMA: tuple[str, ...] = (
     )
     """,
     "CREATE INDEX IF NOT EXISTS outbox_unpublished_idx ON outbox (position) WHERE published_at IS NULL",
-    # Outboxes made before rows knew their partition: the relays hash their unpublished rows (``key_hash``).
-    "ALTER TABLE outbox ADD COLUMN IF NOT EXISTS key_hash INT CHECK (key_hash >= 0)",
 )
 
 # The store-wide lock: shared by appends, exclusive for readers that need a prefix of positions.

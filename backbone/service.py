@@ -12,12 +12,12 @@ import logging
 import os
 import socket
 import sys
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 import grpc
-import psycopg
 from kafka import KafkaProducer
 from psycopg_pool import AsyncConnectionPool
 from redis.asyncio import Redis
@@ -26,13 +26,14 @@ from backbone import logs, tls
 from backbone.auth import Tokens
 from backbone.config import ConfigError, Settings
 from backbone.consumer import BatchHandler, ExactlyOnceConsumer, Handler
-from backbone.db import connect, create_schema, open_pool
+from backbone.db import open_pool
 from backbone.eventstore import EventStore
 from backbone.grpcserver import BackgroundTask, RunningServer, serve_forever, start_server
 from backbone.healthcheck import DependencyMonitor, KafkaProbe, PostgresProbe, Probe, RedisProbe
 from backbone.kafka import ensure_topics, make_consumer, make_producer, use_identity
-from backbone.lease import PartitionLeases, PgFence
+from backbone.lease import PartitionLeases
 from backbone.metrics import serve_metrics
+from backbone.migrations import check_version
 from backbone.relay import OutboxRelay
 from backbone.topics import Topics
 
@@ -56,9 +57,6 @@ trickle of events one or two at a time: at 64 bets in flight, 30 s runs alternat
 74 / 146 bets/s without against 144 / 186 with (machine CPU a bet 24.6 / 12.3 ms against 12.6 / 9.8)."""
 GATHER_BYTES = 256 * 1024
 """What a gathering consumer's fetch waits for (``ConsumerSpec.gather_ms``): some hundreds of events."""
-DDL_ATTEMPTS = 8
-DDL_RETRY_S = 0.5
-"""Start-up DDL that lost a lock conflict is run again after 0.5, 1, 1.5 ... s: 14 s at most in all."""
 
 
 @dataclass
@@ -101,7 +99,9 @@ class ServiceSpec:
     metrics_port: int
     default_topic: Callable[[Topics], str]
     register: Callable[[grpc.aio.Server, ServiceContext], Sequence[str]]
-    setup: Callable[[psycopg.AsyncConnection], Awaitable[None]] | None = None
+    # The service's versioned migrations (niuniu-migrate applies them): at start the service checks
+    # they were all applied to its schema and refuses to serve otherwise. It runs no DDL itself.
+    migrations: Path | None = None
     consumers: Sequence[ConsumerSpec] = field(default_factory=tuple)
     background: Sequence[Callable[[ServiceContext], BackgroundTask]] = field(default_factory=tuple)
     # The wallet holds the issuer key that signs player, admin and auditor tokens.
@@ -124,20 +124,24 @@ async def start(
     """Start ``spec`` in this process (``settings.grpc_port`` 0 picks a free port).
 
     ``schema`` keeps all of the service's tables in that PostgreSQL schema, so tests can
-    run several independent instances against one database. ``tokens`` default to the
-    keys named by the environment (``Tokens.from_env``).
+    run several independent instances against one database; ``niuniu-migrate`` must have
+    brought it to ``spec.migrations`` first (``SchemaBehind`` otherwise). ``tokens`` default
+    to the keys named by the environment (``Tokens.from_env``).
     """
     if tokens is None:
         tokens = Tokens.from_env(spec.name, issuer=spec.issues_user_tokens)
     ensure_topics(settings.kafka_bootstrap_servers, topics.specs())
-    if schema is not None:
-        async with await connect(settings.dsn, autocommit=True, timeouts=settings.db_timeouts) as conn:
-            await create_schema(conn, schema)
     pool = await open_pool(
         settings.dsn, schema=schema, max_size=settings.db_pool_max_size, timeouts=settings.db_timeouts
     )
+    if spec.migrations is not None:
+        try:
+            async with pool.connection() as conn:
+                await check_version(conn, spec.migrations, spec.name)
+        except BaseException:
+            await pool.close()
+            raise
     store = EventStore(spec.name, spec.default_topic(topics))
-    await _set_up_tables(pool, store, spec)
     redis_timeout_s = settings.redis_timeout_ms / 1000
     redis = Redis.from_url(settings.redis_url, socket_timeout=redis_timeout_s, socket_connect_timeout=redis_timeout_s)
     ctx = ServiceContext(settings, topics, pool, store, redis, tokens)
@@ -199,30 +203,6 @@ def published_topics(spec: ServiceSpec, topics: Topics) -> list[str]:
     (``niuniu.<service>.*``, the names its Kafka principal may write: the rng's audit topic)."""
     own = f"{topics.prefix}niuniu.{spec.name}."
     return sorted({spec.default_topic(topics), *(t.name for t in topics.specs() if t.name.startswith(own))})
-
-
-async def _set_up_tables(pool: AsyncConnectionPool, store: EventStore, spec: ServiceSpec) -> None:
-    """The service's idempotent DDL, retried a bounded number of times on lock conflicts.
-
-    A replica starting next to one that is serving takes ``ALTER``/``CREATE INDEX`` locks that
-    the other's transactions may be waiting behind in the opposite order: PostgreSQL breaks the
-    deadlock (or ``lock_timeout`` ends the wait) by failing the DDL, which is then simply run
-    again instead of the new replica exiting.
-    """
-    for attempt in range(1, DDL_ATTEMPTS + 1):
-        try:
-            async with pool.connection() as conn:
-                await store.setup(conn)
-                await ExactlyOnceConsumer.setup(conn)
-                await PgFence.setup(conn)
-                if spec.setup is not None:
-                    await spec.setup(conn)
-            return
-        except (psycopg.errors.DeadlockDetected, psycopg.errors.LockNotAvailable) as error:
-            if attempt == DDL_ATTEMPTS:
-                raise
-            log.warning("start-up DDL conflicted with running transactions; again", extra={"error": repr(error)})
-            await asyncio.sleep(DDL_RETRY_S * attempt)
 
 
 def dependency_monitor(spec: ServiceSpec, settings: Settings) -> DependencyMonitor:

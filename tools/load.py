@@ -79,6 +79,7 @@ from bull.variants import VARIANTS, RoundShape
 from bull.variants.red_envelope_bull import BID_MIN, DEFAULT_BID_MIN_MINOR
 from services.table.bets import MAX_BETS_PER_CALL
 from services.table.runner import lease_name
+from tools.migrate import migrate
 
 SERVICES = ("rng", "wallet", "ledger", "table")
 HEALTH_TIMEOUT_S = 90.0
@@ -184,11 +185,12 @@ class LocalStack:
         return env
 
     def start(self) -> None:
-        """The run's topics, then each service's first replica, then its others side by side (the first makes
-        the schema alone). With every topic there from the start, each relay and consumer knows its topics'
-        partitions at once instead of at its next metadata refresh, up to 30 s later, inside the runs."""
+        """The run's topics, then each service's schema migrated (as a release does), its first replica, then
+        its others side by side. With every topic there from the start, each relay and consumer knows its
+        topics' partitions at once instead of at its next metadata refresh, up to 30 s later, inside the runs."""
         ensure_topics(os.environ.get("KAFKA_BOOTSTRAP_SERVERS", DEFAULT_KAFKA), Topics(self.topic_prefix).specs())
         for service in SERVICES:
+            migrate(service, os.environ["DATABASE_URL"], self.schema(service))  # a release's niuniu-migrate
             self.procs[service] = [self._spawn(service, 0)]
             self._wait_serving(service, [0])
             self.procs[service] += [self._spawn(service, i) for i in range(1, self.replicas)]

@@ -24,6 +24,7 @@ from backbone.localports import (
     free_port as free_port,
 )  # re-exported; below the ephemeral ports: no client connection takes it first
 from services.gateway.server import check as http_ready
+from tools.migrate import migrate
 
 ROOT = Path(__file__).resolve().parents[2]
 BIN = Path(sys.executable).parent
@@ -77,6 +78,7 @@ class Stack:
         return f"127.0.0.1:{self.ports[service]}"
 
     def start(self, service: str) -> None:
+        migrate(service, self.infra["DATABASE_URL"], self.schema_of(service))  # a release's niuniu-migrate
         log = (self.log_dir / f"{service}.log").open("ab")
         self.procs[service] = subprocess.Popen(
             [str(BIN / f"niuniu-{service}")], env=self.env(service), stdout=log, stderr=subprocess.STDOUT, cwd=ROOT
