@@ -40,7 +40,7 @@ from backbone.errors import (
     bounded,
     dependency_failure,
 )
-from backbone.healthcheck import DependencyMonitor
+from backbone.healthcheck import LIVENESS, DependencyMonitor
 from backbone.tls import MAX_ANSWER_BYTES
 
 log = logging.getLogger(__name__)
@@ -417,7 +417,8 @@ class RunningServer:
     tasks: list[asyncio.Task[None]] = field(default_factory=list)
 
     async def set_serving(self, serving: bool) -> None:
-        """Report every service of this server SERVING or NOT_SERVING (ignored once shutting down)."""
+        """Report every service of this server SERVING or NOT_SERVING (ignored once shutting down): its
+        readiness. The ``LIVENESS`` entry is left as it is."""
         status = health_pb2.HealthCheckResponse.SERVING if serving else health_pb2.HealthCheckResponse.NOT_SERVING
         for name in ["", *self.service_names]:
             await self.health.set(name, status)
@@ -448,7 +449,8 @@ async def start_server(
 
     Reflection describes the services without ``hidden_methods`` (full names such as
     ``niuniu.rng.v1.Rng.SetTestDeck``); ``credentials`` (TLS) replace the plaintext port.
-    ``dependencies`` turns health NOT_SERVING while a dependency it probes is unreachable.
+    ``dependencies`` turns health NOT_SERVING while a dependency it probes is unreachable; the
+    ``LIVENESS`` entry stays SERVING until shutdown.
     """
     server = grpc.aio.server(interceptors=[MetricsInterceptor(), ErrorInterceptor()], options=server_options())
     names = list(register(server))
@@ -460,7 +462,7 @@ async def start_server(
     address = f"{host}:{port}"
     bound = server.add_secure_port(address, credentials) if credentials else server.add_insecure_port(address)
     await server.start()
-    for name in ["", *names]:
+    for name in ["", LIVENESS, *names]:
         await health_servicer.set(name, health_pb2.HealthCheckResponse.SERVING)
     running = RunningServer(server, bound, health_servicer, names)
     running.tasks = [asyncio.create_task(task(running.stop_event)) for task in background]

@@ -59,8 +59,10 @@ def test_deployment_probes_security_resources_env(rendered: dict[str, list[Doc]]
     scripts = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["scripts"]
     assert scripts[container["command"][0]] == f"services.{service}.server:main"
     assert {p["name"]: p["containerPort"] for p in container["ports"]} == {"grpc": grpc_port, "metrics": metrics_port}
-    for probe in ("startupProbe", "readinessProbe", "livenessProbe"):
+    for probe in ("startupProbe", "readinessProbe"):  # readiness: the dependencies answer
         assert container[probe]["grpc"] == {"port": grpc_port}, probe
+    # liveness: the process's event loop runs (an outage of a dependency restarts nothing)
+    assert container["livenessProbe"]["grpc"] == {"port": grpc_port, "service": "liveness"}
     for kind in ("requests", "limits"):
         assert set(container["resources"][kind]) == {"cpu", "memory"}
     assert pod["securityContext"]["runAsNonRoot"] is True
