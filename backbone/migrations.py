@@ -113,30 +113,36 @@ def _apply_once(dsn: str, folder: Path, schema: str | None, lock_timeout_ms: int
         backend.connection.close()
 
 
-async def applied_ids(conn: psycopg.AsyncConnection[Any]) -> set[str]:
-    """The migrations applied to the current schema of ``conn`` (none when it has no version table)."""
-    cur = await conn.execute("SELECT to_regclass(format('%%I.%%I', current_schema(), %s::text))", (VERSION_TABLE,))
+async def applied_ids(conn: psycopg.AsyncConnection[Any], schema: str | None = None) -> set[str]:
+    """The migrations applied to ``schema`` (default: the current one of ``conn``); none without a version table."""
+    cur = await conn.execute(
+        "SELECT to_regclass(format('%%I.%%I', coalesce(%s, current_schema()), %s::text))", (schema, VERSION_TABLE)
+    )
     row = await cur.fetchone()
     if row is None or row[0] is None:
         return set()
-    cur = await conn.execute(sql.SQL("SELECT migration_id FROM {}").format(sql.Identifier(VERSION_TABLE)))
+    cur = await conn.execute(sql.SQL("SELECT migration_id FROM {}").format(sql.SQL(str(row[0]))))
     return {str(r[0]) for r in await cur.fetchall()}
 
 
-async def check_version(conn: psycopg.AsyncConnection[Any], folder: Path, database: str) -> None:
-    """Raise ``SchemaBehind`` unless every migration of ``folder`` was applied to ``conn``'s schema.
+async def check_version(
+    conn: psycopg.AsyncConnection[Any], folder: Path, database: str, schema: str | None = None
+) -> None:
+    """Raise ``SchemaBehind`` unless every migration of ``folder`` was applied to ``schema`` (default:
+    ``conn``'s current one).
 
     Migrations the code does not know (a newer release's, after a rollback) are allowed: expand/contract
     keeps each schema usable by the release before it.
     """
-    applied = await applied_ids(conn)
+    applied = await applied_ids(conn, schema)
     missing = [m for m in migration_ids(folder) if m not in applied]
     if missing:
-        cur = await conn.execute("SELECT current_schema()")
-        row = await cur.fetchone()
-        where = f"schema {row[0] if row else '?'}"
+        if schema is None:
+            cur = await conn.execute("SELECT current_schema()")
+            row = await cur.fetchone()
+            schema = str(row[0]) if row else "?"
         raise SchemaBehind(
-            f"the {database} database ({where}) is older than this release: migrations {', '.join(missing)}"
-            f" not applied. Run `niuniu-migrate {database}` (in Kubernetes the release's niuniu-migrate Job)"
-            " and start the service again"
+            f"the {database} database (schema {schema}) is older than this release: migrations"
+            f" {', '.join(missing)} not applied. Run `niuniu-migrate {database}` (in Kubernetes the"
+            " release's niuniu-migrate Job) and start the service again"
         )

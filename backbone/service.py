@@ -137,7 +137,7 @@ async def start(
     if spec.migrations is not None:
         try:
             async with pool.connection() as conn:
-                await check_version(conn, spec.migrations, spec.name)
+                await check_version(conn, spec.migrations, spec.name, schema)
         except BaseException:
             await pool.close()
             raise

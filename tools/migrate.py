@@ -23,7 +23,6 @@ from importlib.resources import files
 from pathlib import Path
 
 import psycopg
-from psycopg import sql
 from yoyo.exceptions import LockTimeout
 
 from backbone import migrations
@@ -44,9 +43,7 @@ def migrate(database: str, dsn: str, schema: str | None = None) -> list[str]:
 
 async def _pending(database: str, dsn: str, schema: str | None) -> tuple[set[str], list[str]]:
     async with await psycopg.AsyncConnection.connect(dsn, autocommit=True) as conn:
-        if schema is not None:
-            await conn.execute(sql.SQL("SET search_path TO {}").format(sql.Identifier(schema)))
-        applied = await migrations.applied_ids(conn)
+        applied = await migrations.applied_ids(conn, schema)
     return applied, [m for m in migrations.migration_ids(folder(database)) if m not in applied]
 
 

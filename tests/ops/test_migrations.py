@@ -150,17 +150,9 @@ def test_the_migrated_schema_is_the_one_the_code_describes(
 
 
 def test_no_start_up_ddl_adds_columns_outside_the_migrations() -> None:
+    phrase = " ".join(("ADD", "COLUMN", "IF", "NOT", "EXISTS"))  # spelled apart: this file is searched too
     found = subprocess.run(
-        [
-            "git",
-            "grep",
-            "-n",
-            "ADD COLUMN IF NOT EXISTS",
-            "--",
-            ".",
-            ":!services/*/migrations/*",
-            ":!tests/ops/fixtures/*",
-        ],
+        ["git", "grep", "-n", phrase, "--", ".", ":!services/*/migrations/*", ":!tests/ops/fixtures/*"],
         cwd=ROOT,
         capture_output=True,
         text=True,
