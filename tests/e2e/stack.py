@@ -19,6 +19,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from backbone.auth import development_env
+from backbone.config import service_dsn
 from backbone.healthcheck import check
 from backbone.localports import (
     free_port as free_port,
@@ -78,10 +79,11 @@ class Stack:
         return f"127.0.0.1:{self.ports[service]}"
 
     def start(self, service: str) -> None:
-        migrate(service, self.infra["DATABASE_URL"], self.schema_of(service))  # a release's niuniu-migrate
+        env = self.env(service)
+        migrate(service, service_dsn(service, env), self.schema_of(service))  # a release's niuniu-migrate
         log = (self.log_dir / f"{service}.log").open("ab")
         self.procs[service] = subprocess.Popen(
-            [str(BIN / f"niuniu-{service}")], env=self.env(service), stdout=log, stderr=subprocess.STDOUT, cwd=ROOT
+            [str(BIN / f"niuniu-{service}")], env=env, stdout=log, stderr=subprocess.STDOUT, cwd=ROOT
         )
         self.wait_healthy(service)
 
