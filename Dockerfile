@@ -101,7 +101,8 @@ CMD ["niuniu-gateway"]
 
 # The generic image (default target). Besides the services it carries the operators' tools:
 # niuniu-rules (rules engine CLI), niuniu-verify (fairness verifier), niuniu-audit (ledger
-# audit), niuniu-demo, niuniu-admin (tables: create, configure, close).
+# audit), niuniu-demo, niuniu-admin (tables: create, configure, close), niuniu-migrate (the
+# databases' versioned migrations: deploy/k8s/base/migrate.yaml runs it once per release).
 FROM runtime AS niuniu
 EXPOSE 50051 50052 50053 50054 9101 9102 9103 9104 8080
 CMD ["niuniu-rules", "--help"]

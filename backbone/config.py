@@ -199,10 +199,9 @@ class Settings:
     def from_env(cls, service: str, *, grpc_port: int, metrics_port: int) -> Settings:
         env = os.environ
         refuse_placeholders(env)
-        dsn = env.get(f"NIUNIU_{service.upper()}_DSN") or env.get("DATABASE_URL") or DEFAULT_DSN.format(service=service)
         return cls(
             service=service,
-            dsn=dsn,
+            dsn=service_dsn(service, env),
             kafka_bootstrap_servers=env.get("KAFKA_BOOTSTRAP_SERVERS", DEFAULT_KAFKA),
             redis_url=env.get("REDIS_URL", DEFAULT_REDIS),
             grpc_port=_port(env, f"NIUNIU_{service.upper()}_GRPC_PORT", grpc_port),
@@ -210,6 +209,11 @@ class Settings:
             schema=env.get("NIUNIU_DB_SCHEMA") or None,
             bind_host=env.get(f"NIUNIU_{service.upper()}_BIND_HOST") or env.get("NIUNIU_BIND_HOST", DEFAULT_BIND_HOST),
         )
+
+
+def service_dsn(service: str, env: Mapping[str, str]) -> str:
+    """The database of ``service``: NIUNIU_<SERVICE>_DSN, else DATABASE_URL, else the local default."""
+    return env.get(f"NIUNIU_{service.upper()}_DSN") or env.get("DATABASE_URL") or DEFAULT_DSN.format(service=service)
 
 
 def _port(env: os._Environ[str], key: str, default: int) -> int:

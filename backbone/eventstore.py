@@ -69,15 +69,13 @@ SCHEMA: tuple[str, ...] = (
         topic         TEXT NOT NULL,
         record_key    TEXT NOT NULL,
         published_at  TIMESTAMPTZ,
-        key_hash      INT CHECK (key_hash >= 0)
+        key_hash      INT CHECK (key_hash >= 0),
+        -- The trace of the command that appended the event (backbone/tracing.py): the transaction's
+        -- niuniu.trace_context setting, set only while tracing is on; the relay sends it as a header.
+        trace_context TEXT DEFAULT nullif(current_setting('niuniu.trace_context', true), '')
     )
     """,
     "CREATE INDEX IF NOT EXISTS outbox_unpublished_idx ON outbox (position) WHERE published_at IS NULL",
-    # Outboxes made before rows knew their partition: the relays hash their unpublished rows (``key_hash``).
-    "ALTER TABLE outbox ADD COLUMN IF NOT EXISTS key_hash INT CHECK (key_hash >= 0)",
-    # The trace of the command that appended the event (backbone/tracing.py): the transaction's
-    # ``niuniu.trace_context`` setting, set only while tracing is on; the relay sends it as a header.
-    f"ALTER TABLE outbox ADD COLUMN IF NOT EXISTS trace_context TEXT DEFAULT {TRACE_CONTEXT_DEFAULT}",
 )
 
 # The store-wide lock: shared by appends, exclusive for readers that need a prefix of positions.

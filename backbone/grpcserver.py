@@ -39,7 +39,7 @@ from backbone.errors import (
     bounded,
     dependency_failure,
 )
-from backbone.healthcheck import DependencyMonitor
+from backbone.healthcheck import LIVENESS, DependencyMonitor
 from backbone.interceptors import Behavior, Continuation, MethodHandler, MetricsInterceptor, TracingInterceptor, rebuild
 from backbone.tls import MAX_ANSWER_BYTES
 
@@ -306,7 +306,8 @@ class RunningServer:
     tasks: list[asyncio.Task[None]] = field(default_factory=list)
 
     async def set_serving(self, serving: bool) -> None:
-        """Report every service of this server SERVING or NOT_SERVING (ignored once shutting down)."""
+        """Report every service of this server SERVING or NOT_SERVING (ignored once shutting down): its
+        readiness. The ``LIVENESS`` entry is left as it is."""
         status = health_pb2.HealthCheckResponse.SERVING if serving else health_pb2.HealthCheckResponse.NOT_SERVING
         for name in ["", *self.service_names]:
             await self.health.set(name, status)
@@ -337,7 +338,8 @@ async def start_server(
 
     Reflection describes the services without ``hidden_methods`` (full names such as
     ``niuniu.rng.v1.Rng.SetTestDeck``); ``credentials`` (TLS) replace the plaintext port.
-    ``dependencies`` turns health NOT_SERVING while a dependency it probes is unreachable.
+    ``dependencies`` turns health NOT_SERVING while a dependency it probes is unreachable; the
+    ``LIVENESS`` entry stays SERVING until shutdown.
     """
     traced = [TracingInterceptor()] if tracing.enabled() else []
     interceptors = [*traced, MetricsInterceptor(), ErrorInterceptor()]
@@ -351,7 +353,7 @@ async def start_server(
     address = f"{host}:{port}"
     bound = server.add_secure_port(address, credentials) if credentials else server.add_insecure_port(address)
     await server.start()
-    for name in ["", *names]:
+    for name in ["", LIVENESS, *names]:
         await health_servicer.set(name, health_pb2.HealthCheckResponse.SERVING)
     running = RunningServer(server, bound, health_servicer, names)
     running.tasks = [asyncio.create_task(task(running.stop_event)) for task in background]

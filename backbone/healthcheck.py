@@ -7,6 +7,11 @@ the first round in which one fails, SERVING again after the first round in which
 answer. The probes run on the event loop with their own connections (never the service's
 pool, never a worker thread), so a health check answers at once whatever is down.
 
+Two entries tell two things. The overall one (service name ``""``) and each gRPC service's
+carry this readiness: the dependencies answer. ``LIVENESS`` answers SERVING as long as the
+process's event loop runs (the health servicer answers on it, so a blocked or dead loop answers
+nothing): an outage of a dependency takes a pod out of its endpoints but never restarts it.
+
 ``python -m backbone.healthcheck NAME=HOST:PORT ... [--timeout S]`` waits until gRPC
 services report SERVING.
 """
@@ -39,6 +44,8 @@ DEPENDENCY_UP = Gauge(
     "niuniu_dependency_up", "1 while the last probe of a dependency answered in time.", ["service", "dependency"]
 )
 MAX_REASON_CHARS = 120
+LIVENESS = "liveness"
+"""The health entry of liveness (``grpc.service`` of a Kubernetes livenessProbe): SERVING while the loop runs."""
 
 Probe = Callable[[], Awaitable[None]]
 """Returns when the dependency answered; raises (or is cancelled by the monitor's timeout) when not."""
@@ -207,13 +214,13 @@ class DependencyMonitor:
                     await asyncio.wait_for(close(), timeout=self.timeout_s)
 
 
-def check(target: str, timeout_s: float = 1.0) -> str:
-    """The health status name of ``target`` ('SERVING', 'NOT_SERVING', or the gRPC error)."""
+def check(target: str, timeout_s: float = 1.0, service: str = "") -> str:
+    """The health status name of ``target``'s entry ``service`` ('SERVING', 'NOT_SERVING', or the gRPC error)."""
     credentials = tls.channel_credentials(None)  # the operator's certificate under mutual TLS
     with grpc.secure_channel(target, credentials) if credentials else grpc.insecure_channel(target) as channel:
         try:
             reply = health_pb2_grpc.HealthStub(channel).Check(  # type: ignore[attr-defined]
-                health_pb2.HealthCheckRequest(), timeout=timeout_s
+                health_pb2.HealthCheckRequest(service=service), timeout=timeout_s
             )
         except grpc.RpcError as error:
             return error.code().name

@@ -12,12 +12,12 @@ import logging
 import os
 import socket
 import sys
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 import grpc
-import psycopg
 from kafka import KafkaProducer
 from psycopg_pool import AsyncConnectionPool
 from redis.asyncio import Redis
@@ -26,14 +26,15 @@ from backbone import logs, restorecheck, tls, tracing
 from backbone.auth import Tokens
 from backbone.config import ConfigError, Settings
 from backbone.consumer import BatchHandler, ExactlyOnceConsumer, Handler
-from backbone.db import connect, create_schema, open_pool
+from backbone.db import open_pool
 from backbone.eventstore import EventStore
 from backbone.grpcserver import BackgroundTask, RunningServer, serve_forever, start_server
 from backbone.healthcheck import DependencyMonitor, KafkaProbe, PostgresProbe, Probe, RedisProbe
 from backbone.kafka import ensure_topics, make_consumer, make_producer, use_identity
 from backbone.kafka import ssl_context as kafka_ssl_context
-from backbone.lease import PartitionLeases, PgFence
+from backbone.lease import PartitionLeases
 from backbone.metrics import serve_metrics
+from backbone.migrations import check_version
 from backbone.relay import OutboxRelay
 from backbone.topics import Topics
 
@@ -57,9 +58,6 @@ trickle of events one or two at a time: at 64 bets in flight, 30 s runs alternat
 74 / 146 bets/s without against 144 / 186 with (machine CPU a bet 24.6 / 12.3 ms against 12.6 / 9.8)."""
 GATHER_BYTES = 256 * 1024
 """What a gathering consumer's fetch waits for (``ConsumerSpec.gather_ms``): some hundreds of events."""
-DDL_ATTEMPTS = 8
-DDL_RETRY_S = 0.5
-"""Start-up DDL that lost a lock conflict is run again after 0.5, 1, 1.5 ... s: 14 s at most in all."""
 
 
 @dataclass
@@ -102,7 +100,9 @@ class ServiceSpec:
     metrics_port: int
     default_topic: Callable[[Topics], str]
     register: Callable[[grpc.aio.Server, ServiceContext], Sequence[str]]
-    setup: Callable[[psycopg.AsyncConnection], Awaitable[None]] | None = None
+    # The service's versioned migrations (niuniu-migrate applies them): at start the service checks
+    # they were all applied to its schema and refuses to serve otherwise. It runs no DDL itself.
+    migrations: Path | None = None
     consumers: Sequence[ConsumerSpec] = field(default_factory=tuple)
     background: Sequence[Callable[[ServiceContext], BackgroundTask]] = field(default_factory=tuple)
     # The wallet holds the issuer key that signs player, admin and auditor tokens.
@@ -151,8 +151,9 @@ async def start(
     """Start ``spec`` in this process (``settings.grpc_port`` 0 picks a free port).
 
     ``schema`` keeps all of the service's tables in that PostgreSQL schema, so tests can
-    run several independent instances against one database. ``tokens`` default to the
-    keys named by the environment (``Tokens.from_env``).
+    run several independent instances against one database; ``niuniu-migrate`` must have
+    brought it to ``spec.migrations`` first (``SchemaBehind`` otherwise). ``tokens`` default
+    to the keys named by the environment (``Tokens.from_env``).
     """
     if tokens is None:
         tokens = Tokens.from_env(spec.name, issuer=spec.issues_user_tokens)
@@ -181,25 +182,24 @@ async def start(
 async def _open_store(
     spec: ServiceSpec, settings: Settings, topics: Topics, schema: str | None
 ) -> tuple[AsyncConnectionPool, EventStore]:
-    """The service's topics, pool and tables; a database restored behind its own topics refuses to
-    start here, before anything appends (``restorecheck.BehindTopics``, a ConfigError)."""
+    """The service's topics and pool. A schema older than this release (``SchemaBehind``) or a database
+    restored behind its own topics (``restorecheck.BehindTopics``) refuses to start here, before
+    anything appends: both are ConfigErrors."""
     ensure_topics(settings.kafka_bootstrap_servers, topics.specs())
-    if schema is not None:
-        async with await connect(settings.dsn, autocommit=True, timeouts=settings.db_timeouts) as conn:
-            await create_schema(conn, schema)
     pool = await open_pool(
         settings.dsn, schema=schema, max_size=settings.db_pool_max_size, timeouts=settings.db_timeouts
     )
-    store = EventStore(spec.name, spec.default_topic(topics))
-    await _set_up_tables(pool, store, spec)
     try:
+        async with pool.connection() as conn:
+            if spec.migrations is not None:
+                await check_version(conn, spec.migrations, spec.name, schema)
         await restorecheck.refuse_if_behind(
             pool, settings.kafka_bootstrap_servers, published_topics(spec, topics), spec.name
         )
-    except restorecheck.BehindTopics:
+    except BaseException:
         await pool.close()
         raise
-    return pool, store
+    return pool, EventStore(spec.name, spec.default_topic(topics))
 
 
 def _relay(spec: ServiceSpec, ctx: ServiceContext, owner: str, schema: str | None) -> OutboxRelay:
@@ -228,31 +228,6 @@ def published_topics(spec: ServiceSpec, topics: Topics) -> list[str]:
     (``niuniu.<service>.*``, the names its Kafka principal may write: the rng's audit topic)."""
     own = f"{topics.prefix}niuniu.{spec.name}."
     return sorted({spec.default_topic(topics), *(t.name for t in topics.specs() if t.name.startswith(own))})
-
-
-async def _set_up_tables(pool: AsyncConnectionPool, store: EventStore, spec: ServiceSpec) -> None:
-    """The service's idempotent DDL, retried a bounded number of times on lock conflicts.
-
-    A replica starting next to one that is serving takes ``ALTER``/``CREATE INDEX`` locks that
-    the other's transactions may be waiting behind in the opposite order: PostgreSQL breaks the
-    deadlock (or ``lock_timeout`` ends the wait) by failing the DDL, which is then simply run
-    again instead of the new replica exiting.
-    """
-    for attempt in range(1, DDL_ATTEMPTS + 1):
-        try:
-            async with pool.connection() as conn:
-                await store.setup(conn)
-                await ExactlyOnceConsumer.setup(conn)
-                await PgFence.setup(conn)
-                await restorecheck.setup(conn)
-                if spec.setup is not None:
-                    await spec.setup(conn)
-            return
-        except (psycopg.errors.DeadlockDetected, psycopg.errors.LockNotAvailable) as error:
-            if attempt == DDL_ATTEMPTS:
-                raise
-            log.warning("start-up DDL conflicted with running transactions; again", extra={"error": repr(error)})
-            await asyncio.sleep(DDL_RETRY_S * attempt)
 
 
 def dependency_monitor(spec: ServiceSpec, settings: Settings) -> DependencyMonitor:

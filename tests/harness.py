@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 from collections.abc import AsyncIterator
 
@@ -11,8 +12,15 @@ from psycopg import sql
 from backbone.auth import Tokens
 from backbone.config import Settings
 from backbone.grpcserver import RunningServer
+from backbone.migrations import apply
 from backbone.service import ServiceContext, ServiceSpec, start
 from backbone.topics import Topics
+
+
+async def migrate(spec: ServiceSpec, dsn: str, schema: str) -> None:
+    """Bring ``schema`` to ``spec``'s migrations (niuniu-migrate's work), as a release does before a start."""
+    if spec.migrations is not None:
+        await asyncio.to_thread(apply, dsn, spec.migrations, schema)
 
 
 @contextlib.asynccontextmanager
@@ -28,6 +36,7 @@ async def running_service(
         grpc_port=0,
         metrics_port=0,
     )
+    await migrate(spec, settings.dsn, schema)
     running, ctx = await start(spec, settings, Topics(prefix), schema=schema, tokens=Tokens.development())
     try:
         yield running, ctx

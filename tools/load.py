@@ -81,6 +81,7 @@ from bull.variants import VARIANTS, RoundShape
 from bull.variants.red_envelope_bull import BID_MIN, DEFAULT_BID_MIN_MINOR
 from services.table.bets import MAX_BETS_PER_CALL
 from services.table.runner import lease_name
+from tools.migrate import migrate
 
 SERVICES = ("rng", "wallet", "ledger", "table")
 HEALTH_TIMEOUT_S = 90.0
@@ -193,12 +194,13 @@ class LocalStack:
         return env
 
     def start(self) -> None:
-        """The run's topics, then every service's first replica, then their others, each group side by side
-        (a first replica makes its service's schema alone; the services' schemas are their own). With every
-        topic there from the start, each relay and consumer knows its topics' partitions at once instead of
-        at its next metadata refresh, up to 30 s later, inside the runs."""
+        """The run's topics, then each service's schema migrated (as a release does), then every service's
+        first replica, then their others, each group side by side. With every topic there from the start,
+        each relay and consumer knows its topics' partitions at once instead of at its next metadata
+        refresh, up to 30 s later, inside the runs."""
         ensure_topics(os.environ.get("KAFKA_BOOTSTRAP_SERVERS", DEFAULT_KAFKA), Topics(self.topic_prefix).specs())
         for service in SERVICES:
+            migrate(service, os.environ["DATABASE_URL"], self.schema(service))  # a release's niuniu-migrate
             self.procs[service] = [self._spawn(service, 0)]
         for service in SERVICES:
             self._wait_serving(service, [0])

@@ -10,19 +10,18 @@ import asyncio
 import contextlib
 import logging
 from collections.abc import Sequence
+from pathlib import Path
 
 import grpc
-import psycopg
 from niuniu.ledger.v1 import ledger_pb2, ledger_pb2_grpc
 
 from backbone import service
-from backbone.db import run_ddl
 from backbone.grpcserver import BackgroundTask
 from backbone.service import ConsumerSpec, ServiceContext, ServiceSpec
 from backbone.topics import Topics
 from services.ledger import metrics, queries
 from services.ledger.api import LedgerServicer
-from services.ledger.projection import CONSUMER, DDL, ROUNDS_CONSUMER, journal_batch, rounds_batch
+from services.ledger.projection import CONSUMER, ROUNDS_CONSUMER, journal_batch, rounds_batch
 
 log = logging.getLogger(__name__)
 
@@ -32,10 +31,6 @@ IMBALANCE_CHECK_INTERVAL_S = 15.0
 def register(server: grpc.aio.Server, ctx: ServiceContext) -> Sequence[str]:
     ledger_pb2_grpc.add_LedgerServicer_to_server(LedgerServicer(ctx.pool, ctx.tokens), server)
     return [ledger_pb2.DESCRIPTOR.services_by_name["Ledger"].full_name]
-
-
-async def setup(conn: psycopg.AsyncConnection) -> None:
-    await run_ddl(conn, DDL)
 
 
 def wallet_topic(topics: Topics) -> Sequence[str]:
@@ -75,7 +70,7 @@ SPEC = ServiceSpec(
     metrics_port=9104,
     default_topic=lambda t: t.ledger_events,
     register=register,
-    setup=setup,
+    migrations=Path(__file__).parent / "migrations",
     # One consumer per topic, sharing the projection's handler (the replay reads both topics
     # as one). A group subscribed to two brand-new topics at once was seen to stay without
     # partitions (kafka-python's assignment races the new topics' metadata).

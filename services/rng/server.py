@@ -5,6 +5,7 @@ from __future__ import annotations
 import logging
 import os
 from collections.abc import Sequence
+from pathlib import Path
 
 import grpc
 import psycopg
@@ -16,11 +17,9 @@ from backbone import service
 from backbone.auth import DEVELOPMENT, ENV_MODE, development_mode
 from backbone.config import ConfigError
 from backbone.consumer import Handler, handling
-from backbone.db import run_ddl
 from backbone.service import ConsumerSpec, ServiceContext, ServiceSpec
 from services.rng.api import RngServicer
 from services.rng.app import RngApp
-from services.rng.store import DDL
 
 log = logging.getLogger(__name__)
 
@@ -85,17 +84,13 @@ def round_closer(ctx: ServiceContext) -> Handler:
     return handling(CLOSING_EVENTS, handle)  # the table's bet events are skipped without a transaction
 
 
-async def setup(conn: psycopg.AsyncConnection) -> None:
-    await run_ddl(conn, DDL)
-
-
 SPEC = ServiceSpec(
     name="rng",
     grpc_port=50051,
     metrics_port=9101,
     default_topic=lambda t: t.rng_events,
     register=register,
-    setup=setup,
+    migrations=Path(__file__).parent / "migrations",
     hidden_methods=hidden_methods,
     consumers=(ConsumerSpec("rng-round-closer", lambda t: [t.table_events], round_closer, batch_size=1),),
 )

@@ -34,7 +34,10 @@ DDL = (
         split_at              TIMESTAMPTZ,
         closed_at             TIMESTAMPTZ,
         closed_cause          TEXT,
-        revealed_at           TIMESTAMPTZ
+        revealed_at           TIMESTAMPTZ,
+        -- The players' client seed contributions each stream's client seed combines (sorted).
+        client_seeds          TEXT[],
+        envelope_client_seeds TEXT[]
     )
     """,
     # TEST ONLY (SetTestDeck): read only when the process runs with NIUNIU_RNG_TEST_DECKS=1.
@@ -54,9 +57,6 @@ DDL = (
         set_at      TIMESTAMPTZ NOT NULL DEFAULT now()
     )
     """,
-    # The players' client seed contributions each stream's client seed combines (sorted).
-    "ALTER TABLE rng_rounds ADD COLUMN IF NOT EXISTS client_seeds TEXT[]",
-    "ALTER TABLE rng_rounds ADD COLUMN IF NOT EXISTS envelope_client_seeds TEXT[]",
 )
 
 

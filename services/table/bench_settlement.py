@@ -79,6 +79,8 @@ def services(run_id: str) -> Iterator[dict[str, str]]:
                 }
             )
             log = (log_dir / f"{service}.log").open("ab")
+            # A release's niuniu-migrate first: the services run no DDL.
+            subprocess.run([str(BIN / "niuniu-migrate"), service], env=env, check=True, stdout=log, cwd=ROOT)
             cmd = [str(BIN / f"niuniu-{service}")]
             procs.append(subprocess.Popen(cmd, env=env, stdout=log, stderr=subprocess.STDOUT, cwd=ROOT))
             deadline = time.monotonic() + HEALTH_TIMEOUT_S

@@ -19,7 +19,10 @@ DDL = (
         config_version    INT NOT NULL,
         round_no          BIGINT NOT NULL DEFAULT 0,
         current_round_id  TEXT,
-        created_at        TIMESTAMPTZ NOT NULL DEFAULT now()
+        created_at        TIMESTAMPTZ NOT NULL DEFAULT now(),
+        -- CloseTable: asked (no bet accepted, no round opened from then on), then done (its last round ended).
+        closing_at        TIMESTAMPTZ,
+        closed_at         TIMESTAMPTZ
     )
     """,
     """
@@ -58,7 +61,9 @@ DDL = (
         status       TEXT NOT NULL,
         outcome      TEXT,
         net_minor    BIGINT,
-        placed_at    TIMESTAMPTZ NOT NULL
+        placed_at    TIMESTAMPTZ NOT NULL,
+        -- The player's client seed contribution ('' for none), combined into the round's client seed.
+        client_seed  TEXT NOT NULL DEFAULT ''
     )
     """,
     "CREATE INDEX IF NOT EXISTS bets_round_idx ON bets (round_id, player)",
@@ -178,11 +183,6 @@ DDL = (
     # One open bet per player and round at a red-envelope table (its only area is the dealer).
     "CREATE UNIQUE INDEX IF NOT EXISTS bets_one_envelope_bet_idx ON bets (round_id, player)"
     " WHERE status = 'placed' AND area = 'dealer'",
-    # The player's client seed contribution ('' for none), combined into the round's client seed.
-    "ALTER TABLE bets ADD COLUMN IF NOT EXISTS client_seed TEXT NOT NULL DEFAULT ''",
-    # CloseTable: asked (no bet accepted, no round opened from then on), then done (its last round ended).
-    "ALTER TABLE tables ADD COLUMN IF NOT EXISTS closing_at TIMESTAMPTZ",
-    "ALTER TABLE tables ADD COLUMN IF NOT EXISTS closed_at TIMESTAMPTZ",
     # The fencing tokens of the tables' leases (backbone/lease.py; also created by every service's start).
     *FENCE_SCHEMA,
 )

@@ -5,20 +5,18 @@ from __future__ import annotations
 import os
 import socket
 from collections.abc import Sequence
+from pathlib import Path
 
 import grpc
-import psycopg
 from niuniu.table.v1 import table_pb2, table_pb2_grpc
 
 from backbone import service, tls
-from backbone.db import run_ddl
 from backbone.grpcserver import BackgroundTask
 from backbone.service import ServiceContext, ServiceSpec
 from services.table.api import TableServicer
 from services.table.app import TableApp
 from services.table.ports import GrpcRng, GrpcWallet
 from services.table.runner import TableSupervisor
-from services.table.schema import DDL
 from services.table.watch import Notifier
 
 DEFAULT_RNG_ADDR = "127.0.0.1:50051"
@@ -64,17 +62,13 @@ def notifier(ctx: ServiceContext) -> BackgroundTask:
     return run
 
 
-async def setup(conn: psycopg.AsyncConnection) -> None:
-    await run_ddl(conn, DDL)
-
-
 SPEC = ServiceSpec(
     name="table",
     grpc_port=50052,
     metrics_port=9102,
     default_topic=lambda t: t.table_events,
     register=register,
-    setup=setup,
+    migrations=Path(__file__).parent / "migrations",
     background=(supervisor, notifier),
 )
 

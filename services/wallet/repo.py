@@ -75,28 +75,11 @@ SCHEMA = (
         resolved_at              TIMESTAMPTZ,
         resolved_by              TEXT NOT NULL DEFAULT '',
         postings                 JSONB NOT NULL DEFAULT '[]',
+        -- amount_minor stays what PlaceHold asked; this (NULL: never resized) is what the hold
+        -- holds after its last ResizeHold.
         resized_minor            BIGINT CHECK (resized_minor > 0)
     )
     """,
-    # Tables created before the cashier role: widen the role check once (a no-op afterwards).
-    """
-    DO $$
-    BEGIN
-        IF EXISTS (
-            SELECT 1 FROM pg_constraint
-            WHERE conrelid = 'wallet_users'::regclass AND conname = 'wallet_users_role_check'
-              AND pg_get_constraintdef(oid) NOT LIKE '%cashier%'
-        ) THEN
-            ALTER TABLE wallet_users DROP CONSTRAINT wallet_users_role_check;
-            ALTER TABLE wallet_users ADD CONSTRAINT wallet_users_role_check
-                CHECK (role IN ('player', 'admin', 'auditor', 'cashier'));
-        END IF;
-    END
-    $$
-    """,
-    # amount_minor stays what PlaceHold asked; resized_minor (NULL: never resized) is what
-    # the hold holds after its last ResizeHold. For tables created before ResizeHold:
-    "ALTER TABLE wallet_holds ADD COLUMN IF NOT EXISTS resized_minor BIGINT CHECK (resized_minor > 0)",
     "CREATE INDEX IF NOT EXISTS wallet_holds_open_idx ON wallet_holds (expires_at) WHERE status = 'open'",
     "CREATE INDEX IF NOT EXISTS wallet_holds_account_idx ON wallet_holds (account, seq)",
     """
@@ -182,7 +165,8 @@ SCHEMA = (
 
 
 async def setup(conn: psycopg.AsyncConnection) -> None:
-    """Create the tables and the accounts that exist from the start (system accounts, the cashier)."""
+    """Create the tables and the accounts that exist from the start (system accounts, the cashier) in a
+    scratch schema for tests: a service's database gets them from its migrations (niuniu-migrate)."""
     await run_ddl(conn, SCHEMA)
     async with conn.transaction():
         await conn.cursor().executemany(

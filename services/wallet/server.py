@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Callable, Sequence
 from datetime import datetime
+from pathlib import Path
 
 import grpc
 from argon2 import PasswordHasher
@@ -16,7 +17,6 @@ from backbone.consumer import Handler, handling
 from backbone.eventstore import utc_now
 from backbone.grpcserver import BackgroundTask
 from backbone.service import ConsumerSpec, ServiceContext, ServiceSpec
-from services.wallet import repo
 from services.wallet.api import WalletServicer
 from services.wallet.app import WalletApp
 from services.wallet.settlement import ROUND_SETTLED, ROUND_VOIDED, make_handler
@@ -80,7 +80,7 @@ def make_spec(
         metrics_port=9103,
         default_topic=lambda t: t.wallet_events,
         register=register,
-        setup=repo.setup,
+        migrations=Path(__file__).parent / "migrations",
         consumers=(
             ConsumerSpec(
                 consumer_name,

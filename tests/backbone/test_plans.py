@@ -22,15 +22,21 @@ import psycopg
 import pytest
 from psycopg import sql
 
+from backbone.db import run_ddl
 from backbone.eventstore import EventStore
 from backbone.relay import FIRST_UNPUBLISHED, OWNED, PENDING
-from services.table.server import setup as table_setup
+from services.table.schema import DDL as TABLE_DDL
 from services.table.store import BETS_BY_ID
 from services.wallet import repo as wallet_repo
 
 pytestmark = pytest.mark.integration
 
 Setup = Callable[[psycopg.AsyncConnection], Awaitable[None]]
+
+
+async def table_setup(conn: psycopg.AsyncConnection) -> None:
+    """The table's tables in the test's schema (a service's database gets them from niuniu-migrate)."""
+    await run_ddl(conn, TABLE_DDL)
 
 
 def _positional(statement: str) -> str:

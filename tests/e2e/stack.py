@@ -19,11 +19,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from backbone.auth import development_env
+from backbone.config import service_dsn
 from backbone.healthcheck import check
 from backbone.localports import (
     free_port as free_port,
 )  # re-exported; below the ephemeral ports: no client connection takes it first
 from services.gateway.server import check as http_ready
+from tools.migrate import migrate
 
 ROOT = Path(__file__).resolve().parents[2]
 BIN = Path(sys.executable).parent
@@ -77,9 +79,11 @@ class Stack:
         return f"127.0.0.1:{self.ports[service]}"
 
     def start(self, service: str) -> None:
+        env = self.env(service)
+        migrate(service, service_dsn(service, env), self.schema_of(service))  # a release's niuniu-migrate
         log = (self.log_dir / f"{service}.log").open("ab")
         self.procs[service] = subprocess.Popen(
-            [str(BIN / f"niuniu-{service}")], env=self.env(service), stdout=log, stderr=subprocess.STDOUT, cwd=ROOT
+            [str(BIN / f"niuniu-{service}")], env=env, stdout=log, stderr=subprocess.STDOUT, cwd=ROOT
         )
         self.wait_healthy(service)
 

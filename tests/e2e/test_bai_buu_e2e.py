@@ -49,10 +49,12 @@ from players import Clients, Player, all_balances, register
 from stack import BIN, HEALTH_TIMEOUT_S, ROOT, Stack, free_port
 
 from backbone import keys
+from backbone.config import service_dsn
 from backbone.healthcheck import check
 from bull.cards import DECK_52, parse_cards
 from bull.rules import bai_buu
 from tools import verify
+from tools.migrate import migrate
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
@@ -113,6 +115,7 @@ async def extra_rng(stack: Stack, name: str, env: dict[str, str]) -> AsyncIterat
         }
     )
     base.update(env)
+    migrate("rng", service_dsn("rng", base), base["NIUNIU_DB_SCHEMA"])
     log = (stack.log_dir / f"rng-{name}.log").open("ab")
     proc = subprocess.Popen([str(BIN / "niuniu-rng")], env=base, stdout=log, stderr=subprocess.STDOUT, cwd=ROOT)
     try:

@@ -30,6 +30,7 @@ from services.ledger import audit, metrics
 from services.ledger.reconcile import WalletBalance
 from services.ledger.server import SPEC, imbalance_watch
 from services.ledger.synthetic import AVAILABLE, HELD, SyntheticStream, leg, movement
+from tests.harness import migrate
 
 pytestmark = pytest.mark.integration
 
@@ -94,6 +95,7 @@ async def stack(dsn: str, kafka_servers: str, redis_url: str, schema: str, uniqu
     topics = Topics(prefix)
     ledger_schema = f"l_{unique}"
     settings = Settings("ledger", dsn, kafka_servers, redis_url, grpc_port=0, metrics_port=0)
+    await migrate(SPEC, dsn, ledger_schema)
     running, ctx = await start(SPEC, settings, topics, schema=ledger_schema, tokens=TOKENS)
     wallet_pool = await open_pool(dsn, schema=schema, max_size=4)
     wallet = EventStore("wallet", topics.wallet_events)

@@ -59,8 +59,10 @@ def test_deployment_probes_security_resources_env(rendered: dict[str, list[Doc]]
     scripts = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["scripts"]
     assert scripts[container["command"][0]] == f"services.{service}.server:main"
     assert {p["name"]: p["containerPort"] for p in container["ports"]} == {"grpc": grpc_port, "metrics": metrics_port}
-    for probe in ("startupProbe", "readinessProbe", "livenessProbe"):
+    for probe in ("startupProbe", "readinessProbe"):  # readiness: the dependencies answer
         assert container[probe]["grpc"] == {"port": grpc_port}, probe
+    # liveness: the process's event loop runs (an outage of a dependency restarts nothing)
+    assert container["livenessProbe"]["grpc"] == {"port": grpc_port, "service": "liveness"}
     for kind in ("requests", "limits"):
         assert set(container["resources"][kind]) == {"cpu", "memory"}
     assert pod["securityContext"]["runAsNonRoot"] is True
@@ -307,7 +309,14 @@ def test_strimzi_kafka_authenticates_and_only_the_auditor_reads_the_audit_topic(
 
 def test_local_overlay_needs_no_operator(rendered: dict[str, list[Doc]]) -> None:
     docs = rendered["overlays/local"]
-    assert {d["apiVersion"].split("/")[0] for d in docs} <= {"v1", "apps", "policy", "autoscaling", "networking.k8s.io"}
+    assert {d["apiVersion"].split("/")[0] for d in docs} <= {
+        "v1",
+        "apps",
+        "batch",
+        "policy",
+        "autoscaling",
+        "networking.k8s.io",
+    }
     assert {d["metadata"]["name"] for d in of_kind(docs, "StatefulSet")} == {"kafka", "postgres", "redis"}
     assert "niuniu_ledger" in named(docs, "ConfigMap", "postgres-init")["data"]["10-databases.sql"]
 
@@ -373,3 +382,27 @@ def test_services_run_one_image(rendered: dict[str, list[Doc]]) -> None:
             for s in SERVICES
         }
         assert len(images) == 1, where
+
+
+@pytest.mark.parametrize("where", ALL)
+@pytest.mark.parametrize("service", SERVICES)
+def test_a_job_migrates_each_database_with_its_own_dsn(
+    rendered: dict[str, list[Doc]], where: str, service: str
+) -> None:
+    """The services run no DDL: each release's niuniu-migrate Job brings each database to its schema."""
+    job = named(rendered[where], "Job", f"niuniu-migrate-{service}")
+    pod = job["spec"]["template"]["spec"]
+    (container,) = pod["containers"]
+    scripts = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["scripts"]
+    assert scripts[container["command"][0]] == "tools.migrate:main" and container["command"][1:] == [service]
+    assert pod["restartPolicy"] == "Never" and job["spec"]["backoffLimit"] >= 1
+    dsn = f"NIUNIU_{service.upper()}_DSN"
+    if where.endswith(("operators", "production")):  # straight to the cluster, not through a pooler
+        (env,) = container["env"]
+        assert env == {"name": dsn, "valueFrom": {"secretKeyRef": {"name": f"niuniu-{service}-pg-app", "key": "uri"}}}
+        assert not container.get("envFrom")
+    else:
+        assert container["envFrom"] == [{"secretRef": {"name": f"niuniu-{service}-db"}}]
+        assert dsn in named(rendered[where], "Secret", f"niuniu-{service}-db")["stringData"]
+    assert pod["securityContext"]["runAsNonRoot"] is True
+    assert container["securityContext"]["readOnlyRootFilesystem"] is True

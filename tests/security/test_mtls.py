@@ -18,7 +18,9 @@ from stack import BIN, ROOT, free_port
 
 from backbone import keys, tls
 from backbone.auth import DEFAULT_TTL_S, ENV_MODE, KEY_ENV_VARS, Tokens, bearer
+from backbone.config import service_dsn
 from backbone.healthcheck import check
+from tools.migrate import migrate
 
 pytestmark = pytest.mark.integration
 
@@ -45,6 +47,7 @@ def tls_rng(infra: dict[str, str], tmp_path_factory: pytest.TempPathFactory) -> 
         "NIUNIU_TOPIC_PREFIX": f"tls{run_id}.",
         "NIUNIU_DB_SCHEMA": f"tls_{run_id}",
     }
+    migrate("rng", service_dsn("rng", env), env["NIUNIU_DB_SCHEMA"])  # a release's niuniu-migrate
     log = (directory.parent / "rng.log").open("ab")
     proc = subprocess.Popen([str(BIN / "niuniu-rng")], env=env, cwd=ROOT, stdout=log, stderr=subprocess.STDOUT)
     target = f"127.0.0.1:{port}"

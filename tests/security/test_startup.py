@@ -15,6 +15,8 @@ from stack import BIN, ROOT
 
 from backbone import keys
 from backbone.auth import ENV_MODE, ISSUER, KEY_ENV_VARS, SERVICES, SigningKey, service_owner
+from backbone.config import service_dsn
+from tools.migrate import migrate
 
 pytestmark = pytest.mark.integration
 
@@ -100,6 +102,7 @@ def test_real_keys_start_a_service_outside_development_mode(infra: dict[str, str
     schema = f"startup_{os.getpid()}_{tmp_path.name[-8:]}".replace("-", "_").lower()
     env = base_env(infra) | key_env(tmp_path)
     env |= {ENV_MODE: "production", "NIUNIU_TOPIC_PREFIX": f"{schema}.", "NIUNIU_DB_SCHEMA": schema}
+    migrate("rng", service_dsn("rng", env), schema)  # a release's niuniu-migrate
     proc = subprocess.Popen(
         [str(BIN / "niuniu-rng")], env=env, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True
     )

@@ -17,8 +17,9 @@ from psycopg import sql
 from wallet_helpers import ADMIN, SYSTEM, TABLE, TOKENS, Wallet, expect_error, wallet_service
 
 from backbone.auth import Role, bearer
-from services.wallet import admin, events, repo
+from services.wallet import admin, events
 from services.wallet.domain import CASHIER
+from tools.migrate import migrate
 
 pytestmark = pytest.mark.integration
 
@@ -212,8 +213,8 @@ async def test_a_cashier_token_opens_no_other_wallet_call_and_players_cannot_fun
     assert await wallet.balance(player.account) == (900, 100)
 
 
-async def test_a_wallet_created_before_the_cashier_role_accepts_cashiers_after_setup(dsn: str, schema: str) -> None:
-    """repo.setup widens the old role check of an existing wallet_users table (and is a no-op the second time)."""
+async def test_a_wallet_created_before_the_cashier_role_accepts_cashiers_after_migrating(dsn: str, schema: str) -> None:
+    """The wallet's baseline migration widens the old role check of an existing wallet_users table."""
     async with await psycopg.AsyncConnection.connect(dsn, autocommit=True) as conn:
         await conn.execute(sql.SQL("SET search_path TO {}").format(sql.Identifier(schema)))
         await conn.execute(
@@ -229,8 +230,7 @@ async def test_a_wallet_created_before_the_cashier_role_accepts_cashiers_after_s
         insert = "INSERT INTO wallet_users VALUES (%s, %s, 'x@example.org', 'h', %s, NULL, now())"
         with pytest.raises(psycopg.errors.CheckViolation):
             await conn.execute(insert, (uuid.uuid4(), "early", "cashier"))
-        await repo.setup(conn)
-        await repo.setup(conn)
+        assert await asyncio.to_thread(migrate, "wallet", dsn, schema) == ["0001.baseline"]
         await conn.execute(insert, (uuid.uuid4(), "payments", "cashier"))
         with pytest.raises(psycopg.errors.CheckViolation):
             await conn.execute(insert, (uuid.uuid4(), "nobody", "croupier"))

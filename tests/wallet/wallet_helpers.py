@@ -35,6 +35,7 @@ from services.wallet.app import WalletApp
 from services.wallet.server import make_spec
 from services.wallet.settlement import make_handler
 from services.wallet.throttle import Limit, ThrottlePolicy
+from tests.harness import migrate
 
 TOKENS = Tokens.development()
 # argon2id still, with parameters cheap enough for tests that register many players.
@@ -271,6 +272,7 @@ async def wallet_service(
     )
     topics = Topics(prefix=f"t{unique}.")
     schema = f"w_{unique}"
+    await migrate(spec, settings.dsn, schema)
     running, ctx = await start(spec, settings, topics, schema=schema, tokens=TOKENS)
     app = WalletApp(ctx.pool, ctx.store, TOKENS, clock=clock, hasher=FAST_HASHER)
     try:

@@ -39,6 +39,7 @@ from backbone.kafka import TopicSpec, default_principal_env, ensure_topics, make
 from backbone.localports import free_port
 from backbone.topics import Topics
 from tools.chaos.proxy import FaultProxy
+from tools.migrate import migrate
 
 ROOT = Path(__file__).resolve().parents[2]
 BIN = Path(sys.executable).parent
@@ -529,6 +530,8 @@ class ServiceSet:
 
     def start(self, name: str, *, wait: bool = True) -> Instance:
         inst = self.instances[name]
+        # A release's niuniu-migrate, straight to PostgreSQL (past the fault proxy); a no-op once applied.
+        migrate(inst.service, self.infra.env["DATABASE_URL"], self.schema_of(inst.service))
         log = (self.log_dir / f"{name}.log").open("ab")
         inst.proc = subprocess.Popen(
             ["nice", "-n", str(SERVICE_NICENESS), str(BIN / f"niuniu-{inst.service}")],  # nice execs: same pid
