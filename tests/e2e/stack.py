@@ -18,6 +18,8 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from psycopg.conninfo import make_conninfo
+
 from backbone.auth import development_env
 from backbone.config import service_dsn
 from backbone.healthcheck import check
@@ -80,7 +82,10 @@ class Stack:
 
     def start(self, service: str) -> None:
         env = self.env(service)
-        migrate(service, service_dsn(service, env), self.schema_of(service))  # a release's niuniu-migrate
+        dsn = service_dsn(service, env)
+        if env.get("PGSSLROOTCERT"):  # TLS on: libpq reads the CA from the service's environment, not ours
+            dsn = make_conninfo(dsn, sslrootcert=env["PGSSLROOTCERT"])
+        migrate(service, dsn, self.schema_of(service))  # a release's niuniu-migrate
         log = (self.log_dir / f"{service}.log").open("ab")
         self.procs[service] = subprocess.Popen(
             [str(BIN / f"niuniu-{service}")], env=env, stdout=log, stderr=subprocess.STDOUT, cwd=ROOT
