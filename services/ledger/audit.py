@@ -15,6 +15,8 @@
       wallet's movements, and every live bet's hold must be what the table's record needs.
       Prints a reconciliation report; progress goes to stderr. --workers N replays the partitions in
       N processes side by side (backbone/replay.py), into the same scratch schema: the same journal.
+      --archive DIR [--archive-head SHA256]: first verify the sealed archive (services/ledger/archived.py;
+      an altered, missing or reordered segment is a difference), then replay its records before Kafka's.
   niuniu-audit verify-round ROUND [--table HOST:PORT] [--no-recompute]
                            [--wallet HOST:PORT] [--username NAME] [--password-file F]
       Show the round's journal and check it against the table's RoundSettled: every
@@ -83,15 +85,25 @@ from psycopg import sql
 from psycopg.conninfo import conninfo_to_dict, make_conninfo
 
 from backbone import tls
+from backbone.archive import Verified
 from backbone.auth import DEVELOPMENT, ENV_MODE, Role, operator_token
 from backbone.config import DEFAULT_KAFKA
 from backbone.cpuquota import MIN_SHARE, unavailable_reason
 from backbone.eventstore import build_envelope
 from backbone.kafka import TopicSpec, ensure_topics, make_admin, make_consumer, make_producer, use_identity
 from backbone.limits import Limit, kafka_consumer_rate, pgbench_commits
-from backbone.replay import MAX_REPLAY_WORKERS, ReplayReport, build_indexes, plain_indexes, replay, replay_consumer
+from backbone.replay import (
+    MAX_REPLAY_WORKERS,
+    ReplayGap,
+    ReplayReport,
+    build_indexes,
+    plain_indexes,
+    replay,
+    replay_consumer,
+)
 from backbone.topics import Topics
 from services.ledger import queries
+from services.ledger.archived import ArchiveBroken, open_archive, print_archive
 from services.ledger.projection import CONSUMER, JOURNAL
 from services.ledger.recompute import recompute_via_table, table_address
 from services.ledger.reconcile import (
@@ -139,6 +151,9 @@ class AuditConfig:
     cut_timeout_s: float = DEFAULT_CUT_TIMEOUT_S
     # Processes replaying the partitions side by side (1: the replay runs in this process).
     workers: int = 1
+    # A sealed archive (backbone/archive.py) replayed before Kafka, and the head hash it must end at.
+    archive: str = ""
+    archive_head: str = ""
 
 
 class AuditError(Exception):
@@ -160,6 +175,7 @@ class AuditReport:
     cut_position: int = 0
     scratch: str = ""
     settlements: SettlementReconciliation | None = None
+    archive: Verified | None = None
 
     @property
     def ok(self) -> bool:
@@ -267,6 +283,9 @@ async def audit_replay(
                 f"Kafka holds wallet events up to position {reached} only, {config.cut_timeout_s:.0f} s after the"
                 f" wallet's snapshot at position {cut}: is the wallet's relay publishing?"
             )
+    archived, checked = (
+        open_archive(config.archive, config.archive_head, topic_names) if config.archive else (None, None)
+    )
     partitions = await asyncio.to_thread(partition_counts, config.kafka, topic_names)
     settlements = SettlementReconciler(config.topics.wallet_events, config.topics.table_events, partitions)
     async with scratch_store(config) as (scratch_dsn, scratch_label):
@@ -280,6 +299,7 @@ async def audit_replay(
             indexes=config.keep_replay,
             observe=settlements.observe,  # fed every event the replay reads
             workers=config.workers if config.workers > 1 else 0,
+            archived=archived,
         )
         live_conn = await _connect(config.dsn, config.live_schema)
         replay_conn = await _connect(scratch_dsn, config.replay_schema)
@@ -290,6 +310,7 @@ async def audit_replay(
     report.wallet_error = wallet_error
     report.cut_position = cut
     report.scratch = scratch_label
+    report.archive = checked
     return report
 
 
@@ -468,6 +489,8 @@ def print_report(report: AuditReport, out: TextIO, *, wallet_skipped: bool) -> N
     )
     if report.scratch:
         print(f"  scratch    {report.scratch}", file=out)
+    if report.archive is not None:
+        print_archive(report.archive, out)
     print(
         f"  journal    live {j.live_entries} entries, replayed {j.replayed_entries}, compared {j.compared};"
         f" not compared: {j.live_out_of_scope} live, {j.replayed_out_of_scope} replayed",
@@ -540,6 +563,8 @@ async def _run_replay(args: argparse.Namespace, out: TextIO, err: TextIO) -> int
         scratch_dsn=args.scratch_dsn,
         cut_timeout_s=args.cut_timeout,
         workers=args.workers,
+        archive=args.archive,
+        archive_head=args.archive_head,
     )
     wallet = None
     if not args.no_wallet:
@@ -548,6 +573,12 @@ async def _run_replay(args: argparse.Namespace, out: TextIO, err: TextIO) -> int
         report = await audit_replay(config, wallet, progress=None if args.no_progress else _Progress(err))
     except AuditError as error:
         print(f"niuniu-audit: error: {error}", file=err)
+        return EXIT_ERROR
+    except ArchiveBroken as broken:
+        print_archive(broken.checked, out)
+        return EXIT_DIFFERENCES
+    except ReplayGap as gap:
+        print(f"niuniu-audit: error: {gap}", file=err)
         return EXIT_ERROR
     print_report(report, out, wallet_skipped=args.no_wallet)
     if report.differences:
@@ -893,6 +924,13 @@ def build_parser() -> argparse.ArgumentParser:
         help="keep the scratch database (or schema) for inspection, with the journal's plain indexes built",
     )
     rep.add_argument("--no-progress", action="store_true", help="no progress line on stderr")
+    rep.add_argument(
+        "--archive",
+        default=env.get("NIUNIU_ARCHIVE_DIR", ""),
+        help="a sealed archive (python -m tools.archive): verified, then replayed before Kafka"
+        " (default: $NIUNIU_ARCHIVE_DIR)",
+    )
+    rep.add_argument("--archive-head", default="", help="the SHA-256 the archive's newest segment must have")
     rep.add_argument(
         "--workers",
         type=_workers,
