@@ -19,8 +19,10 @@ What a segment tells the pruning (``backbone.prune``), per producing service and
   store's last) with no append in flight: the relay had Kafka acknowledge every copy of those
   events before it marked them published, so every copy lies below the end offsets cut next.
 * per partition ``safe``: the offset below which no record's event can be sent again (its
-  producer's position is below ``archived_below``). A consumer's tracking row of an event at a
-  smaller offset may go once the consumer has read up to ``end``: no copy can come after it.
+  producer's position is below ``archived_below``), and ``last_copy``: the last record that
+  repeats an earlier record's event (a relay's resend after a crash; -1 when none). Every copy of
+  an event below ``safe`` lies below ``end``, so a consumer whose stored position is past
+  ``last_copy`` has read them all: its tracking rows below ``safe`` are needed no more.
 """
 
 from __future__ import annotations
@@ -67,6 +69,8 @@ class PartitionRange:
     start: int
     end: int
     safe: int
+    # The offset of the partition's last record repeating an earlier one's event (-1: none).
+    last_copy: int = -1
 
 
 @dataclass(frozen=True, slots=True)
@@ -86,7 +90,14 @@ class Header:
             "previous_sha256": self.previous_sha256,
             "created_at": self.created_at,
             "partitions": [
-                {"topic": p.topic, "partition": p.partition, "start": p.start, "end": p.end, "safe": p.safe}
+                {
+                    "topic": p.topic,
+                    "partition": p.partition,
+                    "start": p.start,
+                    "end": p.end,
+                    "safe": p.safe,
+                    "last_copy": p.last_copy,
+                }
                 for p in self.partitions
             ],
             "archived_below": dict(self.archived_below),
@@ -278,11 +289,18 @@ class _Cut:
     records: list[bytes] = field(default_factory=list)
     safe: dict[TopicPartition, int] = field(default_factory=dict)
     closed: set[str] = field(default_factory=set)
+    seen: dict[TopicPartition, set[str]] = field(default_factory=dict)
+    last_copy: dict[TopicPartition, int] = field(default_factory=dict)
 
     def check(self, tp: TopicPartition, offset: int, envelope: events_pb2.EventEnvelope) -> None:
-        """Note the first record of the partition whose event its producer may still send again."""
+        """Note the first record of the partition whose event its producer may still send again, and
+        the last record repeating an event read before (a relay's resend)."""
         if envelope.store_position >= self.below.get(envelope.producer, 0) and tp not in self.safe:
             self.safe[tp] = offset  # the consumers keep its tracking row, and those after it
+        seen = self.seen.setdefault(tp, set())
+        if envelope.event_id in seen:
+            self.last_copy[tp] = offset
+        seen.add(envelope.event_id)
 
     def add(self, tp: TopicPartition, offset: int, key: bytes | None, value: bytes) -> None:
         envelope = events_pb2.EventEnvelope.FromString(value)
@@ -384,7 +402,8 @@ async def archive_next(
     if not cut.records:
         return None, checked
     partitions = tuple(
-        PartitionRange(tp.topic, tp.partition, start, end, cut.safe.get(tp, end)) for tp, (start, end) in ranges.items()
+        PartitionRange(tp.topic, tp.partition, start, end, cut.safe.get(tp, end), cut.last_copy.get(tp, -1))
+        for tp, (start, end) in ranges.items()
     )
     header = Header(
         len(checked.headers) + 1,

@@ -9,10 +9,13 @@ Three kinds of rows go, each only when nothing can need it again:
   an append checks the stream's last version (``niuniu_append_event``), and the wallet takes
   its store position from the last event, so every stream keeps its head;
 * the consumers' tracking rows (``processed_events``) of a partition below the archive's
-  ``safe`` offset for it, once the consumer has read up to the archive's end of that partition.
-  Exactly once still holds: a record is read again only from the consumer's stored position
-  (at or past the archive's end), and no record past it can carry one of those events, as
-  their producers had every copy acknowledged before the archive's end was read.
+  ``safe`` offset for it, once the consumer's stored position is past the archive's
+  ``last_copy`` of that partition. Exactly once still holds: a record is read again only from
+  the consumer's stored position, and every copy of those events lies below the archive's end
+  (their producers had every copy acknowledged before the end was read), the repeated ones
+  before ``last_copy``: the consumer has read, and skipped, each of them already. (A consumer
+  stores its position with the records it applies; one that only skipped the records after its
+  last applied one may stand below the archive's end, which is why the end is not the test.)
 
 Each kind is one statement in a transaction of its own; the command runs again safely.
 """
@@ -23,6 +26,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 import psycopg
+from psycopg import sql
 
 from backbone.archive import Header
 
@@ -39,15 +43,35 @@ class Pruned:
     notes: list[str] = field(default_factory=list)
 
 
-async def table_sizes(conn: psycopg.AsyncConnection, tables: Sequence[str] = HOT_TABLES) -> dict[str, int]:
-    """``pg_total_relation_size`` of each of ``tables`` there is (in the connection's search path)."""
-    sizes: dict[str, int] = {}
+@dataclass(frozen=True, slots=True)
+class TableSize:
+    rows: int
+    data_bytes: int  # the rows' own bytes (``pg_column_size``): what pruning takes away at once
+    disk_bytes: int  # ``pg_total_relation_size``: the table with its indexes; freed pages are reused
+
+
+async def hot_tier(conn: psycopg.AsyncConnection, tables: Sequence[str] = HOT_TABLES) -> dict[str, TableSize]:
+    """Each of ``tables`` there is (in the connection's search path): rows, their bytes, its size on disk."""
+    sizes: dict[str, TableSize] = {}
     for table in tables:
-        cur = await conn.execute("SELECT pg_total_relation_size(to_regclass(%s))", (table,))
+        if not await _exists(conn, table):
+            continue
+        cur = await conn.execute(
+            sql.SQL(
+                "SELECT count(*), coalesce(sum(pg_column_size(t.*)), 0), pg_total_relation_size({}) FROM {} t"
+            ).format(sql.Literal(table), sql.Identifier(table))
+        )
         row = await cur.fetchone()
-        if row is not None and row[0] is not None:
-            sizes[table] = int(row[0])
+        if row is not None:
+            sizes[table] = TableSize(int(row[0]), int(row[1]), int(row[2]))
     return sizes
+
+
+async def vacuum(conn: psycopg.AsyncConnection, tables: Sequence[str] = HOT_TABLES) -> None:
+    """VACUUM the pruned tables (``conn`` in autocommit): their freed pages are reused from now on."""
+    for table in tables:
+        if await _exists(conn, table):
+            await conn.execute(sql.SQL("VACUUM (ANALYZE) {}").format(sql.Identifier(table)))
 
 
 async def _exists(conn: psycopg.AsyncConnection, table: str) -> bool:
@@ -84,7 +108,7 @@ async def prune_store(
 
 async def prune_processed(conn: psycopg.AsyncConnection, headers: Sequence[Header]) -> Pruned:
     """Prune the tracking rows of every consumer in ``conn``'s database below the last segment's
-    ``safe`` offsets, partition by partition, where the consumer has read up to the segment's end."""
+    ``safe`` offsets, partition by partition, where the consumer's position is past the ``last_copy``."""
     pruned = Pruned()
     if not headers or not await _exists(conn, "processed_events"):
         return pruned
@@ -96,10 +120,10 @@ async def prune_processed(conn: psycopg.AsyncConnection, headers: Sequence[Heade
             reached = positions.get((consumer, part.topic, part.partition))
             if reached is None:
                 continue
-            if reached < part.end:
+            if reached <= part.last_copy:
                 pruned.notes.append(
-                    f"{consumer} has read {part.topic}[{part.partition}] up to {reached}, not yet to the archive's"
-                    f" end {part.end}: its tracking rows stay"
+                    f"{consumer} has read {part.topic}[{part.partition}] up to {reached}, not yet past the"
+                    f" archive's last repeated record {part.last_copy}: its tracking rows stay"
                 )
                 continue
             async with conn.transaction():

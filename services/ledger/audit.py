@@ -274,7 +274,12 @@ async def audit_replay(
         except WalletUnavailable as error:
             wallet_error = str(error)
     cut = max((b.as_of_position for b in (listed or {}).values()), default=0)
-    if cut > 0:
+    archived, checked = (
+        open_archive(config.archive, config.archive_head, topic_names) if config.archive else (None, None)
+    )
+    # Every wallet event below the archive's ``archived_below`` is in the archive (Kafka may have deleted them).
+    floor = max((h.archived_below.get("wallet", 1) - 1 for h in checked.headers), default=0) if checked else 0
+    if cut > floor:
         reached = await asyncio.to_thread(
             wait_for_wallet_position, config.kafka, config.topics.wallet_events, cut, config.cut_timeout_s
         )
@@ -283,9 +288,6 @@ async def audit_replay(
                 f"Kafka holds wallet events up to position {reached} only, {config.cut_timeout_s:.0f} s after the"
                 f" wallet's snapshot at position {cut}: is the wallet's relay publishing?"
             )
-    archived, checked = (
-        open_archive(config.archive, config.archive_head, topic_names) if config.archive else (None, None)
-    )
     partitions = await asyncio.to_thread(partition_counts, config.kafka, topic_names)
     settlements = SettlementReconciler(config.topics.wallet_events, config.topics.table_events, partitions)
     async with scratch_store(config) as (scratch_dsn, scratch_label):
@@ -380,7 +382,8 @@ def wallet_position_in_kafka(kafka: str, topic: str) -> int:
     consumer = make_consumer(kafka, None, "niuniu-audit-cut")
     try:
         parts = [TopicPartition(topic, p) for p in sorted(consumer.partitions_for_topic(topic) or ())]
-        ends = {tp: int(o) for tp, o in consumer.end_offsets(parts).items() if int(o) > 0} if parts else {}
+        firsts = consumer.beginning_offsets(parts) if parts else {}
+        ends = {tp: int(o) for tp, o in consumer.end_offsets(parts).items() if int(o) > int(firsts[tp])}
         if not ends:
             return 0
         consumer.assign(list(ends))
