@@ -20,7 +20,7 @@ import pytest
 from kafka import TopicPartition
 from niuniu.table.v1 import events_pb2 as ev
 from niuniu.table.v1 import table_pb2
-from play import Watcher, connect, kind, settle_everything, total_money
+from play import Watcher, connect, kind, settle_everything, total_money, update_is
 from players import all_balances, register
 from psycopg.conninfo import make_conninfo
 from stack import BIN, ROOT, Stack
@@ -109,7 +109,7 @@ async def play_rounds_then_close(stack: Stack, table_id: str) -> None:
                     round_id=opened.round_id,
                 )
                 await c.table.PlaceBet(request, metadata=p.auth)
-            await watcher.wait_for(lambda u, r=opened.round_id: kind(u) == "result" and u.round_id == r)
+            await watcher.wait_for(update_is("result", opened.round_id))
         await c.table.CloseTable(table_pb2.CloseTableRequest(table_id=table_id), metadata=c.admin)
         while (await c.table.GetTable(table_pb2.GetTableRequest(table_id=table_id), metadata=c.admin)).status != (
             "closed"
