@@ -50,6 +50,8 @@ log = logging.getLogger(__name__)
 ALGORITHM = "EdDSA"
 ISSUER = "issuer"  # the owner of the key that signs player, admin, auditor and cashier tokens
 SERVICES = ("rng", "table", "wallet", "ledger")
+GATEWAY = "gateway"  # the browser gateway: signs only its own calls, vouching for the client address it forwards
+SIGNERS = (*SERVICES, GATEWAY)  # every process with a ``service:<name>`` key of its own
 DEFAULT_TTL_S = 12 * 3600  # a log-in
 SERVICE_TTL_S = 15 * 60  # a service's own token; renewed well before it expires
 SERVICE_RENEW_BEFORE_S = 5 * 60
@@ -116,7 +118,7 @@ def development_private_key(owner: str) -> Ed25519PrivateKey:
 def is_development_key(public: Ed25519PublicKey, owner: str = "") -> bool:
     """True for the key derived from this file's constant for ``owner`` or any well-known owner."""
     raw = _raw_public(public)
-    owners = {owner, ISSUER, *(service_owner(s) for s in SERVICES)} - {""}
+    owners = {owner, ISSUER, *(service_owner(s) for s in SIGNERS)} - {""}
     return any(_raw_public(development_private_key(o).public_key()) == raw for o in owners)
 
 
@@ -246,13 +248,13 @@ class Tokens:
     @classmethod
     def development(cls, *, clock: Callable[[], float] = time.time) -> Tokens:
         """Every development key, signing and trusted: for tests and a development laptop only."""
-        signers = [SigningKey.development(o) for o in (ISSUER, *(service_owner(s) for s in SERVICES))]
+        signers = [SigningKey.development(o) for o in (ISSUER, *(service_owner(s) for s in SIGNERS))]
         return cls([s.trusted for s in signers], signers, clock=clock)
 
     @classmethod
     def ephemeral(cls, *owners: str) -> Tokens:
         """Fresh random keys for ``owners`` (default: all), trusting only themselves: a forger in tests."""
-        names = owners or (ISSUER, *(service_owner(s) for s in SERVICES))
+        names = owners or (ISSUER, *(service_owner(s) for s in SIGNERS))
         signers = [SigningKey.generate(o) for o in names]
         return cls([s.trusted for s in signers], signers)
 
@@ -416,7 +418,7 @@ class Tokens:
         raise Unauthenticated("TOKEN_MISSING", "this call needs an authorization token")
 
 
-KEY_ENV_VARS = (JWKS_FILE_ENV, ISSUER_KEY_ENV, *(f"NIUNIU_{s.upper()}_KEY_FILE" for s in SERVICES))
+KEY_ENV_VARS = (JWKS_FILE_ENV, ISSUER_KEY_ENV, *(f"NIUNIU_{s.upper()}_KEY_FILE" for s in SIGNERS))
 
 
 def development_env(env: Mapping[str, str]) -> dict[str, str]:

@@ -114,6 +114,17 @@ async def _consume(
         await asyncio.to_thread(consumer._kafka.close)
 
 
+async def _drop(dsn: str, schema: str, kafka: str, topic: str) -> None:
+    """A run's schema and topic, dropped."""
+    async with await psycopg.AsyncConnection.connect(dsn, autocommit=True) as conn:
+        await conn.execute(sql.SQL("DROP SCHEMA {} CASCADE").format(sql.Identifier(schema)))
+    admin = make_admin(kafka, "niuniu-bench")  # with the SASL settings of the environment
+    try:
+        admin.delete_topics([topic])
+    finally:
+        admin.close()
+
+
 async def run(events: int, dsn: str, kafka: str, writers: int = 8) -> tuple[dict[str, float], dict[str, Limit]]:
     """The backbone's rates (events/s), and the same run's limits of the components underneath."""
     tag = uuid.uuid4().hex[:8]
@@ -165,13 +176,7 @@ async def run(events: int, dsn: str, kafka: str, writers: int = 8) -> tuple[dict
         }
     finally:
         await pool.close()
-        async with await psycopg.AsyncConnection.connect(dsn, autocommit=True) as conn:
-            await conn.execute(sql.SQL("DROP SCHEMA {} CASCADE").format(sql.Identifier(schema)))
-        admin = make_admin(kafka, "niuniu-bench")  # with the SASL settings of the environment
-        try:
-            admin.delete_topics([topic])
-        finally:
-            admin.close()
+        await _drop(dsn, schema, kafka, topic)
     return {
         "append_events_per_s": events / append_s,
         "append_pipelined_per_s": events / append_pipelined_s,

@@ -8,14 +8,12 @@ where to resume and for lag dashboards: they are committed after the database,
 so they can lag behind it, never run ahead of it. That makes the consumer safe
 across crashes, restarts and group rebalances.
 
-Given ``leases`` (``backbone.lease.PartitionLeases``) the replicas of a consumer
-divide its topics' partitions among themselves, each assigning itself its share
-(no Kafka group membership) and starting each partition from the position stored
-in PostgreSQL (or Kafka's hint, when further). A partition whose owner stopped
-moves at the others' next refresh, one whose owner died within the lease's time
-to live, and the partitions that do not move are never paused (docs/decisions/
-0011-partition-ownership.md). Every transaction checks the fencing tokens of its
-partitions: an owner deposed without noticing commits nothing for them.
+Given ``leases`` (``backbone.lease.PartitionLeases``) the replicas of a consumer divide
+its partitions among themselves (no Kafka group membership), each starting a partition
+from the position stored in PostgreSQL (or Kafka's hint, when further). A stopped owner's
+partitions move at the others' next refresh, a dead one's within the lease's time to live;
+the others never pause (docs/decisions/0011-partition-ownership.md). Every transaction
+checks its partitions' fencing tokens: a deposed owner commits nothing for them.
 """
 
 from __future__ import annotations
@@ -35,7 +33,7 @@ from kafka.structs import OffsetAndMetadata
 from niuniu.v1 import events_pb2
 from psycopg_pool import AsyncConnectionPool
 
-from backbone import logs, metrics
+from backbone import logs, metrics, tracing
 from backbone.db import framed, run_ddl
 from backbone.lease import PartitionLeases, StalePartitions
 
@@ -533,18 +531,20 @@ class ExactlyOnceConsumer:
     async def _handle(
         self, conn: psycopg.AsyncConnection, fresh: list[tuple[TopicPartition, Any, events_pb2.EventEnvelope]]
     ) -> None:
-        """The handler's effects of the batch's new records, in their order."""
-        if self._apply_many is not None:
-            if fresh:
-                await self._apply_many(conn, [Tracked(e, tp.topic, tp.partition, r.offset) for tp, r, e in fresh])
-            return
-        assert self._handler is not None
-        for _, _, envelope in fresh:
-            token = logs.correlation_id.set(envelope.correlation_id)
-            try:
-                await self._handler(conn, envelope)
-            finally:
-                logs.correlation_id.reset(token)
+        """The handler's effects of the batch's new records, in their order (a CONSUMER span for each
+        record that carries a trace context, backbone/tracing.py)."""
+        with tracing.consumer_spans(self.name, [(tp.topic, r.headers, e.event_type) for tp, r, e in fresh]):
+            if self._apply_many is not None:
+                if fresh:
+                    await self._apply_many(conn, [Tracked(e, tp.topic, tp.partition, r.offset) for tp, r, e in fresh])
+                return
+            assert self._handler is not None
+            for _, _, envelope in fresh:
+                token = logs.correlation_id.set(envelope.correlation_id)
+                try:
+                    await self._handler(conn, envelope)
+                finally:
+                    logs.correlation_id.reset(token)
 
     async def _stored_position(self, tp: TopicPartition) -> int:
         known = self._positions.get(tp)

@@ -41,7 +41,11 @@ from google.protobuf import any_pb2, timestamp_pb2
 from google.protobuf.message import Message
 from niuniu.v1 import events_pb2
 
+from backbone import tracing
 from backbone.db import run_ddl
+
+TRACE_CONTEXT_DEFAULT = "nullif(current_setting('niuniu.trace_context', true), '')"
+SET_TRACE_CONTEXT = "SELECT set_config('niuniu.trace_context', %s, true)"
 
 SCHEMA: tuple[str, ...] = (
     """
@@ -71,6 +75,9 @@ SCHEMA: tuple[str, ...] = (
     "CREATE INDEX IF NOT EXISTS outbox_unpublished_idx ON outbox (position) WHERE published_at IS NULL",
     # Outboxes made before rows knew their partition: the relays hash their unpublished rows (``key_hash``).
     "ALTER TABLE outbox ADD COLUMN IF NOT EXISTS key_hash INT CHECK (key_hash >= 0)",
+    # The trace of the command that appended the event (backbone/tracing.py): the transaction's
+    # ``niuniu.trace_context`` setting, set only while tracing is on; the relay sends it as a header.
+    f"ALTER TABLE outbox ADD COLUMN IF NOT EXISTS trace_context TEXT DEFAULT {TRACE_CONTEXT_DEFAULT}",
 )
 
 # The store-wide lock: shared by appends, exclusive for readers that need a prefix of positions.
@@ -267,6 +274,13 @@ def with_store_position(envelope: bytes, position: int) -> bytes:
             return envelope + bytes(out)
 
 
+async def note_trace(conn: psycopg.AsyncConnection) -> None:
+    """With tracing on, the current trace becomes that of the outbox rows this transaction appends next."""
+    traceparent = tracing.current_traceparent()
+    if traceparent is not None:
+        await conn.execute(SET_TRACE_CONTEXT, (traceparent,))
+
+
 async def wait_for_appends(conn: psycopg.AsyncConnection) -> None:
     """In the caller's READ COMMITTED transaction: wait until no append is in flight, and keep it so.
 
@@ -372,44 +386,10 @@ class EventStore:
         if conn.info.transaction_status != psycopg.pq.TransactionStatus.INTRANS:
             async with conn.transaction():
                 return await self.append(conn, stream_id, expected_version, events)
+        await note_trace(conn)
+        statement, params, envelopes = self._append_statement(stream_id, expected_version, events)
         try:
-            if len(events) == 1:
-                event = events[0]
-                envelope, occurred = self._envelope(stream_id, expected_version + 1, event)
-                envelopes = [envelope]
-                cur = await conn.execute(
-                    _APPEND_ONE,
-                    (
-                        stream_id,
-                        ordering_domain(stream_id),
-                        expected_version,
-                        envelope.event_id,
-                        envelope.event_type,
-                        envelope.correlation_id,
-                        occurred,
-                        envelope.SerializeToString(),
-                        event.topic or self.default_topic,
-                        key_hash(stream_id),
-                    ),
-                )
-            else:
-                built = [self._envelope(stream_id, expected_version + i, event) for i, event in enumerate(events, 1)]
-                envelopes = [e for e, _ in built]
-                cur = await conn.execute(
-                    _APPEND_MANY,
-                    (
-                        stream_id,
-                        ordering_domain(stream_id),
-                        expected_version,
-                        [e.event_id for e in envelopes],
-                        [e.event_type for e in envelopes],
-                        [e.correlation_id for e in envelopes],
-                        [occurred for _, occurred in built],
-                        [e.SerializeToString() for e in envelopes],
-                        [event.topic or self.default_topic for event in events],
-                        key_hash(stream_id),
-                    ),
-                )
+            cur = await conn.execute(statement, params)
         except psycopg.errors.UniqueViolation:
             raise ConcurrencyError(stream_id, expected_version) from None
         row = await cur.fetchone()
@@ -421,6 +401,25 @@ class EventStore:
             envelope.store_position = position
             stored.append(StoredEvent(int(position), envelope))
         return stored
+
+    def _append_statement(
+        self, stream_id: str, expected_version: int, events: Sequence[NewEvent]
+    ) -> tuple[str, tuple[object, ...], list[events_pb2.EventEnvelope]]:
+        """The statement that appends ``events``, its parameters (one row's, or arrays) and the envelopes."""
+        built = [self._envelope(stream_id, expected_version + i, event) for i, event in enumerate(events, 1)]
+        envelopes = [e for e, _ in built]
+        columns = (
+            [e.event_id for e in envelopes],
+            [e.event_type for e in envelopes],
+            [e.correlation_id for e in envelopes],
+            [occurred for _, occurred in built],
+            [e.SerializeToString() for e in envelopes],
+            [event.topic or self.default_topic for event in events],
+        )
+        one = len(events) == 1
+        values = tuple(column[0] for column in columns) if one else columns
+        params = (stream_id, ordering_domain(stream_id), expected_version, *values, key_hash(stream_id))
+        return (_APPEND_ONE if one else _APPEND_MANY), params, envelopes
 
     def append_call(
         self, stream_id: str, expected_version: int, events: Sequence[NewEvent], *, prefix: str = "a_"
@@ -477,6 +476,7 @@ class EventStore:
         if not events:
             return
         call, params = self.append_call(stream_id, expected_version, events)
+        await note_trace(conn)
         await conn.execute("SELECT " + call, params)
 
     def _envelope(self, stream_id: str, version: int, event: NewEvent) -> tuple[events_pb2.EventEnvelope, datetime]:

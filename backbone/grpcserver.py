@@ -17,10 +17,9 @@ import inspect
 import logging
 import re
 import signal
-import time
-from collections.abc import AsyncIterator, Awaitable, Callable, Coroutine, Iterable, Mapping, Sequence
+from collections.abc import AsyncIterator, Callable, Coroutine, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, TypeAlias
+from typing import Any
 
 import grpc
 from google.protobuf import descriptor, descriptor_pb2, descriptor_pool
@@ -29,7 +28,7 @@ from google.protobuf.message import Message
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection
 
-from backbone import logs, metrics
+from backbone import logs, tracing
 from backbone.config import GrpcSettings
 from backbone.errors import (
     MAX_MESSAGE_CHARS,
@@ -41,6 +40,7 @@ from backbone.errors import (
     dependency_failure,
 )
 from backbone.healthcheck import DependencyMonitor
+from backbone.interceptors import Behavior, Continuation, MethodHandler, MetricsInterceptor, TracingInterceptor, rebuild
 from backbone.tls import MAX_ANSWER_BYTES
 
 log = logging.getLogger(__name__)
@@ -70,52 +70,7 @@ def server_options(env: Mapping[str, str] | None = None) -> tuple[tuple[str, int
     )
 
 
-Behavior = Callable[..., Any]
 BackgroundTask = Callable[[asyncio.Event], Coroutine[Any, Any, None]]
-if TYPE_CHECKING:
-    MethodHandler: TypeAlias = grpc.RpcMethodHandler[Any, Any]  # generic only in the stubs
-else:
-    MethodHandler = grpc.RpcMethodHandler
-Continuation: TypeAlias = Callable[[grpc.HandlerCallDetails], Awaitable["MethodHandler | None"]]
-
-
-def _rebuild(
-    handler: MethodHandler,
-    wrap: Callable[[Behavior, bool], Behavior],
-    deserializer: Callable[[Callable[[bytes], Any]], Callable[[bytes], Any]] | None = None,
-) -> MethodHandler:
-    """``handler`` with its behavior wrapped; with ``deserializer``, its unary requests parsed by
-    ``deserializer(the handler's own)`` (a streamed request keeps the handler's own)."""
-    parse = handler.request_deserializer
-    if deserializer is not None and parse is not None and not handler.request_streaming:
-        parse = deserializer(parse)
-    kwargs = {
-        "request_deserializer": parse,
-        "response_serializer": handler.response_serializer,
-    }
-    if handler.unary_unary:
-        return grpc.unary_unary_rpc_method_handler(wrap(handler.unary_unary, False), **kwargs)
-    if handler.unary_stream:
-        return grpc.unary_stream_rpc_method_handler(wrap(handler.unary_stream, True), **kwargs)
-    if handler.stream_unary:
-        return grpc.stream_unary_rpc_method_handler(wrap(handler.stream_unary, False), **kwargs)
-    assert handler.stream_stream is not None
-    return grpc.stream_stream_rpc_method_handler(wrap(handler.stream_stream, True), **kwargs)
-
-
-def _split_method(full: str) -> tuple[str, str]:
-    _, service, method = full.split("/", 2)
-    return service, method
-
-
-def _rpc_type(handler: MethodHandler) -> str:
-    if handler.unary_unary:
-        return "unary"
-    if handler.unary_stream:
-        return "server_stream"
-    if handler.stream_unary:
-        return "client_stream"
-    return "bidi_stream"
 
 
 async def _abort_for(error: BaseException, context: grpc.aio.ServicerContext[Any, Any]) -> None:
@@ -302,7 +257,7 @@ class ErrorInterceptor(grpc.aio.ServerInterceptor):
         handler = await continuation(details)
         if handler is None:
             return handler
-        return _rebuild(handler, self._wrap, _checking_overflow)
+        return rebuild(handler, self._wrap, _checking_overflow)
 
     @staticmethod
     def _wrap(behavior: Behavior, streaming: bool) -> Behavior:
@@ -330,72 +285,6 @@ class ErrorInterceptor(grpc.aio.ServerInterceptor):
                 if _is_abort(error):
                     raise
                 await _abort_for(error, context)
-
-        return unary
-
-
-class MetricsInterceptor(grpc.aio.ServerInterceptor):
-    """grpc_server_started_total, grpc_server_handled_total{grpc_code}, grpc_server_handling_seconds."""
-
-    async def intercept_service(
-        self,
-        continuation: Continuation,
-        details: grpc.HandlerCallDetails,
-    ) -> MethodHandler | None:
-        handler = await continuation(details)
-        if handler is None:
-            return handler
-        service, method = _split_method(details.method)
-        labels = (service, method, _rpc_type(handler))
-        return _rebuild(handler, lambda behavior, streaming: self._wrap(behavior, streaming, labels))
-
-    @staticmethod
-    def _wrap(behavior: Behavior, streaming: bool, labels: tuple[str, str, str]) -> Behavior:
-        def finish(
-            context: grpc.aio.ServicerContext[Any, Any], started: float, failed: bool, *, cancelled: bool = False
-        ) -> None:
-            code = context.code()
-            if code is None and (cancelled or context.cancelled()):
-                code = grpc.StatusCode.CANCELLED  # the client left (e.g. closed WatchTable): not a server error
-            if code is None:
-                code = grpc.StatusCode.INTERNAL if failed else grpc.StatusCode.OK
-            name = code.name if isinstance(code, grpc.StatusCode) else str(code)
-            metrics.GRPC_HANDLED.labels(*labels, name).inc()
-            metrics.GRPC_HANDLING_SECONDS.labels(*labels).observe(time.perf_counter() - started)
-
-        if streaming and inspect.isasyncgenfunction(behavior):
-
-            async def stream(request: Any, context: grpc.aio.ServicerContext[Any, Any]) -> AsyncIterator[Any]:
-                metrics.GRPC_STARTED.labels(*labels).inc()
-                started, failed = time.perf_counter(), False
-                try:
-                    async for item in behavior(request, context):
-                        yield item
-                except (asyncio.CancelledError, GeneratorExit):
-                    finish(context, started, failed, cancelled=True)
-                    raise
-                except BaseException:
-                    failed = True
-                    finish(context, started, failed)
-                    raise
-                else:
-                    finish(context, started, failed)
-
-            return stream
-
-        async def unary(request: Any, context: grpc.aio.ServicerContext[Any, Any]) -> Any:
-            metrics.GRPC_STARTED.labels(*labels).inc()
-            started = time.perf_counter()
-            try:
-                reply = await behavior(request, context)
-            except asyncio.CancelledError:
-                finish(context, started, False, cancelled=True)
-                raise
-            except BaseException:
-                finish(context, started, True)
-                raise
-            finish(context, started, False)
-            return reply
 
         return unary
 
@@ -450,7 +339,9 @@ async def start_server(
     ``niuniu.rng.v1.Rng.SetTestDeck``); ``credentials`` (TLS) replace the plaintext port.
     ``dependencies`` turns health NOT_SERVING while a dependency it probes is unreachable.
     """
-    server = grpc.aio.server(interceptors=[MetricsInterceptor(), ErrorInterceptor()], options=server_options())
+    traced = [TracingInterceptor()] if tracing.enabled() else []
+    interceptors = [*traced, MetricsInterceptor(), ErrorInterceptor()]
+    server = grpc.aio.server(interceptors=interceptors, options=server_options())
     names = list(register(server))
     health_servicer = health.aio.HealthServicer()
     health_pb2_grpc.add_HealthServicer_to_server(health_servicer, server)

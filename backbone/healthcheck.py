@@ -17,6 +17,7 @@ import argparse
 import asyncio
 import contextlib
 import logging
+import ssl
 import struct
 import sys
 import time
@@ -87,15 +88,18 @@ class KafkaProbe:
 
     ApiVersions is the one request a broker answers before authentication, so the probe
     needs no credentials, and an answer (not just an accepted connection: a stopped broker's
-    kernel still accepts) shows the broker is working. Plaintext listeners only.
+    kernel still accepts) shows the broker is working. Over TLS (``ssl_context``, for ``SSL``
+    and ``SASL_SSL`` listeners: ``backbone.kafka.ssl_context``) the handshake checks the
+    broker's certificate first.
     """
 
     API_VERSIONS_KEY = 18
     CLIENT_ID = b"niuniu-health"
     MAX_RESPONSE_BYTES = 1 << 20
 
-    def __init__(self, bootstrap_servers: str) -> None:
+    def __init__(self, bootstrap_servers: str, ssl_context: ssl.SSLContext | None = None) -> None:
         self._servers = [_host_port(item) for item in bootstrap_servers.split(",") if item.strip()]
+        self._ssl = ssl_context
         self._correlation_id = 0
 
     async def __call__(self) -> None:
@@ -104,7 +108,7 @@ class KafkaProbe:
             try:
                 await self._ask(host, port)
                 return
-            except (OSError, ValueError, asyncio.IncompleteReadError) as error:
+            except (OSError, ValueError, asyncio.IncompleteReadError) as error:  # ssl.SSLError is an OSError
                 errors.append(f"{host}:{port}: {type(error).__name__}")
         raise ConnectionError("no Kafka broker answered (" + "; ".join(errors) + ")")
 
@@ -112,7 +116,7 @@ class KafkaProbe:
         self._correlation_id = (self._correlation_id + 1) % (1 << 31)
         header = struct.pack(">hhih", self.API_VERSIONS_KEY, 0, self._correlation_id, len(self.CLIENT_ID))
         request = header + self.CLIENT_ID
-        reader, writer = await asyncio.open_connection(host, port)
+        reader, writer = await asyncio.open_connection(host, port, ssl=self._ssl)
         try:
             writer.write(struct.pack(">i", len(request)) + request)
             await writer.drain()

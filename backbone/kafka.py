@@ -8,13 +8,17 @@ broker of ``scripts/infra`` and the Kubernetes manifests require them):
   names its identity with ``use_identity`` before it makes clients;
 - else ``KAFKA_SASL_USERNAME`` / ``KAFKA_SASL_PASSWORD``: the process's default principal;
 - ``KAFKA_SECURITY_PROTOCOL`` (``SASL_PLAINTEXT`` when credentials are set, else
-  ``PLAINTEXT``) and ``KAFKA_SASL_MECHANISM`` (``SCRAM-SHA-512``).
+  ``PLAINTEXT``; ``SASL_SSL`` or ``SSL`` for TLS) and ``KAFKA_SASL_MECHANISM`` (``SCRAM-SHA-512``);
+- ``KAFKA_SSL_CAFILE``: with a ``*SSL`` protocol, the CA that signed the brokers' certificates
+  (PEM; unset: the system's trust store). Clients check the broker's name against its
+  certificate: a bootstrap address must be a name (or IP) the certificate lists.
 """
 
 from __future__ import annotations
 
 import logging
 import os
+import ssl
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -60,7 +64,16 @@ class TopicSpec:
     replication_factor: int = 1
 
 
-SECURITY_KEYS = ("security_protocol", "sasl_mechanism", "sasl_plain_username", "sasl_plain_password")
+SECURITY_KEYS = (
+    "security_protocol",
+    "sasl_mechanism",
+    "sasl_plain_username",
+    "sasl_plain_password",
+    "ssl_cafile",
+    "ssl_check_hostname",
+)
+PROTOCOLS = ("PLAINTEXT", "SASL_PLAINTEXT", "SSL", "SASL_SSL")
+CAFILE_ENV = "KAFKA_SSL_CAFILE"
 DEFAULT_SASL_MECHANISM = "SCRAM-SHA-512"
 
 
@@ -73,13 +86,44 @@ class KafkaCredentials:
     mechanism: str = DEFAULT_SASL_MECHANISM
     security_protocol: str = "SASL_PLAINTEXT"
 
-    def client_config(self) -> dict[str, str]:
+    def client_config(self) -> dict[str, Any]:
         return {
             "security_protocol": self.security_protocol,
             "sasl_mechanism": self.mechanism,
             "sasl_plain_username": self.username,
             "sasl_plain_password": self.password,
         }
+
+
+def uses_tls(env: Mapping[str, str] | None = None) -> bool:
+    """True when ``KAFKA_SECURITY_PROTOCOL`` is ``SSL`` or ``SASL_SSL``."""
+    protocol = (os.environ if env is None else env).get("KAFKA_SECURITY_PROTOCOL", "")
+    if protocol and protocol not in PROTOCOLS:
+        raise ConfigError(f"KAFKA_SECURITY_PROTOCOL must be one of {', '.join(PROTOCOLS)}, not {protocol[:40]!r}")
+    return protocol.endswith("SSL")
+
+
+def tls_config(env: Mapping[str, str] | None = None) -> dict[str, Any]:
+    """kafka-python's TLS settings: the brokers' CA and a host name check; empty without TLS."""
+    env = os.environ if env is None else env
+    if not uses_tls(env):
+        return {}
+    cafile = env.get(CAFILE_ENV, "")
+    if cafile and not os.path.isfile(cafile):
+        raise ConfigError(f"{CAFILE_ENV}: cannot read {cafile}")
+    return {
+        "security_protocol": env["KAFKA_SECURITY_PROTOCOL"],
+        "ssl_cafile": cafile or None,
+        "ssl_check_hostname": True,
+    }
+
+
+def ssl_context(env: Mapping[str, str] | None = None) -> ssl.SSLContext | None:
+    """A TLS context that trusts the brokers' CA (``KAFKA_SSL_CAFILE``), for raw probes; None without TLS."""
+    config = tls_config(env)
+    if not config:
+        return None
+    return ssl.create_default_context(cafile=config["ssl_cafile"])
 
 
 def credentials_from_env(identity: str | None = None, env: Mapping[str, str] | None = None) -> KafkaCredentials | None:
@@ -140,13 +184,15 @@ def use_identity(identity: str | None) -> None:
     _process_identity = identity
 
 
-def security_config(identity: str | None = None) -> dict[str, str]:
-    """kafka-python settings that authenticate as ``identity`` (default: the process's identity)."""
+def security_config(identity: str | None = None) -> dict[str, Any]:
+    """kafka-python settings that authenticate as ``identity`` (default: the process's identity),
+    over TLS when the protocol says so."""
     credentials = credentials_from_env(identity or _process_identity)
-    return credentials.client_config() if credentials is not None else {}
+    return {**(credentials.client_config() if credentials is not None else {}), **tls_config()}
 
 
 def _with_security(config: dict[str, Any], overrides: Mapping[str, Any]) -> dict[str, Any]:
+    config.update(tls_config())  # TLS whoever the caller authenticates as
     if not any(key in overrides for key in SECURITY_KEYS):
         config.update(security_config())
     config.update(overrides)

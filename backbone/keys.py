@@ -17,8 +17,11 @@ In production the same files come from the operator's secret store.
 
 ``--tls`` also makes a local CA (``ca.pem``; its key ``ca-key.pem``) and, signed by it,
 one certificate per service (``<service>.crt``/``<service>-tls.key``; names ``localhost``,
-``<service>`` and 127.0.0.1) plus ``operator.crt`` for tools such as the health check,
-and adds the TLS variables to ``env`` (backbone/tls.py).
+``<service>`` and 127.0.0.1) plus ``operator.crt`` for tools such as the health check (and
+the gateway's calls), ``gateway.crt`` for the gateway's HTTPS and ``infra.crt`` for the local
+Kafka, PostgreSQL and Redis TLS listeners (``NIUNIU_TLS=1 scripts/infra up``), and adds the
+gRPC TLS variables to ``env`` (backbone/tls.py). A certificate missing from a directory that
+has its CA already is signed by that CA.
 """
 
 from __future__ import annotations
@@ -41,13 +44,14 @@ from backbone.auth import (
     ISSUER_KEY_ENV,
     JWKS_FILE_ENV,
     SERVICES,
+    SIGNERS,
     SigningKey,
     TrustedKey,
     jwks,
     service_owner,
 )
 
-OWNERS = (ISSUER, *(service_owner(s) for s in SERVICES))
+OWNERS = (ISSUER, *(service_owner(s) for s in SIGNERS))
 
 
 def _file_of(owner: str) -> str:
@@ -91,6 +95,9 @@ def _publish(directory: Path) -> None:
             lines.append(f"export NIUNIU_{name.upper()}_TLS_KEY_FILE={root / f'{name}-tls.key'}")
         lines.append(f"export NIUNIU_TLS_CLIENT_CERT_FILE={root / 'operator.crt'}")
         lines.append(f"export NIUNIU_TLS_CLIENT_KEY_FILE={root / 'operator-tls.key'}")
+    if (directory / "gateway.crt").exists():
+        lines.append(f"export NIUNIU_GATEWAY_TLS_CERT_FILE={root / 'gateway.crt'}")
+        lines.append(f"export NIUNIU_GATEWAY_TLS_KEY_FILE={root / 'gateway-tls.key'}")
     (directory / "env").write_text("\n".join(lines) + "\n")
 
 
@@ -102,9 +109,8 @@ def generate(directory: Path, *, tls: bool = False) -> list[str]:
         if _load(directory, owner) is None:
             _write_private(directory / _file_of(owner), SigningKey.generate(owner).pem())
             made.append(owner)
-    if tls and not (directory / "ca.pem").exists():
-        make_certificates(directory)
-        made.append("tls")
+    if tls:
+        made += [f"tls:{name}" for name in make_certificates(directory)]
     _publish(directory)
     return made
 
@@ -143,17 +149,38 @@ def _certificate(
     return builder.sign(signer, hashes.SHA256())
 
 
-def make_certificates(directory: Path) -> None:
-    """A local CA and, signed by it, a certificate per service and one for operator tools."""
-    ca_key = ec.generate_private_key(ec.SECP256R1())
-    ca = _certificate("niuniu local CA", ca_key, None)
-    _write_private(directory / "ca-key.pem", _pem_key(ca_key))
+TLS_NAMES = (*SERVICES, "operator", "gateway", "infra")
+"""Who gets a certificate from the local CA: the services, operator tools, the gateway, the infrastructure."""
+
+
+def _local_ca(directory: Path) -> tuple[x509.Certificate, ec.EllipticCurvePrivateKey, bool]:
+    """The directory's CA and its key, made first if missing; the flag says it was just made."""
+    if (directory / "ca.pem").exists():
+        ca = x509.load_pem_x509_certificate((directory / "ca.pem").read_bytes())
+        key = serialization.load_pem_private_key((directory / "ca-key.pem").read_bytes(), None)
+        if not isinstance(key, ec.EllipticCurvePrivateKey):
+            raise SystemExit(f"{directory / 'ca-key.pem'} is not an EC key")
+        return ca, key, False
+    key = ec.generate_private_key(ec.SECP256R1())
+    ca = _certificate("niuniu local CA", key, None)
+    _write_private(directory / "ca-key.pem", _pem_key(key))
     (directory / "ca.pem").write_bytes(ca.public_bytes(serialization.Encoding.PEM))
-    for name in (*SERVICES, "operator"):
+    return ca, key, True
+
+
+def make_certificates(directory: Path) -> list[str]:
+    """A local CA and, signed by it, the certificates of ``TLS_NAMES`` that are missing; returns what it made."""
+    ca, ca_key, new_ca = _local_ca(directory)
+    made = ["ca"] if new_ca else []
+    for name in TLS_NAMES:
+        if not new_ca and (directory / f"{name}.crt").exists():
+            continue
+        made.append(name)
         key = ec.generate_private_key(ec.SECP256R1())
         cert = _certificate(name, key, (ca.subject, ca_key))
         _write_private(directory / f"{name}-tls.key", _pem_key(key))
         (directory / f"{name}.crt").write_bytes(cert.public_bytes(serialization.Encoding.PEM))
+    return made
 
 
 def rotate(directory: Path, owner: str) -> tuple[str, str]:

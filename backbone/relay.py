@@ -32,6 +32,7 @@ from backbone.db import framed
 from backbone.eventstore import key_hash, with_store_position
 from backbone.kafka import MAX_RECORD_BYTES
 from backbone.lease import Part, PartitionLeases, StalePartitions
+from backbone.tracing import TRACEPARENT
 
 log = logging.getLogger(__name__)
 
@@ -60,7 +61,8 @@ OWNED = (
 )
 """Rows of the relay's partitions: (topic, partition, the topic's partition count) as three arrays."""
 UNPUBLISHED = (
-    "SELECT outbox.position, outbox.topic, outbox.record_key, outbox.key_hash, e.envelope FROM outbox"
+    "SELECT outbox.position, outbox.topic, outbox.record_key, outbox.key_hash, e.envelope, outbox.trace_context"
+    " FROM outbox"
     " JOIN events e USING (position) WHERE outbox.published_at IS NULL{owned}"
     " ORDER BY outbox.position LIMIT %(limit)s FOR UPDATE OF outbox SKIP LOCKED"
 )
@@ -81,6 +83,11 @@ class PendingRecord:
     value: bytes
     partition: int | None = None
     """The record's partition when the relay owns partitions (else the producer's partitioner picks the same)."""
+    traceparent: str | None = None
+    """The trace of the command that appended the event (backbone/tracing.py), sent as a record header."""
+
+    def headers(self) -> list[tuple[str, bytes]] | None:
+        return [(TRACEPARENT, self.traceparent.encode())] if self.traceparent else None
 
 
 class OutboxRelay:
@@ -178,13 +185,14 @@ class OutboxRelay:
             "parts": [partition for _, partition in ordered],
         }
 
-    def _record(self, row: tuple[int, str, str, int | None, bytes], partitioned: bool) -> PendingRecord:
-        position, topic, key, hashed, envelope = row
+    def _record(self, row: tuple[int, str, str, int | None, bytes, str | None], partitioned: bool) -> PendingRecord:
+        position, topic, key, hashed, envelope, traceparent = row
         partition = None
         if partitioned:
             assert hashed is not None  # the owned rows are those with a hash
             partition = hashed % self._counts[topic]
-        return PendingRecord(int(position), topic, key, with_store_position(bytes(envelope), int(position)), partition)
+        value = with_store_position(bytes(envelope), int(position))
+        return PendingRecord(int(position), topic, key, value, partition, traceparent)
 
     async def _send(self, batch: list[PendingRecord]) -> None:
         try:
@@ -211,7 +219,10 @@ class OutboxRelay:
     def _send_all(self, batch: list[PendingRecord]) -> None:
         try:
             futures = [
-                self._producer.send(r.topic, key=r.key.encode(), value=r.value, partition=r.partition) for r in batch
+                self._producer.send(
+                    r.topic, key=r.key.encode(), value=r.value, partition=r.partition, headers=r.headers()
+                )
+                for r in batch
             ]
             self._producer.flush(timeout=self._send_timeout_s)
             for future in futures:

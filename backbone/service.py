@@ -22,7 +22,7 @@ from kafka import KafkaProducer
 from psycopg_pool import AsyncConnectionPool
 from redis.asyncio import Redis
 
-from backbone import logs, tls
+from backbone import logs, restorecheck, tls, tracing
 from backbone.auth import Tokens
 from backbone.config import ConfigError, Settings
 from backbone.consumer import BatchHandler, ExactlyOnceConsumer, Handler
@@ -31,6 +31,7 @@ from backbone.eventstore import EventStore
 from backbone.grpcserver import BackgroundTask, RunningServer, serve_forever, start_server
 from backbone.healthcheck import DependencyMonitor, KafkaProbe, PostgresProbe, Probe, RedisProbe
 from backbone.kafka import ensure_topics, make_consumer, make_producer, use_identity
+from backbone.kafka import ssl_context as kafka_ssl_context
 from backbone.lease import PartitionLeases, PgFence
 from backbone.metrics import serve_metrics
 from backbone.relay import OutboxRelay
@@ -113,6 +114,32 @@ class ServiceSpec:
     health_dependencies: Sequence[str] = ("postgres", "redis", "kafka")
 
 
+def _consumer(
+    spec: ServiceSpec, consumer_spec: ConsumerSpec, ctx: ServiceContext, owner: str, schema: str | None
+) -> ExactlyOnceConsumer:
+    """One of the service's consumers, on its own Kafka client and partition leases."""
+    settings, topics = ctx.settings, ctx.topics
+    # The group carries the topic prefix, so independent
+    # deployments sharing a broker never share a group.
+    group = f"{topics.prefix}{consumer_spec.name}"
+    gather = (
+        {"fetch_min_bytes": GATHER_BYTES, "fetch_max_wait_ms": consumer_spec.gather_ms}
+        if consumer_spec.gather_ms
+        else {}
+    )
+    kafka = make_consumer(settings.kafka_bootstrap_servers, group, f"{spec.name}-{consumer_spec.name}", **gather)
+    return ExactlyOnceConsumer(
+        consumer_spec.name,
+        consumer_spec.topics(topics),
+        ctx.pool,
+        consumer_spec.handler(ctx),
+        kafka,
+        batch_size=consumer_spec.batch_size,
+        parallel_partitions=consumer_spec.parallel_partitions,
+        leases=PartitionLeases(ctx.redis, f"consumer:{group}:{schema or ''}", owner, PARTITION_LEASE_TTL_MS, ctx.pool),
+    )
+
+
 async def start(
     spec: ServiceSpec,
     settings: Settings,
@@ -129,57 +156,14 @@ async def start(
     """
     if tokens is None:
         tokens = Tokens.from_env(spec.name, issuer=spec.issues_user_tokens)
-    ensure_topics(settings.kafka_bootstrap_servers, topics.specs())
-    if schema is not None:
-        async with await connect(settings.dsn, autocommit=True, timeouts=settings.db_timeouts) as conn:
-            await create_schema(conn, schema)
-    pool = await open_pool(
-        settings.dsn, schema=schema, max_size=settings.db_pool_max_size, timeouts=settings.db_timeouts
-    )
-    store = EventStore(spec.name, spec.default_topic(topics))
-    await _set_up_tables(pool, store, spec)
+    pool, store = await _open_store(spec, settings, topics, schema)
     redis_timeout_s = settings.redis_timeout_ms / 1000
     redis = Redis.from_url(settings.redis_url, socket_timeout=redis_timeout_s, socket_connect_timeout=redis_timeout_s)
     ctx = ServiceContext(settings, topics, pool, store, redis, tokens)
     owner = f"{socket.gethostname()}-{os.getpid()}-{id(ctx)}"
-
-    def relay_producer() -> KafkaProducer:
-        return make_producer(settings.kafka_bootstrap_servers, f"{spec.name}-relay")
-
-    relay = OutboxRelay(
-        spec.name,
-        pool,
-        relay_producer(),
-        new_producer=relay_producer,
-        leases=PartitionLeases(
-            redis, f"relay:{topics.prefix}{spec.name}:{schema or ''}", owner, PARTITION_LEASE_TTL_MS, pool
-        ),
-        topics=published_topics(spec, topics),
-        idle_sleep_s=RELAY_IDLE_SLEEP_S,
-        linger_s=RELAY_LINGER_S,
-    )
+    relay = _relay(spec, ctx, owner, schema)
     tasks: list[BackgroundTask] = [relay.run]
-    for consumer_spec in spec.consumers:
-        # The group carries the topic prefix, so independent
-        # deployments sharing a broker never share a group.
-        group = f"{topics.prefix}{consumer_spec.name}"
-        gather = (
-            {"fetch_min_bytes": GATHER_BYTES, "fetch_max_wait_ms": consumer_spec.gather_ms}
-            if consumer_spec.gather_ms
-            else {}
-        )
-        kafka = make_consumer(settings.kafka_bootstrap_servers, group, f"{spec.name}-{consumer_spec.name}", **gather)
-        consumer = ExactlyOnceConsumer(
-            consumer_spec.name,
-            consumer_spec.topics(topics),
-            pool,
-            consumer_spec.handler(ctx),
-            kafka,
-            batch_size=consumer_spec.batch_size,
-            parallel_partitions=consumer_spec.parallel_partitions,
-            leases=PartitionLeases(redis, f"consumer:{group}:{schema or ''}", owner, PARTITION_LEASE_TTL_MS, pool),
-        )
-        tasks.append(consumer.run)
+    tasks.extend(_consumer(spec, consumer_spec, ctx, owner, schema).run for consumer_spec in spec.consumers)
     tasks.extend(make(ctx) for make in spec.background)
     running = await start_server(
         lambda server: spec.register(server, ctx),
@@ -192,6 +176,51 @@ async def start(
         dependencies=dependency_monitor(spec, settings),
     )
     return running, ctx
+
+
+async def _open_store(
+    spec: ServiceSpec, settings: Settings, topics: Topics, schema: str | None
+) -> tuple[AsyncConnectionPool, EventStore]:
+    """The service's topics, pool and tables; a database restored behind its own topics refuses to
+    start here, before anything appends (``restorecheck.BehindTopics``, a ConfigError)."""
+    ensure_topics(settings.kafka_bootstrap_servers, topics.specs())
+    if schema is not None:
+        async with await connect(settings.dsn, autocommit=True, timeouts=settings.db_timeouts) as conn:
+            await create_schema(conn, schema)
+    pool = await open_pool(
+        settings.dsn, schema=schema, max_size=settings.db_pool_max_size, timeouts=settings.db_timeouts
+    )
+    store = EventStore(spec.name, spec.default_topic(topics))
+    await _set_up_tables(pool, store, spec)
+    try:
+        await restorecheck.refuse_if_behind(
+            pool, settings.kafka_bootstrap_servers, published_topics(spec, topics), spec.name
+        )
+    except restorecheck.BehindTopics:
+        await pool.close()
+        raise
+    return pool, store
+
+
+def _relay(spec: ServiceSpec, ctx: ServiceContext, owner: str, schema: str | None) -> OutboxRelay:
+    """The outbox relay of this replica: it publishes the partitions it holds a lease on."""
+    settings, topics = ctx.settings, ctx.topics
+
+    def relay_producer() -> KafkaProducer:
+        return make_producer(settings.kafka_bootstrap_servers, f"{spec.name}-relay")
+
+    return OutboxRelay(
+        spec.name,
+        ctx.pool,
+        relay_producer(),
+        new_producer=relay_producer,
+        leases=PartitionLeases(
+            ctx.redis, f"relay:{topics.prefix}{spec.name}:{schema or ''}", owner, PARTITION_LEASE_TTL_MS, ctx.pool
+        ),
+        topics=published_topics(spec, topics),
+        idle_sleep_s=RELAY_IDLE_SLEEP_S,
+        linger_s=RELAY_LINGER_S,
+    )
 
 
 def published_topics(spec: ServiceSpec, topics: Topics) -> list[str]:
@@ -215,6 +244,7 @@ async def _set_up_tables(pool: AsyncConnectionPool, store: EventStore, spec: Ser
                 await store.setup(conn)
                 await ExactlyOnceConsumer.setup(conn)
                 await PgFence.setup(conn)
+                await restorecheck.setup(conn)
                 if spec.setup is not None:
                     await spec.setup(conn)
             return
@@ -231,7 +261,7 @@ def dependency_monitor(spec: ServiceSpec, settings: Settings) -> DependencyMonit
     makers: dict[str, Callable[[], Probe]] = {
         "postgres": lambda: PostgresProbe(settings.dsn, settings.db_timeouts),
         "redis": lambda: RedisProbe(settings.redis_url, timeout_s),
-        "kafka": lambda: KafkaProbe(settings.kafka_bootstrap_servers),
+        "kafka": lambda: KafkaProbe(settings.kafka_bootstrap_servers, kafka_ssl_context()),
     }
     unknown = set(spec.health_dependencies) - set(makers)
     if unknown:
@@ -242,6 +272,7 @@ def dependency_monitor(spec: ServiceSpec, settings: Settings) -> DependencyMonit
 
 async def _run(spec: ServiceSpec) -> None:
     settings = Settings.from_env(spec.name, grpc_port=spec.grpc_port, metrics_port=spec.metrics_port)
+    tracing.configure(spec.name)  # off unless NIUNIU_OTLP_ENDPOINT is set
     use_identity(spec.name)  # Kafka clients authenticate as NIUNIU_<SERVICE>_KAFKA_USER (else KAFKA_SASL_USERNAME)
     # Key material first: a service without it must not open a port or touch a database.
     tokens = Tokens.from_env(spec.name, issuer=spec.issues_user_tokens)

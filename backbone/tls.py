@@ -23,6 +23,7 @@ from pathlib import Path
 
 import grpc
 
+from backbone import tracing
 from backbone.config import ConfigError, GrpcSettings
 
 CA_ENV = "NIUNIU_TLS_CA_FILE"
@@ -121,6 +122,7 @@ def aio_channel(target: str, service: str | None, env: Mapping[str, str] | None 
     """A channel from ``service`` to ``target``: mutual TLS when configured, plaintext otherwise."""
     credentials = channel_credentials(service, env)
     options = channel_options(env)
+    interceptors = tracing.client_interceptors() or None  # a CLIENT span and its traceparent, when on
     if credentials is None:
-        return grpc.aio.insecure_channel(target, options=options)
-    return grpc.aio.secure_channel(target, credentials, options=options)
+        return grpc.aio.insecure_channel(target, options=options, interceptors=interceptors)
+    return grpc.aio.secure_channel(target, credentials, options=options, interceptors=interceptors)

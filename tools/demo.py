@@ -30,6 +30,7 @@ from niuniu.table.v1 import events_pb2 as ev
 from niuniu.table.v1 import table_pb2, table_pb2_grpc
 from niuniu.wallet.v1 import wallet_pb2, wallet_pb2_grpc
 
+from backbone import tls
 from backbone.auth import bearer
 from bull import fairness as fair
 from bull.cards import parse_cards
@@ -238,8 +239,8 @@ async def verify(table: table_pb2_grpc.TableAsyncStub, token: str, round_id: str
 
 async def play(rounds: int, players: int) -> int:
     async with (
-        grpc.aio.insecure_channel(addr("wallet", 50053)) as wallet_channel,
-        grpc.aio.insecure_channel(addr("table", 50052)) as table_channel,
+        tls.aio_channel(addr("wallet", 50053), None) as wallet_channel,
+        tls.aio_channel(addr("table", 50052), None) as table_channel,
     ):
         wallet = wallet_pb2_grpc.WalletStub(wallet_channel)
         table = table_pb2_grpc.TableStub(table_channel)
@@ -338,8 +339,8 @@ async def verify_envelope(table: table_pb2_grpc.TableAsyncStub, admin: str, roun
 
 async def play_envelope(rounds: int, players: int) -> int:
     async with (
-        grpc.aio.insecure_channel(addr("wallet", 50053)) as wallet_channel,
-        grpc.aio.insecure_channel(addr("table", 50052)) as table_channel,
+        tls.aio_channel(addr("wallet", 50053), None) as wallet_channel,
+        tls.aio_channel(addr("table", 50052), None) as table_channel,
     ):
         wallet = wallet_pb2_grpc.WalletStub(wallet_channel)
         table = table_pb2_grpc.TableStub(table_channel)

@@ -36,6 +36,8 @@ and the gRPC stack underneath do on the same machine at that moment.
 DIR/<service>-run<N>.txt). ``--audit`` (with the services it started) runs ``niuniu-audit
 replay`` after the last run, against the run's journal, topics and wallet, prints its
 verdict and exits non-zero unless it is clean. Only loopback addresses are accepted.
+
+A takeover under load (a replica of each service SIGKILLed in turn) is ``python -m tools.takeover``.
 """
 
 from __future__ import annotations
@@ -134,14 +136,20 @@ class LocalStack:
     run_id: str
     log_dir: Path
     replicas: int = 1
+    counts: dict[str, int] = field(default_factory=dict)
+    """Services run with another number of replicas than ``replicas`` (``python -m tools.takeover``: one rng)."""
     ports: dict[str, list[int]] = field(default_factory=dict)
     metrics_ports: dict[str, list[int]] = field(default_factory=dict)
     procs: dict[str, list[subprocess.Popen[bytes]]] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
-        self.ports = {s: [free_port() for _ in range(self.replicas)] for s in SERVICES}
-        self.metrics_ports = {s: [free_port() for _ in range(self.replicas)] for s in SERVICES}
+        self.ports = {s: [free_port() for _ in range(self.count(s))] for s in SERVICES}
+        self.metrics_ports = {s: [free_port() for _ in range(self.count(s))] for s in SERVICES}
         self.log_dir.mkdir(parents=True, exist_ok=True)
+
+    def count(self, service: str) -> int:
+        """How many replicas of ``service`` run."""
+        return self.counts.get(service, self.replicas)
 
     def schema(self, service: str) -> str:
         return f"load_{self.run_id}_{service}"
@@ -159,7 +167,8 @@ class LocalStack:
 
     def replica_names(self, service: str) -> list[str]:
         """``service`` alone, or ``service-1`` .. ``service-N``."""
-        return [service] if self.replicas == 1 else [f"{service}-{i}" for i in range(1, self.replicas + 1)]
+        n = self.count(service)
+        return [service] if n == 1 else [f"{service}-{i}" for i in range(1, n + 1)]
 
     def metrics_urls(self, service: str | None = None) -> list[str]:
         services = SERVICES if service is None else (service,)
@@ -179,20 +188,24 @@ class LocalStack:
                 **{f"NIUNIU_{s.upper()}_ADDR": self.addr(s) for s in SERVICES},
             }
         )
-        if self.replicas > 1:
+        if max(self.count(s) for s in SERVICES) > 1:
             env["NIUNIU_DB_POOL_MAX_SIZE"] = str(REPLICA_POOL_SIZE)
         return env
 
     def start(self) -> None:
-        """The run's topics, then each service's first replica, then its others side by side (the first makes
-        the schema alone). With every topic there from the start, each relay and consumer knows its topics'
-        partitions at once instead of at its next metadata refresh, up to 30 s later, inside the runs."""
+        """The run's topics, then every service's first replica, then their others, each group side by side
+        (a first replica makes its service's schema alone; the services' schemas are their own). With every
+        topic there from the start, each relay and consumer knows its topics' partitions at once instead of
+        at its next metadata refresh, up to 30 s later, inside the runs."""
         ensure_topics(os.environ.get("KAFKA_BOOTSTRAP_SERVERS", DEFAULT_KAFKA), Topics(self.topic_prefix).specs())
         for service in SERVICES:
             self.procs[service] = [self._spawn(service, 0)]
+        for service in SERVICES:
             self._wait_serving(service, [0])
-            self.procs[service] += [self._spawn(service, i) for i in range(1, self.replicas)]
-            self._wait_serving(service, list(range(1, self.replicas)))
+        for service in SERVICES:
+            self.procs[service] += [self._spawn(service, i) for i in range(1, self.count(service))]
+        for service in SERVICES:
+            self._wait_serving(service, list(range(1, self.count(service))))
 
     def _spawn(self, service: str, replica: int) -> subprocess.Popen[bytes]:
         name = self.replica_names(service)[replica]

@@ -52,7 +52,7 @@ from fractions import Fraction
 
 from bull import money
 from bull.cards import DECK_52, Card, CardError, check_distinct
-from bull.rules._config import (
+from bull.rules.config import (
     ConfigError,
     Settings,
     as_bool,

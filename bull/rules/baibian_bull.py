@@ -33,7 +33,7 @@ import numpy as np
 
 from bull.cards import BIG_JOKER_RANK, DECK_54, SMALL_JOKER_RANK, Card, CardError, check_distinct
 from bull.money import BetResult, Outcome, Settlement, Transfer, TransferKind, outcome_of
-from bull.rules import _config as cfg
+from bull.rules import config as cfg
 from bull.rules._bull import BULL_BULL, NO_BULL, bull_points
 from bull.rules.golden_bull import suit_ways
 

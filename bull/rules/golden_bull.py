@@ -36,7 +36,7 @@ from bull.money import (
     TransferKind,
     outcome_of,
 )
-from bull.rules import _config as cfg
+from bull.rules import config as cfg
 from bull.rules._bull import BULL_BULL, NO_BULL, bull_points
 
 VARIANT_ID = "golden_bull"

@@ -49,7 +49,7 @@ from itertools import pairwise
 
 from bull import money
 from bull.cards import CardError
-from bull.rules._config import ConfigError, Settings, as_choice, as_int, check_keys, shown
+from bull.rules.config import ConfigError, Settings, as_choice, as_int, check_keys, shown
 
 VARIANT_ID = "red_envelope_bull"
 

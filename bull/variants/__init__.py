@@ -9,7 +9,7 @@ randomness.
 
 from __future__ import annotations
 
-from bull.rules._config import ConfigError
+from bull.rules.config import ConfigError
 from bull.variants.bai_buu import BAI_BUU
 from bull.variants.baibian_bull import BAIBIAN_BULL
 from bull.variants.base import (

@@ -25,8 +25,8 @@ from fractions import Fraction
 
 from bull.cards import Card, parse_card
 from bull.money import Settlement
-from bull.rules import _config as cfg
 from bull.rules import baibian_bull as bb
+from bull.rules import config as cfg
 from bull.variants.base import (
     CardGame,
     DealInput,

@@ -26,7 +26,7 @@ from fractions import Fraction
 
 from bull import fairness as fair
 from bull.money import Settlement
-from bull.rules import _config as cfg
+from bull.rules import config as cfg
 from bull.rules import red_envelope as re_
 from bull.variants.base import (
     WHOLE_HAND,

@@ -50,6 +50,8 @@ OPTIONAL: dict[str, str] = {
     "DATABASE_URL": "fallback when NIUNIU_<SERVICE>_DSN is unset; the manifests set the DSN",
     "NIUNIU_DB_SCHEMA": "tests only: several systems in one database, a schema each",
     "NIUNIU_EVENT_LOOP": "uvloop by default; asyncio only to rule the loop out when diagnosing",
+    "NIUNIU_OTLP_ENDPOINT": "traces are off by default; an operator with a collector sets it (docs/operating.md)",
+    "NIUNIU_GATEWAY_KEY_FILE": "without it the gateway forwards no client address and logs so (docs/security.md)",
     "NIUNIU_RNG_TEST_DECKS": "test-only deck hook: must never be set outside tests",
     "NIUNIU_ENV": "development mode: set only by the local scripts, tests and overlays/local, never in production",
     "NIUNIU_GRPC_REFLECTION": "server reflection, on by default (the health and audit tools use it)",
@@ -57,9 +59,10 @@ OPTIONAL: dict[str, str] = {
     "NIUNIU_GATEWAY_HOST": "the gateway's own listen address; NIUNIU_BIND_HOST (niuniu-common) applies when unset",
     "NIUNIU_GATEWAY_STATIC_DIR": "the reference web table's files; a cluster serves none (the operator's own frontend)",
     "NIUNIU_GATEWAY_UNARY_TIMEOUT_S": "the gateway's unary deadline; the default (30 s) is the production one",
-    # Mutual TLS between the services is off unless NIUNIU_TLS_CA_FILE is set (backbone/tls.py);
-    # the manifests deliver no certificates (yet), so none of these is set.
-    "NIUNIU_TLS_CA_FILE": "mutual TLS is off unless set; the manifests deliver no certificates",
+    # Mutual TLS between the services is off unless NIUNIU_TLS_CA_FILE is set (backbone/tls.py):
+    # overlays/production sets it with cert-manager's certificates (tls-patches.yaml); the
+    # local and operators overlays run without.
+    "NIUNIU_TLS_CA_FILE": "mutual TLS is off unless set; overlays/production sets it (tls-patches.yaml)",
     "NIUNIU_TLS_CLIENT_AUTH": "mutual TLS only (NIUNIU_TLS_CA_FILE)",
     "NIUNIU_TLS_CERT_FILE": "mutual TLS only: NIUNIU_<SERVICE>_TLS_CERT_FILE",
     "NIUNIU_TLS_KEY_FILE": "mutual TLS only: NIUNIU_<SERVICE>_TLS_KEY_FILE",
@@ -68,6 +71,7 @@ OPTIONAL: dict[str, str] = {
     # backbone.auth.operator_token's f"NIUNIU_{role.value.upper()}_TOKEN" looks like a
     # per-service template to this check; only command-line tools read it, never a service.
     "NIUNIU_TOKEN": "NIUNIU_<ROLE>_TOKEN: an operator tool's token, not read by the services",
+    "KAFKA_SSL_CAFILE": "the brokers' CA, for a *SSL protocol only; overlays/production sets it (tls-patches.yaml)",
     "KAFKA_SASL_USERNAME": "a process's default Kafka user; a service uses its own NIUNIU_<SERVICE>_KAFKA_USER",
     "KAFKA_SASL_PASSWORD": "a process's default Kafka password; a service uses its own NIUNIU_<SERVICE>_KAFKA_PASSWORD",
     # The bounds on waits and the health probes (backbone/config.py): the defaults are the production ones.
@@ -90,6 +94,8 @@ OPTIONAL: dict[str, str] = {
 ONLY_FOR: dict[str, tuple[str, ...]] = {
     # Tokens.from_env(issuer=spec.issues_user_tokens): only the wallet signs player/admin/auditor tokens.
     "NIUNIU_ISSUER_KEY_FILE": ("wallet",),
+    # backbone.clientaddress: only the gateway signs with it; the wallet imports the module to verify.
+    "NIUNIU_GATEWAY_KEY_FILE": ("gateway",),
     # The browser gateway imports backbone.config and backbone.auth for a constant or two but holds
     # no database, no Redis and no key (the callers' tokens pass through), and serves no gRPC: what
     # Settings.from_env and Tokens.from_env read is the four services' alone.

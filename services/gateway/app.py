@@ -2,8 +2,9 @@
 the message bytes to the table or wallet over gRPC, and writes the answer back in the caller's
 protocol.
 
-The gateway holds no state and no keys: the caller's ``authorization`` header goes through as
-gRPC metadata and the services decide, as for any gRPC client. Messages are parsed here only to
+The gateway holds no state, and no key but its own: the caller's ``authorization`` header goes
+through as gRPC metadata and the services decide, as for any gRPC client; the gateway adds the
+client's address and its own token, which vouches for it (backbone/clientaddress.py). Messages are parsed here only to
 refuse malformed ones with INVALID_ARGUMENT (a gRPC server would answer INTERNAL for bytes it
 cannot decode) and to translate Connect's JSON; the bytes forwarded are the caller's.
 """
@@ -27,9 +28,13 @@ from aiohttp import web
 from google.protobuf import json_format
 from google.protobuf.message import DecodeError, Message
 
+from backbone import tracing
+from backbone.auth import ServiceCredentials
+from backbone.clientaddress import forwarding_metadata
 from backbone.errors import REASON_METADATA_KEY
 from backbone.grpcserver import overflowed_field
 from services.gateway import metrics, protocol
+from services.gateway.cors import cors_headers, preflight
 from services.gateway.limits import Network, StreamSlots, client_address, token_subject
 from services.gateway.methods import Method, exposed
 from services.gateway.protocol import ProtocolError, Status
@@ -47,24 +52,6 @@ DEFAULT_READ_TIMEOUT_S = 10.0
 DEFAULT_IDLE_TIMEOUT_S = 65.0
 MAX_TIMEOUT_S = 3600.0
 # What a browser may send (answered to a CORS preflight) and read (exposed) besides the simple headers.
-ALLOWED_REQUEST_HEADERS = (
-    "authorization",
-    "content-type",
-    "x-grpc-web",
-    "x-user-agent",
-    "grpc-timeout",
-    "connect-protocol-version",
-    "connect-timeout-ms",
-    "x-correlation-id",
-)
-EXPOSED_HEADERS = (
-    "grpc-status",
-    "grpc-message",
-    "niuniu-reason",
-    "niuniu-retry-after-s",
-    "trailer-niuniu-reason",
-    "trailer-niuniu-retry-after-s",
-)
 FORWARDED_METADATA = ("authorization", "x-correlation-id")
 # Every header the gateway reads or forwards: printable ASCII only (gRPC metadata takes nothing else).
 READ_HEADERS = (
@@ -78,7 +65,6 @@ READ_HEADERS = (
     "access-control-request-method",
     "x-forwarded-for",
 )
-PREFLIGHT_MAX_AGE_S = 7200
 
 STATIC_NAME = re.compile(r"[A-Za-z0-9_-][A-Za-z0-9._-]{0,127}")  # a plain file name: no path, no dot file
 
@@ -170,6 +156,8 @@ class Gateway:
     channels: Mapping[str, grpc.aio.Channel]
     config: GatewayConfig = field(default_factory=GatewayConfig)
     methods: dict[str, Method] = field(default_factory=exposed)
+    # The gateway's own token, vouching for the client address it forwards (backbone/clientaddress.py).
+    credentials: ServiceCredentials | None = None
     slots: StreamSlots = field(init=False)
 
     def __post_init__(self) -> None:
@@ -178,7 +166,8 @@ class Gateway:
         metrics.STREAMS_LIMIT.set(config.max_streams)
 
     def application(self) -> web.Application:
-        app = web.Application(client_max_size=self.config.max_body_bytes)
+        traced = [tracing.aiohttp_middleware] if tracing.enabled() else []
+        app = web.Application(client_max_size=self.config.max_body_bytes, middlewares=traced)
         app.router.add_get("/healthz", self.health)
         app.router.add_route("*", "/{service}/{method}", self.handle)
         if self.config.static_dir is not None:
@@ -212,13 +201,13 @@ class Gateway:
         if origin is not None and not same_host and not self.config.origin_allowed(origin):
             metrics.HTTP_REFUSED.labels("origin").inc()
             return web.Response(status=403, text="origin not allowed\n")
-        cors = self._cors_headers(origin)
+        cors = cors_headers(origin)
         if malformed is not None:
             metrics.HTTP_REFUSED.labels("header").inc()
             reason = f"MALFORMED_HEADER: {malformed} holds a byte outside printable ASCII"
             return self._http_refusal(400, refusal(grpc.StatusCode.INVALID_ARGUMENT, reason), cors)
         if request.method == "OPTIONS":
-            return self._preflight(request, cors)
+            return preflight(request, cors)
         wire = Wire.of(request)
         if wire is None:
             metrics.HTTP_REFUSED.labels("content_type").inc()
@@ -296,6 +285,7 @@ class Gateway:
 
     def _call_options(self, request: web.Request, method: Method) -> tuple[list[tuple[str, str]], float | None]:
         metadata = [(key, request.headers[key]) for key in FORWARDED_METADATA if key in request.headers]
+        metadata += forwarding_metadata(self.credentials, self._client_address(request))
         timeout_s: float | None = None if method.server_streaming else self.config.unary_timeout_s
         if "grpc-timeout" in request.headers:
             timeout_s = protocol.parse_grpc_timeout(request.headers["grpc-timeout"])
@@ -304,6 +294,9 @@ class Gateway:
         if timeout_s is not None:
             timeout_s = min(timeout_s, MAX_TIMEOUT_S if method.server_streaming else self.config.unary_timeout_s)
         return metadata, timeout_s
+
+    def _client_address(self, request: web.Request) -> str:
+        return client_address(request.remote, request.headers.get("x-forwarded-for"), self.config.trusted_proxies)
 
     # -- answering ------------------------------------------------------------------------------
 
@@ -355,7 +348,7 @@ class Gateway:
         timeout_s: float | None,
         counted: Call,
     ) -> web.StreamResponse:
-        address = client_address(request.remote, request.headers.get("x-forwarded-for"), self.config.trusted_proxies)
+        address = self._client_address(request)
         try:
             slot = self.slots.take(address, token_subject(request.headers.get("authorization")))
         except ProtocolError as error:
@@ -453,33 +446,6 @@ class Gateway:
     def _render(reply: bytes, wire: Wire, method: Method) -> bytes:
         message: Message = method.response.FromString(reply)
         return json_format.MessageToJson(message, indent=None).encode()
-
-    # -- CORS -----------------------------------------------------------------------------------
-
-    def _cors_headers(self, origin: str | None) -> dict[str, str]:
-        if origin is None:
-            return {}
-        return {
-            "Access-Control-Allow-Origin": origin,
-            "Access-Control-Expose-Headers": ", ".join(EXPOSED_HEADERS),
-            "Vary": "Origin",
-        }
-
-    def _preflight(self, request: web.Request, cors: dict[str, str]) -> web.Response:
-        wanted = request.headers.get("Access-Control-Request-Method")
-        if not cors or wanted is None:
-            return web.Response(status=400, text="a preflight names its Origin and Access-Control-Request-Method\n")
-        if wanted != "POST":
-            return web.Response(status=405, headers={"Allow": "POST, OPTIONS"}, text="POST only\n")
-        return web.Response(
-            status=204,
-            headers={
-                **cors,
-                "Access-Control-Allow-Methods": "POST, OPTIONS",
-                "Access-Control-Allow-Headers": ", ".join(ALLOWED_REQUEST_HEADERS),
-                "Access-Control-Max-Age": str(PREFLIGHT_MAX_AGE_S),
-            },
-        )
 
 
 def upstream_status(error: grpc.aio.AioRpcError, method: Method) -> Status:

@@ -15,14 +15,19 @@ Settings (environment):
   one client address, and one token's subject, may hold (services/gateway/limits.py);
 - NIUNIU_GATEWAY_TRUSTED_PROXIES: comma-separated addresses or networks of the proxies in front
   (an Ingress) whose X-Forwarded-For names the client; unset: the peer is the client;
+- NIUNIU_GATEWAY_KEY_FILE (with NIUNIU_JWKS_FILE publishing its public key): the gateway's own
+  signing key, with which it vouches for the client address it forwards (backbone/clientaddress.py);
 - NIUNIU_GATEWAY_READ_TIMEOUT_S (10): a request's body must arrive this long after its headers (else
   HTTP 408 and the connection closed); NIUNIU_GATEWAY_IDLE_TIMEOUT_S (65): a connection with no
   request's headers this long after it opened or after its last answer is closed;
+- NIUNIU_GATEWAY_TLS_CERT_FILE, NIUNIU_GATEWAY_TLS_KEY_FILE: serve HTTPS with this certificate
+  (PEM; both or neither). Unset: plain HTTP (behind an Ingress that terminates TLS, or on loopback);
 - NIUNIU_GATEWAY_STATIC_DIR: static files served at GET / and GET /<file> (the reference web
   table, same origin as the API). Unset: with NIUNIU_ENV=development, clients/web/dist of the
   repository when it exists; otherwise none. Empty: none.
 
-`niuniu-gateway check [URL]` waits until a gateway answers /healthz (for scripts).
+`niuniu-gateway check [URL]` waits until a gateway answers /healthz (for scripts); an https URL's
+certificate is checked against NIUNIU_TLS_CA_FILE when set (else the system's trust store).
 """
 
 from __future__ import annotations
@@ -33,6 +38,7 @@ import contextlib
 import logging
 import os
 import signal
+import ssl
 import sys
 import time
 import urllib.error
@@ -42,8 +48,9 @@ from pathlib import Path
 
 from aiohttp import web
 
-from backbone import logs, tls
+from backbone import logs, tls, tracing
 from backbone.auth import DEVELOPMENT, ENV_MODE
+from backbone.clientaddress import gateway_credentials
 from backbone.config import DEFAULT_BIND_HOST, ConfigError
 from backbone.metrics import serve_metrics
 from services.gateway.app import (
@@ -140,24 +147,44 @@ def http_runner(gateway: Gateway) -> web.AppRunner:
     )
 
 
+CERT_ENV, KEY_ENV = "NIUNIU_GATEWAY_TLS_CERT_FILE", "NIUNIU_GATEWAY_TLS_KEY_FILE"
+
+
+def server_ssl_context(env: Mapping[str, str]) -> ssl.SSLContext | None:
+    """HTTPS with the gateway's certificate (``NIUNIU_GATEWAY_TLS_CERT_FILE``/``_KEY_FILE``); None: HTTP."""
+    cert, key = env.get(CERT_ENV, ""), env.get(KEY_ENV, "")
+    if not cert and not key:
+        return None
+    if not cert or not key:
+        raise ConfigError(f"{CERT_ENV} and {KEY_ENV} go together")
+    context = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
+    context.minimum_version = ssl.TLSVersion.TLSv1_2
+    try:
+        context.load_cert_chain(cert, key)
+    except (OSError, ssl.SSLError) as error:
+        raise ConfigError(f"{CERT_ENV}/{KEY_ENV}: cannot load {cert}, {key}: {error}") from None
+    return context
+
+
 async def serve(env: Mapping[str, str]) -> None:
     config = config_from_env(env)
     host, port = listen_address(env)
+    https = server_ssl_context(env)
     scraped_on = metrics_port(env)
     channels = {
         TABLE: tls.aio_channel(env.get("NIUNIU_TABLE_ADDR", DEFAULT_TABLE_ADDR), None, env),
         WALLET: tls.aio_channel(env.get("NIUNIU_WALLET_ADDR", DEFAULT_WALLET_ADDR), None, env),
     }
-    gateway = Gateway(channels, config)
+    gateway = Gateway(channels, config, credentials=gateway_credentials(env))
     runner = http_runner(gateway)
     await runner.setup()
-    site = web.TCPSite(runner, host, port, shutdown_timeout=SHUTDOWN_GRACE_S)
+    site = web.TCPSite(runner, host, port, shutdown_timeout=SHUTDOWN_GRACE_S, ssl_context=https)
     await site.start()
     serve_metrics(scraped_on, host)
     log.info(
         "gateway listening",
         extra={
-            "address": f"{host}:{port}",
+            "address": f"{'https' if https else 'http'}://{host}:{port}",
             "metrics_port": scraped_on,
             "origins": list(config.allowed_origins),
             "methods": len(gateway.methods),
@@ -175,10 +202,16 @@ async def serve(env: Mapping[str, str]) -> None:
         await close_quietly(channels)
 
 
-def check(url: str, timeout_s: float) -> bool:
+def check(url: str, timeout_s: float, env: Mapping[str, str] | None = None) -> bool:
+    """True once ``url`` answers 200 within ``timeout_s``; https is checked against ``NIUNIU_TLS_CA_FILE``."""
+    env = os.environ if env is None else env
+    context = ssl.create_default_context(cafile=env.get(tls.CA_ENV) or None) if url.startswith("https:") else None
     deadline = time.monotonic() + timeout_s
     while True:
-        with contextlib.suppress(OSError, urllib.error.URLError), urllib.request.urlopen(url, timeout=2) as answer:
+        with (
+            contextlib.suppress(OSError, urllib.error.URLError),
+            urllib.request.urlopen(url, timeout=2, context=context) as answer,
+        ):
             if answer.status == 200:
                 return True
         if time.monotonic() >= deadline:
@@ -195,9 +228,11 @@ def main(argv: list[str] | None = None) -> None:
     args = parser.parse_args(argv)
     if args.command == "check":
         host, port = listen_address(os.environ)
-        url = args.url or f"http://{'127.0.0.1' if host in ('0.0.0.0', '::') else host}:{port}/healthz"
+        scheme = "https" if os.environ.get(CERT_ENV) else "http"
+        url = args.url or f"{scheme}://{'127.0.0.1' if host in ('0.0.0.0', '::') else host}:{port}/healthz"
         sys.exit(0 if check(url, args.timeout) else 1)
     logs.configure("gateway")
+    tracing.configure("gateway")  # off unless NIUNIU_OTLP_ENDPOINT is set
     try:
         asyncio.run(serve(dict(os.environ)))
     except ConfigError as error:

@@ -231,11 +231,33 @@ async def _position(conn: psycopg.AsyncConnection, envelope: events_pb2.EventEnv
     return Position(str(row[0]), int(row[1]), int(row[2]), envelope.store_position)
 
 
+def _move_balances(changes: str) -> str:
+    """The one statement that moves the balances: ``changes`` selects (account, bucket, account type, debit,
+    credit, balance change, lines) once per (account, bucket), in that order (so that two writers lock the
+    rows in one order); each is added to its balance row, created at its first line."""
+    return (
+        "INSERT INTO balances (account, bucket, account_type, debit_minor, credit_minor, balance_minor, lines) "
+        + changes
+        + " ON CONFLICT (account, bucket) DO UPDATE SET"
+        " debit_minor = balances.debit_minor + EXCLUDED.debit_minor,"
+        " credit_minor = balances.credit_minor + EXCLUDED.credit_minor,"
+        " balance_minor = balances.balance_minor + EXCLUDED.balance_minor,"
+        " lines = balances.lines + EXCLUDED.lines"
+    )
+
+
+# The balance changes of the lines a statement inserted (its ``lines`` CTE).
+_MOVE_BALANCES_BY_LINES = _move_balances(
+    "SELECT account, bucket, min(account_type), sum(debit_minor), sum(credit_minor), sum(credit_minor - debit_minor),"
+    " count(*) FROM lines GROUP BY account, bucket ORDER BY account, bucket"
+)
+
+
 # One round trip per event: the entries (taking the Kafka position from the consumer's
 # tracking row), their lines and the balance changes of the entries actually inserted.
 # An entry id already journaled from another event is not inserted, so neither are its
 # lines nor its balance changes; the caller records it as a reject.
-_WRITE_ENTRIES = """
+_WRITE_ENTRIES = f"""
 WITH pos AS (
     SELECT coalesce(p.topic, '') AS topic, coalesce(p.partition, -1) AS partition, coalesce(p."offset", -1) AS "offset"
     FROM (VALUES (1)) AS one (x)
@@ -259,15 +281,7 @@ WITH pos AS (
     INSERT INTO journal_lines (entry_id, line_no, account, bucket, debit_minor, credit_minor)
     SELECT entry_id, line_no, account, bucket, debit_minor, credit_minor FROM lines
 ), moved AS (
-    INSERT INTO balances (account, bucket, account_type, debit_minor, credit_minor, balance_minor, lines)
-    SELECT account, bucket, min(account_type), sum(debit_minor), sum(credit_minor), sum(credit_minor - debit_minor),
-           count(*)
-    FROM lines GROUP BY account, bucket ORDER BY account, bucket
-    ON CONFLICT (account, bucket) DO UPDATE SET
-        debit_minor = balances.debit_minor + EXCLUDED.debit_minor,
-        credit_minor = balances.credit_minor + EXCLUDED.credit_minor,
-        balance_minor = balances.balance_minor + EXCLUDED.balance_minor,
-        lines = balances.lines + EXCLUDED.lines
+{_MOVE_BALANCES_BY_LINES}
 )
 SELECT entry_id FROM new_entries
 """
@@ -358,15 +372,7 @@ WITH fresh AS MATERIALIZED (
     INSERT INTO journal_lines (entry_id, line_no, account, bucket, debit_minor, credit_minor)
     SELECT entry_id, line_no, account, bucket, debit_minor, credit_minor FROM lines
 ), moved AS (
-    INSERT INTO balances (account, bucket, account_type, debit_minor, credit_minor, balance_minor, lines)
-    SELECT account, bucket, min(account_type), sum(debit_minor), sum(credit_minor), sum(credit_minor - debit_minor),
-           count(*)
-    FROM lines GROUP BY account, bucket ORDER BY account, bucket
-    ON CONFLICT (account, bucket) DO UPDATE SET
-        debit_minor = balances.debit_minor + EXCLUDED.debit_minor,
-        credit_minor = balances.credit_minor + EXCLUDED.credit_minor,
-        balance_minor = balances.balance_minor + EXCLUDED.balance_minor,
-        lines = balances.lines + EXCLUDED.lines
+{_MOVE_BALANCES_BY_LINES}
 )
 SELECT f.pn, f.movement_index, f.entry_id FROM fresh f WHERE f.n NOT IN (SELECT n FROM inserted)
 UNION ALL
@@ -406,17 +412,11 @@ _COPY_ENTRIES = (
     ' occurred_at, topic, partition, "offset", wallet_position) FROM STDIN'
 )
 _COPY_LINES = "COPY journal_lines (entry_id, line_no, bucket, debit_minor, credit_minor, account) FROM STDIN"
-_ADD_BALANCES = """
-INSERT INTO balances (account, bucket, account_type, debit_minor, credit_minor, balance_minor, lines)
-SELECT a, b, t, d, c, c - d, n
-FROM unnest(%b::text[], %b::text[], %b::smallint[], %b::bigint[], %b::bigint[], %b::bigint[]) AS m (a, b, t, d, c, n)
-ORDER BY a, b
-ON CONFLICT (account, bucket) DO UPDATE SET
-    debit_minor = balances.debit_minor + EXCLUDED.debit_minor,
-    credit_minor = balances.credit_minor + EXCLUDED.credit_minor,
-    balance_minor = balances.balance_minor + EXCLUDED.balance_minor,
-    lines = balances.lines + EXCLUDED.lines
-"""
+_ADD_BALANCES = _move_balances(
+    "SELECT a, b, t, d, c, c - d, n"
+    " FROM unnest(%b::text[], %b::text[], %b::smallint[], %b::bigint[], %b::bigint[], %b::bigint[])"
+    " AS m (a, b, t, d, c, n) ORDER BY a, b"
+)
 
 _WRITE_NEW_ROUNDS = f"""
 WITH new_rounds AS (

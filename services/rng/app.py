@@ -23,52 +23,10 @@ from backbone.eventstore import EventStore, NewEvent
 from backbone.topics import Topics
 from bull import fairness as fair
 from bull.cards import CardError, deck, parse_cards
+from services.rng import store
 from services.rng.seeds import new_seal_nonce, new_server_seed
 
 log = logging.getLogger(__name__)
-
-DDL = (
-    """
-    CREATE TABLE IF NOT EXISTS rng_rounds (
-        round_id              TEXT PRIMARY KEY,
-        purpose               TEXT NOT NULL,
-        server_seed           BYTEA NOT NULL,
-        commitment            TEXT NOT NULL,
-        committed_at          TIMESTAMPTZ NOT NULL DEFAULT now(),
-        deck_size             INT,
-        client_seed           TEXT,
-        drawn_at              TIMESTAMPTZ,
-        envelope_total_minor  BIGINT,
-        envelope_shares       INT,
-        envelope_min_minor    BIGINT,
-        envelope_client_seed  TEXT,
-        split_at              TIMESTAMPTZ,
-        closed_at             TIMESTAMPTZ,
-        closed_cause          TEXT,
-        revealed_at           TIMESTAMPTZ
-    )
-    """,
-    # TEST ONLY (SetTestDeck): read only when the process runs with NIUNIU_RNG_TEST_DECKS=1.
-    """
-    CREATE TABLE IF NOT EXISTS rng_test_decks (
-        round_id  TEXT PRIMARY KEY,
-        cards     TEXT[] NOT NULL,
-        set_at    TIMESTAMPTZ NOT NULL DEFAULT now()
-    )
-    """,
-    # TEST ONLY (SetTestEnvelope): read only when the process runs with NIUNIU_RNG_TEST_DECKS=1.
-    """
-    CREATE TABLE IF NOT EXISTS rng_test_envelopes (
-        round_id    TEXT PRIMARY KEY,
-        amounts     BIGINT[] NOT NULL,
-        grab_order  INT[] NOT NULL,
-        set_at      TIMESTAMPTZ NOT NULL DEFAULT now()
-    )
-    """,
-    # The players' client seed contributions each stream's client seed combines (sorted).
-    "ALTER TABLE rng_rounds ADD COLUMN IF NOT EXISTS client_seeds TEXT[]",
-    "ALTER TABLE rng_rounds ADD COLUMN IF NOT EXISTS envelope_client_seeds TEXT[]",
-)
 
 ROUND_ID_PATTERN = re.compile(r"[A-Za-z0-9][A-Za-z0-9._:-]{0,127}")  # matched whole (fullmatch)
 PURPOSES = ("deck", "envelope")
@@ -203,12 +161,7 @@ class RngApp:
         seed = new_server_seed()
         commitment = fair.commit(seed)
         async with self._pool.connection() as conn, conn.transaction():
-            cur = await conn.execute(
-                "INSERT INTO rng_rounds (round_id, purpose, server_seed, commitment) VALUES (%s, %s, %s, %s)"
-                " ON CONFLICT (round_id) DO NOTHING",
-                (round_id, purpose, seed, commitment),
-            )
-            if cur.rowcount == 0:
+            if not await store.insert_round(conn, round_id, purpose, seed, commitment):
                 return str((await self._row(conn, round_id, lock=False))["commitment"])
             event = events_pb2.Committed(round_id=round_id, purpose=purpose, commitment=commitment)
             await self._append(conn, round_id, NewEvent("rng.committed", event, correlation_id=round_id))
@@ -232,7 +185,7 @@ class RngApp:
         async with self._pool.connection() as conn, conn.transaction():
             row = await self._row(conn, round_id, lock=True)
             cards = tuple(card.code for card in fair.shuffle(row["server_seed"], round_id, client_seed, deck_size))
-            forced = await self._test_deck(conn, round_id) if self._test_decks else None
+            forced = await store.test_deck(conn, round_id) if self._test_decks else None
             if forced is not None:
                 if len(forced) != deck_size:
                     raise FailedPrecondition("TEST_DECK_SIZE", f"the test deck of {round_id} has {len(forced)} cards")
@@ -244,11 +197,7 @@ class RngApp:
                     )
                 return cards, row["commitment"], client_seed
             self._require_open(row)
-            await conn.execute(
-                "UPDATE rng_rounds SET deck_size = %s, client_seed = %s, client_seeds = %s, drawn_at = now()"
-                " WHERE round_id = %s",
-                (deck_size, client_seed, list(seed.contributions), round_id),
-            )
+            await store.record_draw(conn, round_id, deck_size, client_seed, seed.contributions)
             record = fair.deck_record(
                 round_id,
                 row["commitment"],
@@ -299,22 +248,11 @@ class RngApp:
         if len(parsed) not in fair.DECK_SIZES or set(parsed) != set(deck(len(parsed))):
             raise InvalidArgument("TEST_DECK_INVALID", "a test deck is a full 52- or 54-card deck order")
         async with self._pool.connection() as conn, conn.transaction():
-            cur = await conn.execute("SELECT drawn_at FROM rng_rounds WHERE round_id = %s FOR UPDATE", (round_id,))
-            row = await cur.fetchone()
-            if row is not None and row[0] is not None:
+            if await store.locked_stamp(conn, round_id, "drawn_at") is not None:
                 raise FailedPrecondition("ROUND_ALREADY_DRAWN", f"round {round_id} has been dealt")
-            await conn.execute(
-                "INSERT INTO rng_test_decks (round_id, cards) VALUES (%s, %s)"
-                " ON CONFLICT (round_id) DO UPDATE SET cards = excluded.cards, set_at = now()",
-                (round_id, [card.code for card in parsed]),
-            )
+            await store.save_test_deck(conn, round_id, [card.code for card in parsed])
         log.warning("TEST DECK set: this round will not verify", extra={"round_id": round_id})
         return len(parsed)
-
-    async def _test_deck(self, conn: psycopg.AsyncConnection, round_id: str) -> tuple[str, ...] | None:
-        cur = await conn.execute("SELECT cards FROM rng_test_decks WHERE round_id = %s", (round_id,))
-        row = await cur.fetchone()
-        return tuple(row[0]) if row else None
 
     async def set_test_envelope(self, round_id: str, amounts: Sequence[int], grab_order: Sequence[int]) -> fair.Split:
         """TEST ONLY: the split the round's SplitEnvelope will return. FAILED_PRECONDITION unless enabled."""
@@ -325,16 +263,9 @@ class RngApp:
         check_round_id(round_id)
         forced = check_test_envelope(amounts, grab_order)
         async with self._pool.connection() as conn, conn.transaction():
-            cur = await conn.execute("SELECT split_at FROM rng_rounds WHERE round_id = %s FOR UPDATE", (round_id,))
-            row = await cur.fetchone()
-            if row is not None and row[0] is not None:
+            if await store.locked_stamp(conn, round_id, "split_at") is not None:
                 raise FailedPrecondition("ROUND_ALREADY_SPLIT", f"round {round_id}'s envelope has been split")
-            await conn.execute(
-                "INSERT INTO rng_test_envelopes (round_id, amounts, grab_order) VALUES (%s, %s, %s)"
-                " ON CONFLICT (round_id) DO UPDATE"
-                " SET amounts = excluded.amounts, grab_order = excluded.grab_order, set_at = now()",
-                (round_id, list(forced.amounts), list(forced.grab_order)),
-            )
+            await store.save_test_envelope(conn, round_id, forced.amounts, forced.grab_order)
         log.warning("TEST ENVELOPE set: this round will not verify", extra={"round_id": round_id})
         return forced
 
@@ -344,11 +275,9 @@ class RngApp:
         """TEST ONLY: the round's test envelope if there is one (and test decks are on), checked against the split."""
         if not self._test_decks:
             return None
-        cur = await conn.execute("SELECT amounts, grab_order FROM rng_test_envelopes WHERE round_id = %s", (round_id,))
-        row = await cur.fetchone()
-        if row is None:
+        forced = await store.test_envelope(conn, round_id)
+        if forced is None:
             return None
-        forced = fair.Split(tuple(row[0]), tuple(row[1]))
         mismatch = forced_split_mismatch(forced, total_minor, shares, min_minor)
         if mismatch is not None:
             raise FailedPrecondition(
@@ -390,11 +319,7 @@ class RngApp:
             if already_split:
                 return split, row["commitment"], client_seed
             self._require_open(row)
-            await conn.execute(
-                "UPDATE rng_rounds SET envelope_total_minor = %s, envelope_shares = %s, envelope_min_minor = %s,"
-                " envelope_client_seed = %s, envelope_client_seeds = %s, split_at = now() WHERE round_id = %s",
-                (*params, list(seed.contributions), round_id),
-            )
+            await store.record_split(conn, round_id, params, seed.contributions)
             record = fair.envelope_record(
                 round_id,
                 row["commitment"],
@@ -424,7 +349,7 @@ class RngApp:
                     "ROUND_NOT_CLOSED", "the seed is revealed only after the round is settled or voided"
                 )
             if row["revealed_at"] is None:
-                await conn.execute("UPDATE rng_rounds SET revealed_at = now() WHERE round_id = %s", (round_id,))
+                await store.mark_revealed(conn, round_id)
                 event = events_pb2.Revealed(
                     round_id=round_id, server_seed=row["server_seed"].hex(), commitment=row["commitment"]
                 )
@@ -443,11 +368,7 @@ class RngApp:
 
     async def close_round(self, conn: psycopg.AsyncConnection, round_id: str, cause: str, causation_id: str) -> bool:
         """Mark the round closed (settled or voided) in the caller's transaction; False if unknown or closed."""
-        cur = await conn.execute(
-            "UPDATE rng_rounds SET closed_at = now(), closed_cause = %s WHERE round_id = %s AND closed_at IS NULL",
-            (cause, round_id),
-        )
-        if cur.rowcount == 0:
+        if not await store.close(conn, round_id, cause):
             return False
         event = events_pb2.RoundClosed(round_id=round_id, cause=cause)
         await self._append(
@@ -456,10 +377,7 @@ class RngApp:
         return True
 
     async def _row(self, conn: psycopg.AsyncConnection, round_id: str, *, lock: bool) -> dict[str, Any]:
-        query = "SELECT * FROM rng_rounds WHERE round_id = %s" + (" FOR UPDATE" if lock else "")
-        async with conn.cursor(row_factory=psycopg.rows.dict_row) as cur:
-            await cur.execute(query, (round_id,))
-            row = await cur.fetchone()
+        row = await store.round_row(conn, round_id, lock=lock)
         if row is None:
             raise NotFound("ROUND_NOT_COMMITTED", f"no commitment for round {round_id}")
         return row

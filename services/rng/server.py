@@ -19,7 +19,8 @@ from backbone.consumer import Handler, handling
 from backbone.db import run_ddl
 from backbone.service import ConsumerSpec, ServiceContext, ServiceSpec
 from services.rng.api import RngServicer
-from services.rng.app import DDL, RngApp
+from services.rng.app import RngApp
+from services.rng.store import DDL
 
 log = logging.getLogger(__name__)
 

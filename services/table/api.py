@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Mapping, Sequence
 from typing import Any
 
 import grpc
@@ -16,7 +16,7 @@ from bull.money import JACKPOT_POOL
 from services.table.app import TableApp
 from services.table.banker_api import BankerRpcs
 from services.table.bets import BetOrder
-from services.table.common import BetReceipt, player_account, unix_ms, variant_of
+from services.table.common import BetReceipt, contribution_counted, player_account, unix_ms, variant_of
 from services.table.watch import Notifier, watch_table
 
 Context = grpc.aio.ServicerContext[Any, Any]
@@ -194,25 +194,8 @@ class TableServicer(BankerRpcs, table_pb2_grpc.TableServicer):
         deal = {seat: n for n, seat in enumerate(seats)}
         hands.sort(key=lambda hand: deal.get(hand.seat, len(deal)))  # stable: parts stay in order
         bets = await self._app.round_bets(row["round_id"])
-        totals: dict[str, int] = {}
-        for bet in bets:
-            if bet["status"] != "cancelled":
-                totals[bet["area"]] = totals.get(bet["area"], 0) + bet["stake_minor"]
-        privileged = who.role in (Role.ADMIN, Role.AUDITOR)
-        mine = [
-            ev.BetOutcome(
-                bet_id=b["bet_id"],
-                player=b["player"],
-                area=b["area"],
-                stake_minor=b["stake_minor"],
-                outcome=b["outcome"] or b["status"],
-                net_minor=b["net_minor"] or 0,
-                hold_id=b["hold_id"],
-                odds=settled.area_odds.get(b["area"], "") if b["status"] == "settled" else "",
-            )
-            for b in bets
-            if privileged or b["player"] == player_account(who)
-        ]
+        totals = area_totals(bets)
+        mine = bet_outcomes(who, bets, settled)
         return table_pb2.RoundView(
             table_id=row["table_id"],
             round_id=row["round_id"],
@@ -236,6 +219,8 @@ class TableServicer(BankerRpcs, table_pb2_grpc.TableServicer):
             envelope_total_minor=envelope.total_minor,
             redeal_of=envelope.redeal_of,
             void_reason=row["void_reason"] or "",
+            client_seeds=contributions(who, row, bets),
+            envelope_min_minor=envelope.min_minor,
         )
 
     async def _variant_of_table(self, table_id: str) -> str:
@@ -252,6 +237,7 @@ class EnvelopeFacts:
         self.pool_minor = 0
         self.highest_bid_minor = 0
         self.total_minor = 0
+        self.min_minor = 0
         self.redeal_of = ""
         self.grabs: list[ev.EnvelopeGrabbed] = []
 
@@ -273,11 +259,29 @@ class EnvelopeFacts:
         elif kind == "table.envelope_sent":
             sent = ev.EnvelopeSent()
             event.unpack(sent)
-            self.total_minor = sent.total_minor
+            self.total_minor, self.min_minor = sent.total_minor, sent.min_minor
         elif kind == "table.envelope_grabbed":
             grab = ev.EnvelopeGrabbed()
             event.unpack(grab)
             self.grabs.append(grab)
+
+
+def contributions(
+    who: Principal, row: Mapping[str, Any], bets: Sequence[Mapping[str, Any]]
+) -> list[table_pb2.ClientSeedContribution]:
+    """The round's client seed contributions, bet by bet, once its seed is revealed (none before)."""
+    if not row["server_seed"]:
+        return []
+    return [
+        table_pb2.ClientSeedContribution(
+            bet_id=b["bet_id"],
+            client_seed=b["client_seed"],
+            counted=contribution_counted(b, row["client_seed"]),
+            mine=b["player"] == player_account(who),
+        )
+        for b in bets
+        if b["client_seed"]
+    ]
 
 
 def _receipt(receipt: BetReceipt) -> table_pb2.BetReceipt:
@@ -290,6 +294,7 @@ def _receipt(receipt: BetReceipt) -> table_pb2.BetReceipt:
         status=receipt.status,
         replayed=receipt.replayed,
         hold_id=receipt.hold_id,
+        client_seed=receipt.client_seed,
     )
 
 
@@ -299,3 +304,31 @@ def _bet_outcome(outcome: BetReceipt | DomainError) -> table_pb2.PlaceBetOutcome
         refusal = table_pb2.Refusal(code=code, reason=outcome.reason, message=outcome.message)
         return table_pb2.PlaceBetOutcome(refused=refusal)
     return table_pb2.PlaceBetOutcome(placed=_receipt(outcome))
+
+
+def area_totals(bets: list[dict[str, Any]]) -> dict[str, int]:
+    """The stakes of a round's bets by area, cancelled bets left out."""
+    totals: dict[str, int] = {}
+    for bet in bets:
+        if bet["status"] != "cancelled":
+            totals[bet["area"]] = totals.get(bet["area"], 0) + bet["stake_minor"]
+    return totals
+
+
+def bet_outcomes(who: Principal, bets: list[dict[str, Any]], settled: ev.RoundSettled) -> list[ev.BetOutcome]:
+    """The round's bets ``who`` may see (their own; every bet for an admin or auditor), with their outcomes."""
+    privileged = who.role in (Role.ADMIN, Role.AUDITOR)
+    return [
+        ev.BetOutcome(
+            bet_id=b["bet_id"],
+            player=b["player"],
+            area=b["area"],
+            stake_minor=b["stake_minor"],
+            outcome=b["outcome"] or b["status"],
+            net_minor=b["net_minor"] or 0,
+            hold_id=b["hold_id"],
+            odds=settled.area_odds.get(b["area"], "") if b["status"] == "settled" else "",
+        )
+        for b in bets
+        if privileged or b["player"] == player_account(who)
+    ]

@@ -31,6 +31,7 @@ from services.table.common import (
     BetReceipt,
     Phase,
     check_limits,
+    counted_contributions,
     parse_config,
     table_stream,
     variant_of,
@@ -284,13 +285,16 @@ class TableApp:
             await self.store.set_seed(conn, round_id, seed.server_seed)
             # The client seed the round was played with, as the table recorded it when it dealt
             # (GetRound shows the same): the rng's reveal answers the deck's, which a red-envelope
-            # round, split and never drawn, does not have.
+            # round, split and never drawn, does not have. And the contributions it combines, so a
+            # player watching can check theirs counted.
+            bets = await self.store.round_bets(conn, round_id)
             revealed = ev.SeedRevealed(
                 table_id=table_id,
                 round_id=round_id,
                 server_seed=seed.server_seed,
                 commitment=seed.commitment,
                 client_seed=locked["client_seed"],
+                client_seeds=counted_contributions(bets, locked["client_seed"]),
             )
             await self.store.append(
                 conn, table_stream(table_id), "table.seed_revealed", revealed, correlation_id=round_id

@@ -1,21 +1,18 @@
 """Bets: place, cancel, change (red envelope), and leaving a table with bets open.
 
-Each command is load -> decide -> save: read the rows, check the table's limits and
-the round shape's own rules (``RoundMachine.check_bet``), ask the wallet to hold
-the worst case, then record the bet and its event in one transaction that
-re-checks the betting window under a share lock on the round row, and the player's
-stakes in the round under the table's ordering lock (the table maximum holds for bets
-sent at the same moment too).
+Each command is load -> decide -> save: read the rows, check the table's terms and
+the round's admission (``admission.verify_bet``) with the round shape's own rules
+(``RoundMachine.check_bet``), ask the wallet to hold the worst case, then record the bet
+and its event in one transaction whose statement guards the same admission atomically
+(the betting window under a share lock on the round row, the player's stakes in the
+round under the table's ordering lock: the table maximum holds for bets sent at the same
+moment too) and returns the facts it decided on; a bet it did not record is refused by
+``verify_bet`` on those facts.
 
-Bets placed at the same moment, at any tables, share the trips to the database
-(``Grouped``): one read of four statements for all their checks, and, where the round
-shape counts nothing in the bet's transaction, one recording transaction of one
-statement per bet with one COMMIT (group commit). Each bet's outcome is its own
-(recorded, window closed, raced), as alone; the tables' ordering locks are taken in
-table order, so two groups never wait on each other in a cycle; a group that fails is
-worked on again bet by bet. A player's bets sent in one call (PlaceBets, ``place_many``)
-are placed side by side and so, as a rule, share all of these; within a table a group
-records its bets in the order they arrived.
+The reads and the recordings of bets placed at the same moment share their trips to the
+database (``recording.BetGroups``). A player's bets sent in one call (PlaceBets,
+``place_many``) are placed side by side and so, as a rule, share all of these; within a
+table a group records its bets in the order they arrived.
 """
 
 from __future__ import annotations
@@ -32,7 +29,6 @@ from typing import Any
 from niuniu.table.v1 import events_pb2 as ev
 
 from backbone.auth import Principal, Role, require
-from backbone.db import sent_together
 from backbone.errors import (
     AlreadyExists,
     DomainError,
@@ -42,12 +38,9 @@ from backbone.errors import (
     Unavailable,
     clip,
 )
-from backbone.eventstore import NewEvent
-from backbone.grouping import Grouped
 from bull.variants import Variant
-from services.table.banker import StakeRefused
+from services.table.admission import BetFacts, BetRefused, Bounds, Order, Refusal, verify_bet, window_open
 from services.table.common import (
-    BET_GROUP_SIZE,
     BET_STAKES,
     BETS,
     BETS_REFUSED,
@@ -56,7 +49,6 @@ from services.table.common import (
     HOLD_GRACE,
     MAX_STAKE_MINOR,
     BetReceipt,
-    Phase,
     bet_stream,
     check_client_seed,
     player_account,
@@ -65,17 +57,11 @@ from services.table.common import (
     variant_of,
 )
 from services.table.context import TableContext
+from services.table.recording import BetGroups, Recording, RecordingBusy
 from services.table.round_base import RoundMachine, check_not_closing, limits_of
-from services.table.round_envelope import OneBetPerRound
 from services.table.store import BetContext, BetQuery, Conn, Recorded, Row
 
 CONFIG_CACHE_SIZE = 4_096
-MAX_BET_GROUP = 64
-"""Bound on the bets recorded in one transaction."""
-BET_GROUPS_IN_FLIGHT = 2
-"""Groups of bets being recorded at once, each on a connection of its own."""
-MAX_BETS_WAITING = 1024
-"""Bound on bets waiting for a group; one more is refused UNAVAILABLE TABLE_BUSY (its hold released)."""
 MAX_BETS_PER_CALL = 16
 """Bound on the bets of one PlaceBets call."""
 MAX_BETS_PER_ROUND = 2_048
@@ -91,10 +77,6 @@ FAILED_PRECONDITION PLAYER_ROUND_FULL. Without it one player betting and cancell
 round's ``MAX_BETS_PER_ROUND`` and shut the others out of it."""
 
 
-class RecordingBusy(Unavailable):
-    """Too many bets waiting to be recorded: this one was not, and its hold is released."""
-
-
 @dataclass(frozen=True)
 class BetOrder:
     """One bet as a caller sends it (a PlaceBet request)."""
@@ -106,43 +88,21 @@ class BetOrder:
     round_id: str = ""
     client_seed: str = ""
 
-
-@dataclass(frozen=True)
-class Recording:
-    """A bet to record, with the instant its window is checked against, the player's seed, the most
-    the player may have staked in the round with it (the table maximum) and its place in the order the
-    bets arrived (``arrival``: a group records a table's bets in that order)."""
-
-    bet: dict[str, Any]
-    now: datetime
-    client_seed: str
-    max_staked_minor: int
-    arrival: int = 0
+    def admitted(self) -> Order:
+        """What the admission reads of it (``verify_bet``)."""
+        return Order(self.amount_minor, self.round_id)
 
 
 @dataclass(frozen=True)
 class Admitted:
     """A bet that passed the checks made before its hold: the bet to hold and record, its round's machine,
-    the most the player may have staked in the round with it, the variant and when its window closes."""
+    the bounds it is admitted under, the variant and when its window closes."""
 
     bet: dict[str, Any]
     machine: RoundMachine
-    max_staked_minor: int
+    bounds: Bounds
     variant_id: str
     closes_at: datetime
-
-
-class WindowClosed(FailedPrecondition):
-    """The betting window closed between the checks and the recording of a bet."""
-
-
-class RoundFull(FailedPrecondition):
-    """The round had ``MAX_BETS_PER_ROUND`` bets, or the player ``MAX_BETS_PER_PLAYER_ROUND`` of them."""
-
-
-class RoomTaken(FailedPrecondition):
-    """The player's other bets of the round, recorded between the checks and this bet's recording, left no
-    room for it under the table maximum."""
 
 
 def attempt_hold_id(bet_id: str) -> str:
@@ -166,8 +126,12 @@ def check_command_id(command_id: str) -> None:
         raise InvalidArgument("COMMAND_ID_MALFORMED", "command_id must be 1-128 of letters, digits and . _ : -")
 
 
-def window_open(window: tuple[str, Any] | None, now: Any) -> bool:
-    return window is not None and window[0] == Phase.BETTING and now < window[1]
+def check_order(command_id: str, amount_minor: int, client_seed: str) -> None:
+    """What a PlaceBet gets wrong by itself: its command id, its amount's range, its client seed."""
+    check_command_id(command_id)
+    if not 0 < amount_minor <= MAX_STAKE_MINOR:
+        raise InvalidArgument("AMOUNT_INVALID", "amount_minor must be positive (and at most 10^13)")
+    check_client_seed(client_seed)
 
 
 def check_chips(limits: ev.TableLimits, amount: int, *, fixed: bool) -> None:
@@ -196,33 +160,44 @@ def check_amount(limits: ev.TableLimits, area: str, amount: int, fixed: int | No
         )
 
 
-def check_room(
-    max_minor: int, staked: int, amount: int, refusal: type[FailedPrecondition] = FailedPrecondition
-) -> None:
-    """The per-player maximum of a round (``max_minor``), against what the player staked in it already."""
-    if staked + amount > max_minor:
-        BETS_REFUSED.labels("ABOVE_TABLE_MAXIMUM").inc()
-        raise refusal(
-            "ABOVE_TABLE_MAXIMUM", f"the table maximum is {max_minor} per player and round; {staked} already staked"
-        )
+def facts_before_hold(context: BetContext, now: datetime, bounds: Bounds, machine: RoundMachine) -> BetFacts:
+    """The admission's facts as the checks' read found them (``TableStore.bet_contexts``)."""
+    current = context.current
+    return BetFacts(
+        phase=None if current is None else current["phase"],
+        closes_at=None if current is None else current["betting_closes_at"],
+        now=now,
+        round_id="" if current is None else current["round_id"],
+        staked_minor=context.staked,
+        round_bets=0 if current is None else current["bets_taken"],
+        player_bets=context.player_bets,
+        player_open_bets=context.player_open_bets,
+        bounds=bounds,
+        one_bet_per_round=machine.one_bet_per_round,
+    )
 
 
-def check_round_room(bets_taken: int) -> None:
-    """A round's bound on its bets (``MAX_BETS_PER_ROUND``), against the bets it has taken (any status)."""
-    if bets_taken >= MAX_BETS_PER_ROUND:
-        BETS_REFUSED.labels("ROUND_FULL").inc()
-        raise RoundFull("ROUND_FULL", f"this round has taken its {MAX_BETS_PER_ROUND} bets; bet in the next one")
+def facts_recorded(recorded: Recorded, r: Recording, machine: RoundMachine) -> BetFacts:
+    """The admission's facts as the recording statement found them (``TableStore.record_bet``)."""
+    phase, closes_at = recorded.window if recorded.window is not None else (None, None)
+    return BetFacts(
+        phase=phase,
+        closes_at=closes_at,
+        now=r.now,
+        round_id=r.bet["round_id"],
+        staked_minor=recorded.staked,
+        round_bets=recorded.round_bets,
+        player_bets=recorded.player_bets,
+        player_open_bets=recorded.player_open_bets,
+        bounds=r.bounds,
+        one_bet_per_round=machine.one_bet_per_round,
+    )
 
 
-def check_player_round_room(player_bets: int) -> None:
-    """A player's bound on their bets of a round (``MAX_BETS_PER_PLAYER_ROUND``), against those they placed in
-    it (any status)."""
-    if player_bets >= MAX_BETS_PER_PLAYER_ROUND:
-        BETS_REFUSED.labels("PLAYER_ROUND_FULL").inc()
-        raise RoundFull(
-            "PLAYER_ROUND_FULL",
-            f"you have placed {MAX_BETS_PER_PLAYER_ROUND} bets this round (cancelled ones count); bet in the next one",
-        )
+def refused(refusal: Refusal) -> BetRefused:
+    """The refusal counted, as the error to raise."""
+    BETS_REFUSED.labels(refusal.reason).inc()
+    return refusal.error()
 
 
 class Bets:
@@ -232,23 +207,7 @@ class Bets:
         self._machine_for = machine_for
         self._configs: dict[tuple[str, str, int], Any] = {}
         self._arrivals = itertools.count()
-        self._recordings: Grouped[Recording, Recorded] = Grouped(
-            self._record_group,
-            keys=lambda r: (r.bet["bet_id"],),
-            busy=lambda: RecordingBusy("TABLE_BUSY", "too many bets waiting to be recorded; retry shortly"),
-            max_group=MAX_BET_GROUP,
-            max_in_flight=BET_GROUPS_IN_FLIGHT,
-            max_waiting=MAX_BETS_WAITING,
-            on_group=BET_GROUP_SIZE.observe,
-        )
-        self._contexts: Grouped[BetQuery, BetContext] = Grouped(
-            self._read_group,
-            keys=lambda q: (),  # reads: any of them go together
-            busy=lambda: Unavailable("TABLE_BUSY", "too many bets waiting to be checked; retry shortly"),
-            max_group=MAX_BET_GROUP,
-            max_in_flight=BET_GROUPS_IN_FLIGHT,
-            max_waiting=MAX_BETS_WAITING,
-        )
+        self.groups = BetGroups(ctx.store)
 
     async def place(
         self,
@@ -262,57 +221,27 @@ class Bets:
     ) -> BetReceipt:
         require(who, Role.PLAYER)
         arrival = next(self._arrivals)
-        check_command_id(command_id)
-        if not 0 < amount_minor <= MAX_STAKE_MINOR:
-            raise InvalidArgument("AMOUNT_INVALID", "amount_minor must be positive (and at most 10^13)")
-        check_client_seed(client_seed)
+        check_order(command_id, amount_minor, client_seed)
         player = player_account(who)
         bet_id = scoped_id(player, command_id)
-        # One round trip for the bet (under either id), the table, its round and the player's stakes there,
-        # shared with the bets being placed at the same moment (``_read_group``).
-        stored, table, current, staked, player_bets = await self._contexts(
-            BetQuery(table_id, (bet_id, command_id), player)
-        )
-        existing = own_bet(stored, bet_id, command_id, player)
+        context = await self.groups.context(BetQuery(table_id, (bet_id, command_id), player))
+        existing = own_bet(context.stored, bet_id, command_id, player)
         if existing is not None:
             return replay(existing, player, table_id, area, amount_minor)
-        admitted = await self._admit(
-            BetOrder(command_id, table_id, area, amount_minor, round_id, client_seed),
-            bet_id,
-            player,
-            table,
-            current,
-            (staked, player_bets),
-        )
-        bet = admitted.bet
-        await self._hold(bet, admitted.closes_at)
-        try:
-            receipt = await self._record(bet, admitted.machine, admitted.max_staked_minor, client_seed, arrival)
-        except (WindowClosed, OneBetPerRound, RoomTaken, RoundFull, StakeRefused, RecordingBusy):
-            # Refused after the wallet held: the bet rolled back, so its hold goes too.
-            await self._ctx.wallet.void_hold(bet["hold_id"])
-            raise
-        if receipt.replayed:
-            # The same command, sent twice at once, was recorded by the other call with that call's
-            # own hold: this one's holds nothing the table's record needs.
-            await self._ctx.wallet.void_hold(bet["hold_id"])
-            return receipt
-        BETS.labels(admitted.variant_id, area).inc()
-        BET_STAKES.labels(admitted.variant_id).inc(amount_minor)
-        self._ctx.wake(table_id)
+        order = BetOrder(command_id, table_id, area, amount_minor, round_id, client_seed)
+        admitted = await self._admit(order, bet_id, player, context)
+        await self._hold(admitted.bet, admitted.closes_at)
+        receipt = await self._record_held(admitted, client_seed, arrival)
+        if not receipt.replayed:
+            BETS.labels(admitted.variant_id, area).inc()
+            BET_STAKES.labels(admitted.variant_id).inc(amount_minor)
+            self._ctx.wake(table_id)
         return receipt
 
-    async def _admit(
-        self,
-        order: BetOrder,
-        bet_id: str,
-        player: str,
-        table: Row | None,
-        current: Row | None,
-        player_room: tuple[int, int],
-    ) -> Admitted:
+    async def _admit(self, order: BetOrder, bet_id: str, player: str, context: BetContext) -> Admitted:
         """A new bet checked against the table, its round and the player's bets there (checked again,
         atomically, when it is recorded)."""
+        table, current = context.table, context.current
         if table is None:
             raise NotFound("TABLE_NOT_FOUND", f"no table {clip(order.table_id)}")
         check_not_closing(table)
@@ -325,14 +254,12 @@ class Bets:
         terms = current if current is not None else table
         config = self.config_of(variant, terms)
         check_amount(limits_of(terms), order.area, order.amount_minor, variant.fixed_stake_minor(order.area, config))
-        self._check_open(current, order.round_id)
-        assert current is not None  # and so ``config`` is the round's
-        staked, player_bets = player_room
-        check_round_room(current["bets_taken"])  # again when recorded, under the table's lock
-        check_player_round_room(player_bets)  # the same
-        limits = limits_of(current)
-        check_room(limits.max_bet_minor, staked, order.amount_minor)  # again when recorded, under the table's lock
         machine = self._machine_for(variant)
+        bounds = Bounds(limits_of(terms).max_bet_minor, MAX_BETS_PER_ROUND, MAX_BETS_PER_PLAYER_ROUND)
+        refusal = verify_bet(facts_before_hold(context, self._ctx.now(), bounds, machine), order.admitted())
+        if refusal is not None:
+            raise refused(refusal)
+        assert current is not None  # and so ``config`` and ``bounds`` are the round's
         if machine.checks_bets:  # a shape with rules of its own (a banker's)
             async with self._store.read() as conn:
                 await machine.check_bet(conn, config, current["round_id"], player, order.amount_minor)
@@ -345,8 +272,23 @@ class Bets:
             "stake_minor": order.amount_minor,
             "hold_minor": variant.hold_minor(order.amount_minor, config),
             "hold_id": attempt_hold_id(bet_id),
+            "client_seed": order.client_seed,  # its BetPlaced and its receipt say what it contributed
         }
-        return Admitted(bet, machine, limits.max_bet_minor, variant.variant_id, current["betting_closes_at"])
+        return Admitted(bet, machine, bounds, variant.variant_id, current["betting_closes_at"])
+
+    async def _record_held(self, admitted: Admitted, client_seed: str, arrival: int) -> BetReceipt:
+        """Record a bet the wallet holds; its hold is voided when it is refused, or recorded by the same
+        command sent twice at once (which recorded it with its own hold)."""
+        bet = admitted.bet
+        try:
+            receipt = await self._record(admitted, client_seed, arrival)
+        except (FailedPrecondition, RecordingBusy):
+            # Refused after the wallet held: the bet rolled back, so its hold goes too.
+            await self._ctx.wallet.void_hold(bet["hold_id"])
+            raise
+        if receipt.replayed:
+            await self._ctx.wallet.void_hold(bet["hold_id"])
+        return receipt
 
     async def _hold(self, bet: Mapping[str, Any], closes_at: datetime) -> None:
         """The wallet holds the bet's worst case under this attempt's own hold id."""
@@ -400,14 +342,6 @@ class Bets:
             config = self._configs[key] = variant.parse_config(current["config"])
         return config
 
-    def _check_open(self, current: Row | None, round_id: str) -> None:
-        if current is None or current["phase"] != Phase.BETTING or self._ctx.now() >= current["betting_closes_at"]:
-            BETS_REFUSED.labels("BETTING_CLOSED").inc()
-            raise FailedPrecondition("BETTING_CLOSED", "no round is taking bets at this table right now")
-        if round_id and round_id != current["round_id"]:
-            BETS_REFUSED.labels("ROUND_MISMATCH").inc()
-            raise FailedPrecondition("ROUND_MISMATCH", f"round {round_id} is not the round taking bets")
-
     async def check_stake(
         self,
         conn: Conn,
@@ -424,98 +358,31 @@ class Bets:
         limits = limits_of(current)
         check_chips(limits, amount, fixed=False)
         staked = await self._store.staked_minor(conn, current["round_id"], player, replacing)
-        check_room(limits.max_bet_minor, staked, amount)
+        if staked + amount > limits.max_bet_minor:
+            BETS_REFUSED.labels("ABOVE_TABLE_MAXIMUM").inc()
+            raise FailedPrecondition(
+                "ABOVE_TABLE_MAXIMUM",
+                f"the table maximum is {limits.max_bet_minor} per player and round; {staked} already staked",
+            )
 
-    async def _record(
-        self, bet: dict[str, Any], machine: RoundMachine, max_staked_minor: int, client_seed: str, arrival: int
-    ) -> BetReceipt:
-        """The bet and its event: one statement that re-checks the window under a share lock on the round
-        row and the player's room under the table maximum, inserts the bet and appends BetPlaced only if it
-        inserted it (``TableStore.record_bet``), after an earlier statement of its transaction took the
-        table's ordering lock (so the room counts every bet of the player's recorded before it).
-
-        Where the shape counts stakes in the bet's transaction (``reserve``: a banker's table cap) the bet
-        has a transaction of its own; otherwise it goes with the bets recorded at the same moment
-        (``_record_group``), its COMMIT queued behind the statements (pipeline mode): the tables' ordering
-        locks are then held for no client round trip at all.
-        """
-        now = self._ctx.now()
-        if not machine.reserves_stakes:
-            recorded = await self._recordings(Recording(bet, now, client_seed, max_staked_minor, arrival))
-        else:
-            recorded = await self._record_reserving(bet, machine, client_seed, now, max_staked_minor)
+    async def _record(self, admitted: Admitted, client_seed: str, arrival: int) -> BetReceipt:
+        """The bet and its event (``BetGroups.record``). Not recorded, the facts the statement decided on
+        name the refusal (``verify_bet``), unless the same command raced this one and recorded the bet."""
+        bet = admitted.bet
+        recording = Recording(bet, self._ctx.now(), client_seed, admitted.bounds, arrival)
+        recorded = await self.groups.record(recording, admitted.machine)
         if recorded.inserted:
             return BetReceipt.of({**bet, "status": "placed"}, replayed=False)
-        if not window_open(recorded.window, now):
-            BETS_REFUSED.labels("BETTING_CLOSED").inc()
-            raise WindowClosed("BETTING_CLOSED", "betting closed before the bet could be recorded")
+        refusal = verify_bet(facts_recorded(recorded, recording, admitted.machine), Order(bet["stake_minor"]))
+        if refusal is not None and refusal.reason == "BETTING_CLOSED":
+            raise refused(Refusal(refusal.reason, "betting closed before the bet could be recorded"))
         async with self._store.read() as conn:
             existing = await self._store.bet(conn, bet["bet_id"])  # the same command raced
         if existing is not None:
             return replay(existing, bet["player"], bet["table_id"], bet["area"], bet["stake_minor"])
-        check_room(max_staked_minor, recorded.staked, bet["stake_minor"], RoomTaken)  # their other bets came first
-        check_round_room(recorded.round_bets)  # the round filled meanwhile
-        check_player_round_room(recorded.player_bets)  # the player's other bets filled their share meanwhile
-        # A red-envelope player's other bet (one per round) won.
-        raise OneBetPerRound("ALREADY_BET", "you have bet this round: change that bet with ChangeBet")
-
-    def _append_placed(self, bet: Mapping[str, Any]) -> tuple[str, dict[str, object]]:
-        """The strict append of the bet's BetPlaced to its new stream, for ``TableStore.record_bet``."""
-        placed = ev.BetPlaced(**bet)
-        event = NewEvent("table.bet_placed", placed, correlation_id=bet["round_id"], causation_id=bet["bet_id"])
-        return self._store.events.append_call(bet_stream(bet["table_id"], bet["bet_id"]), 0, [event])
-
-    async def _record_reserving(
-        self, bet: dict[str, Any], machine: RoundMachine, client_seed: str, now: datetime, max_staked_minor: int
-    ) -> Recorded:
-        """One bet and the shape's count of its stake (``reserve``), in a transaction of its own."""
-        append = self._append_placed(bet)
-        async with self._store.pool.connection() as conn, sent_together(conn):
-            await self._store.lock_for_recording(conn, [bet["round_id"]], bet_stream(bet["table_id"], bet["bet_id"]))
-            cursor = await self._store.record_bet(
-                conn, bet, now, client_seed, append, max_staked_minor, MAX_BETS_PER_ROUND, MAX_BETS_PER_PLAYER_ROUND
-            )
-            recorded = await self._store.bet_recorded(cursor)
-            if recorded.inserted:
-                await machine.reserve(conn, bet["round_id"], bet["player"], bet["stake_minor"], bet["hold_id"])
-        return recorded
-
-    async def _read_group(self, queries: list[BetQuery]) -> list[BetContext]:
-        async with self._store.read() as conn:
-            return await self._store.bet_contexts(conn, queries)
-
-    async def _record_group(self, recordings: Sequence[Recording]) -> list[Recorded]:
-        """Bets of any tables in one transaction: first, table by table in table order (the same for every
-        group), the rows of the rounds bet on and the table's ordering lock (the order each bet's statement
-        takes them in, and a round's own writers: row, then lock), then one statement per bet, a table's
-        in the order they arrived (the table maximum counts the earlier ones first), the COMMIT queued with
-        them: one sync."""
-
-        def place_in_order(i: int) -> tuple[str, int]:
-            return recordings[i].bet["table_id"], recordings[i].arrival
-
-        order = sorted(range(len(recordings)), key=place_in_order)
-        async with self._store.pool.connection() as conn:
-            async with sent_together(conn):
-                for _, at_table in itertools.groupby(order, key=lambda i: recordings[i].bet["table_id"]):
-                    bets = [recordings[i].bet for i in at_table]
-                    stream = bet_stream(bets[0]["table_id"], bets[0]["bet_id"])
-                    await self._store.lock_for_recording(conn, [b["round_id"] for b in bets], stream)
-                cursors = {}
-                for i in order:
-                    r = recordings[i]
-                    append = self._append_placed(r.bet)
-                    cursors[i] = await self._store.record_bet(
-                        conn,
-                        r.bet,
-                        r.now,
-                        r.client_seed,
-                        append,
-                        r.max_staked_minor,
-                        MAX_BETS_PER_ROUND,
-                        MAX_BETS_PER_PLAYER_ROUND,
-                    )
-            return [await self._store.bet_recorded(cursors[i]) for i in range(len(recordings))]
+        if refusal is None:
+            raise RuntimeError(f"bet {bet['bet_id']} not recorded on facts the admission takes: {recorded}")
+        raise refused(refusal)  # the bets recorded meanwhile left no room for it
 
     async def cancel(self, who: Principal, table_id: str, bet_id: str, *, cause: str = "player") -> BetReceipt:
         """Cancel a bet in its betting window, once: of two cancels of one bet, however close, one cancels

@@ -97,6 +97,7 @@ class BetReceipt:
     status: str
     replayed: bool
     hold_id: str
+    client_seed: str
 
     @classmethod
     def of(cls, bet: Mapping[str, object], *, replayed: bool) -> BetReceipt:
@@ -109,6 +110,7 @@ class BetReceipt:
             str(bet["status"]),
             replayed,
             str(bet["hold_id"]),
+            str(bet["client_seed"]),
         )
 
 
@@ -235,3 +237,20 @@ def round_client_seed(bets: Sequence[Mapping[str, object]]) -> tuple[str, list[s
     """
     contributions = [str(b["client_seed"]) for b in bets if b["status"] == "placed" and b["client_seed"]]
     return fair.combine_client_seeds(contributions), contributions
+
+
+def contribution_counted(bet: Mapping[str, object], round_client_seed: str) -> bool:
+    """Whether a bet's client seed contribution entered its round's client seed, at any time after the deal.
+
+    A bet is cancelled only in its betting window and no other status change drops a bet before the
+    deal (``round_client_seed``), so every bet with a contribution not cancelled counted, if the round
+    was dealt with contributions (``round_client_seed``, recorded at the deal, is not empty): a round
+    voided before its deal combined none.
+    """
+    return bool(bet["client_seed"]) and bet["status"] != "cancelled" and bool(round_client_seed)
+
+
+def counted_contributions(bets: Sequence[Mapping[str, object]], round_client_seed: str) -> list[str]:
+    """The contributions the round's client seed combines, sorted by their bytes (docs/fairness.md, section 10)."""
+    counted = [str(b["client_seed"]) for b in bets if contribution_counted(b, round_client_seed)]
+    return sorted(counted, key=lambda c: c.encode())

@@ -35,7 +35,8 @@ from backbone.errors import (
 )
 from bull.variants import RoundShape
 from bull.variants.red_envelope_bull import MAX_BID_MINOR, EnvelopeTableConfig
-from services.table.bets import Bets, check_command_id, window_open
+from services.table.admission import window_open
+from services.table.bets import Bets, check_command_id
 from services.table.common import (
     BIDS,
     HOLD_GRACE,
@@ -130,14 +131,7 @@ class EnvelopeCommands:
             "hold_minor": config.bid_hold_minor(amount_minor),
         }
         expires = row["bidding_closes_at"] + timedelta(seconds=limits_of(current).betting_seconds) + HOLD_GRACE
-        try:
-            await self._ctx.wallet.place_hold(
-                bid["hold_id"], player, bid["hold_minor"], "dealer bid", bid["round_id"], unix_ms(expires)
-            )
-        except Unavailable:
-            with contextlib.suppress(DomainError):
-                await self._ctx.wallet.void_hold(bid["hold_id"])
-            raise
+        await self._hold_bid(bid, unix_ms(expires))
         try:
             receipt, outbid_hold = await self._record_bid(bid, table_id, config)
         except FailedPrecondition:
@@ -152,6 +146,18 @@ class EnvelopeCommands:
                 await self._ctx.wallet.void_hold(outbid_hold)
         self._ctx.wake(table_id)
         return receipt
+
+    async def _hold_bid(self, bid: dict[str, Any], expires_unix_ms: int) -> None:
+        """The wallet holds the bid's worst case under this attempt's own hold id (released if the call
+        timed out after the wallet may have placed it)."""
+        try:
+            await self._ctx.wallet.place_hold(
+                bid["hold_id"], bid["player"], bid["hold_minor"], "dealer bid", bid["round_id"], expires_unix_ms
+            )
+        except Unavailable:
+            with contextlib.suppress(DomainError):
+                await self._ctx.wallet.void_hold(bid["hold_id"])
+            raise
 
     async def _record_bid(
         self, bid: Mapping[str, Any], table_id: str, config: EnvelopeTableConfig

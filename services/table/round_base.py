@@ -165,6 +165,8 @@ class RoundMachine:
     """The shape refuses some bets itself (``check_bet``), before the wallet holds them."""
     reserves_stakes = False
     """The shape counts stakes in the bet's own transaction (``reserve``), so a bet is recorded alone."""
+    one_bet_per_round = False
+    """A player has one open bet a round (changed, not added to): part of the admission (``verify_bet``)."""
 
     # ------------------------------------------------------------------ shared steps
 

@@ -51,10 +51,6 @@ from services.table.store import Conn, Row
 log = logging.getLogger(__name__)
 
 
-class OneBetPerRound(FailedPrecondition):
-    """A player's second bet of a red-envelope round (they change the first instead)."""
-
-
 def envelope_config(settings: Any) -> EnvelopeTableConfig:
     return EnvelopeTableConfig.from_settings(settings)
 
@@ -90,6 +86,7 @@ def split_of(grabs: list[Grab]) -> EnvelopeSplit:
 class BiddingDealerRound(RoundMachine):
     changes_bets = True
     checks_bets = True
+    one_bet_per_round = True
 
     def steps(self) -> dict[str, Step]:
         return super().steps() | {
@@ -162,15 +159,10 @@ class BiddingDealerRound(RoundMachine):
     # ------------------------------------------------------------------ bets
 
     async def check_bet(self, conn: Conn, config: Any, round_id: str, player: str, amount: int) -> None:
-        """Not the dealer, and not a second bet."""
+        """Not the dealer (a second bet is the admission's: ``one_bet_per_round``)."""
         row = await self.ctx.envelopes.row(conn, round_id)
         if row["dealer"] == player:
             raise FailedPrecondition("DEALER_CANNOT_BET", "the dealer plays against the bettors, not with them")
-        mine = await self.ctx.store.open_bet_ids(conn, round_id, player)
-        if mine:
-            raise OneBetPerRound(
-                "ALREADY_BET", f"you have bet this round ({mine[0]}): change it with ChangeBet, or 0 to cancel"
-            )
 
     # ------------------------------------------------------------------ the envelope
 

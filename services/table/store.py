@@ -41,25 +41,29 @@ class BetQuery(NamedTuple):
 
 class BetContext(NamedTuple):
     """What a bet is checked against: the bets stored under its ids, its table, the table's current
-    round (None between rounds), the player's stakes in that round and their bets there (any status)."""
+    round (None between rounds), the player's stakes in that round, their bets there (any status) and
+    their open bets there."""
 
     stored: list[Row]
     table: Row | None
     current: Row | None
     staked: int
     player_bets: int
+    player_open_bets: int
 
 
 class Recorded(NamedTuple):
     """What recording a bet found: the round's phase and betting deadline (None: no such round), whether
-    the bet was inserted, what the player had staked in the round before it, and how many bets the round
-    and the player in it had before it (any status)."""
+    the bet was inserted, and the facts it was admitted against as they were before it: what the player
+    had staked in the round, how many bets the round and the player in it had (any status), and the
+    player's open bets there. Not inserted, the facts name the refusal (``admission.verify_bet``)."""
 
     window: tuple[str, datetime] | None
     inserted: bool
     staked: int
     round_bets: int
     player_bets: int
+    player_open_bets: int
 
 
 class TableStore:
@@ -313,16 +317,16 @@ class TableStore:
             # LATERAL: each (round, player) sum is an index lookup on both columns. As a join the planner
             # matched the round alone through the index and filtered the player out of the round's bets.
             await staked.execute(
-                "SELECT q.n, s.minor, s.bets"
+                "SELECT q.n, s.minor, s.bets, s.open"
                 " FROM unnest(%b::text[], %b::text[]) WITH ORDINALITY AS q (table_id, player, n)"
                 " JOIN tables t ON t.table_id = q.table_id"
                 " CROSS JOIN LATERAL (SELECT coalesce(sum(b.stake_minor) FILTER (WHERE b.status = 'placed'), 0)"
-                "  AS minor, count(*) AS bets FROM bets b"
+                "  AS minor, count(*) AS bets, count(*) FILTER (WHERE b.status = 'placed') AS open FROM bets b"
                 "  WHERE b.round_id = t.current_round_id AND b.player = q.player) s",
                 ([q.table_id for q in queries], [q.player for q in queries]),
             )
         # Read after the block: its one Sync brought every result.
-        sums = {int(n) - 1: (int(total), int(count)) for n, total, count in await staked.fetchall()}
+        sums = {int(n) - 1: (int(total), int(count), int(open_)) for n, total, count, open_ in await staked.fetchall()}
         by_bet_id = {row["bet_id"]: row for row in await bets.fetchall()}
         by_table = {row["table_id"]: row for row in await tables.fetchall()}
         current = {row["table_id"]: row for row in await rounds.fetchall()}
@@ -331,7 +335,7 @@ class TableStore:
                 [by_bet_id[i] for i in dict.fromkeys(q.bet_ids) if i in by_bet_id],
                 by_table.get(q.table_id),
                 current.get(q.table_id),
-                *sums.get(n, (0, 0)),
+                *sums.get(n, (0, 0, 0)),
             )
             for n, q in enumerate(queries)
         ]
@@ -363,8 +367,10 @@ class TableStore:
         bets and the player fewer than ``max_player_bets`` there, the bet and (only if the bet was inserted)
         its event through ``append`` (``EventStore.append_call``). Nothing is written when the window is
         closed, the room is not there, the round or the player's share of it is full, or the bet id (or the
-        round's one bet of a player, where that holds) is taken, so the caller may queue its COMMIT before
-        it reads the outcome with ``bet_recorded``.
+        round's one bet of a player, where that holds: a unique index) is taken, so the caller may queue its
+        COMMIT before it reads the outcome with ``bet_recorded``.
+
+        The guard is ``admission.verify_bet``'s atomic form; it returns the facts it decided on, not a verdict.
 
         The stakes and bets counted are those committed before the statement began, and the caller's own:
         it holds the round's row and the table's ordering lock from an earlier statement
@@ -375,7 +381,8 @@ class TableStore:
         return await conn.execute(
             "WITH w AS (SELECT phase, betting_closes_at FROM rounds WHERE round_id = %(round_id)s FOR SHARE),"
             " staked AS (SELECT coalesce(sum(stake_minor) FILTER (WHERE status = 'placed'), 0) AS minor,"
-            "  count(*) AS bets FROM bets WHERE round_id = %(round_id)s AND player = %(player)s),"
+            "  count(*) AS bets, count(*) FILTER (WHERE status = 'placed') AS open"
+            "  FROM bets WHERE round_id = %(round_id)s AND player = %(player)s),"
             # A round without its count yet: its first bet, or a round begun before the count was kept.
             " placed AS (SELECT coalesce((SELECT bets FROM round_bet_counts WHERE round_id = %(round_id)s),"
             "  (SELECT count(*) FROM bets WHERE round_id = %(round_id)s)) AS n),"
@@ -391,7 +398,7 @@ class TableStore:
             " counted AS (INSERT INTO round_bet_counts (round_id, bets) SELECT %(round_id)s, placed.n + 1"
             "  FROM placed, i WHERE i.n > 0 ON CONFLICT (round_id) DO UPDATE SET bets = EXCLUDED.bets)"
             " SELECT w.phase, w.betting_closes_at, i.n > 0, staked.minor, CASE WHEN i.n > 0 THEN " + call + " END,"
-            " placed.n, staked.bets FROM i CROSS JOIN staked CROSS JOIN placed LEFT JOIN w ON true",
+            " placed.n, staked.bets, staked.open FROM i CROSS JOIN staked CROSS JOIN placed LEFT JOIN w ON true",
             {
                 **{k: bet[k] for k in ("bet_id", "round_id", "table_id", "player", "area", "stake_minor")},
                 "hold_minor": bet["hold_minor"],
@@ -411,7 +418,7 @@ class TableStore:
         row = await cur.fetchone()
         assert row is not None
         window = (str(row[0]), row[1]) if row[0] is not None else None
-        return Recorded(window, bool(row[2]), int(row[3]), int(row[5]), int(row[6]))
+        return Recorded(window, bool(row[2]), int(row[3]), int(row[5]), int(row[6]), int(row[7]))
 
     async def cancel_bet(self, conn: Conn, bet_id: str) -> None:
         await conn.execute("UPDATE bets SET status = 'cancelled' WHERE bet_id = %s", (bet_id,))

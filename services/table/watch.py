@@ -40,7 +40,8 @@ from redis.asyncio import Redis
 
 from backbone.auth import Principal
 from backbone.errors import DomainError
-from backbone.eventstore import StoredEvent, stored_event
+from backbone.eventreads import in_family, last_position_of, nth_last_position_of, read_family
+from backbone.eventstore import StoredEvent
 from services.table.allowance import with_allowance
 from services.table.banker import is_banked
 from services.table.common import player_account, table_stream, unix_ms
@@ -123,32 +124,20 @@ class Notifier:
                     await asyncio.wait_for(stop.wait(), 1.0)
 
 
-def _table_streams(table_id: str) -> tuple[str, str]:
-    stream = table_stream(table_id)
-    return stream, stream.replace("_", r"\_") + ".%"
+ROUND_OPENED = "table.round_opened"
 
 
 async def read_table_events(pool: AsyncConnectionPool, table_id: str, after: int, limit: int) -> list[StoredEvent]:
-    stream, bets = _table_streams(table_id)
+    """The table's events and its bets' after position ``after``, in position order."""
     async with pool.connection() as conn:
-        cur = await conn.execute(
-            "SELECT position, envelope FROM events WHERE (stream_id = %s OR stream_id LIKE %s) AND position > %s"
-            " ORDER BY position LIMIT %s",
-            (stream, bets, after, limit),
-        )
-        rows = await cur.fetchall()
-    return [stored_event(row) for row in rows]
+        return await read_family(conn, table_stream(table_id), after, limit)
 
 
 async def current_round_start(pool: AsyncConnectionPool, table_id: str) -> int:
     """The position just before the current round's opening (0 if no round yet)."""
     async with pool.connection() as conn:
-        cur = await conn.execute(
-            "SELECT max(position) FROM events WHERE stream_id = %s AND event_type = 'table.round_opened'",
-            (table_stream(table_id),),
-        )
-        row = await cur.fetchone()
-    return int(row[0]) - 1 if row and row[0] else 0
+        opened = await last_position_of(conn, table_stream(table_id), ROUND_OPENED)
+    return opened - 1 if opened else 0
 
 
 async def resume_start(pool: AsyncConnectionPool, table_id: str, after_position: int) -> int:
@@ -159,32 +148,18 @@ async def resume_start(pool: AsyncConnectionPool, table_id: str, after_position:
     if after_position < 0:
         raise OutOfRange("POSITION_UNKNOWN", "after_position must be 0 or a position the stream sent")
     event_position = after_position // SLOTS
-    stream, bets = _table_streams(table_id)
+    stream = table_stream(table_id)
     async with pool.connection() as conn:
-        cur = await conn.execute(
-            "SELECT 1 FROM events WHERE position = %s AND (stream_id = %s OR stream_id LIKE %s)",
-            (event_position, stream, bets),
-        )
-        if await cur.fetchone() is None:
+        if not await in_family(conn, stream, event_position):
             raise OutOfRange("POSITION_UNKNOWN", "this table's stream never sent that position: watch again from 0")
-        cur = await conn.execute(
-            "SELECT position FROM events WHERE stream_id = %s AND event_type = 'table.round_opened'"
-            " ORDER BY position DESC OFFSET %s LIMIT 1",
-            (stream, RESUME_ROUNDS - 1),
-        )
-        oldest_kept = await cur.fetchone()
-        if oldest_kept is not None and event_position < int(oldest_kept[0]):
+        oldest_kept = await nth_last_position_of(conn, stream, ROUND_OPENED, RESUME_ROUNDS)
+        if oldest_kept is not None and event_position < oldest_kept:
             raise OutOfRange(
                 "POSITION_TOO_OLD",
                 f"resume works within the last {RESUME_ROUNDS} rounds: watch again from 0 and read GetRound",
             )
-        cur = await conn.execute(
-            "SELECT max(position) FROM events WHERE stream_id = %s AND event_type = 'table.round_opened'"
-            " AND position <= %s",
-            (stream, event_position),
-        )
-        row = await cur.fetchone()
-    return int(row[0]) - 1 if row and row[0] else 0
+        opened = await last_position_of(conn, stream, ROUND_OPENED, event_position)
+    return opened - 1 if opened else 0
 
 
 class WatchState:

@@ -17,6 +17,7 @@ from niuniu.wallet.v1 import wallet_pb2 as pb
 from niuniu.wallet.v1 import wallet_pb2_grpc
 
 from backbone.auth import Principal, Role, require
+from backbone.clientaddress import vouched_address
 from backbone.errors import REASON_METADATA_KEY, DomainError, InvalidArgument, NotFound, PermissionDenied
 from services.wallet import domain, repo
 from services.wallet.app import WalletApp
@@ -161,8 +162,9 @@ class WalletServicer(wallet_pb2_grpc.WalletServicer):
     # ------------------------------------------------------------------- accounts
 
     async def _throttled(self, username: str, context: Context) -> str:
-        """Admits a Login/Register (RESOURCE_EXHAUSTED with retry-after past a limit); the caller's address."""
-        address = client_address(context.peer() or "")
+        """Admits a Login/Register (RESOURCE_EXHAUSTED with retry-after past a limit); the caller's address:
+        the client's as the gateway vouches for it (backbone/clientaddress.py), else the connection's peer."""
+        address = vouched_address(self._app.tokens, context) or client_address(context.peer() or "")
         try:
             await self._throttle.admit(username, address)
         except TooManyAttempts as error:

@@ -18,6 +18,7 @@ from typing import Any
 import psycopg
 
 from backbone.db import each_by_key, run_ddl
+from backbone.eventreads import last_position
 from backbone.eventstore import wait_for_appends
 from bull.accounts import OPENING_ACCOUNTS
 from services.wallet.domain import (
@@ -368,9 +369,7 @@ async def hold_appends(conn: psycopg.AsyncConnection) -> None:
 
 
 async def store_position(conn: psycopg.AsyncConnection) -> int:
-    cur = await conn.execute("SELECT coalesce(max(position), 0) FROM events")
-    row = await cur.fetchone()
-    return int(row[0]) if row else 0
+    return await last_position(conn)
 
 
 @dataclass(frozen=True, slots=True)

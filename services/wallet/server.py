@@ -30,6 +30,15 @@ tables that end their rounds together (created together, same timings) send a bu
 APP_KEY = "wallet.app"
 
 
+def sweeping(app: WalletApp, interval_s: float) -> BackgroundTask:
+    """The background task that sweeps ``app``'s expired holds every ``interval_s``."""
+
+    async def run(stop: asyncio.Event) -> None:
+        await sweep_forever(app, stop, interval_s)
+
+    return run
+
+
 def make_spec(
     *,
     clock: Callable[[], datetime] = utc_now,
@@ -63,12 +72,7 @@ def make_spec(
         return handling((ROUND_SETTLED, ROUND_VOIDED), make_handler(app_for(ctx)))
 
     def sweeper(ctx: ServiceContext) -> BackgroundTask:
-        app = app_for(ctx)
-
-        async def run(stop: asyncio.Event) -> None:
-            await sweep_forever(app, stop, sweep_interval_s)
-
-        return run
+        return sweeping(app_for(ctx), sweep_interval_s)
 
     return ServiceSpec(
         name="wallet",

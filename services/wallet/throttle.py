@@ -17,8 +17,8 @@ If Redis cannot be reached the counters fall back to a bounded in-process table
 (``LOCAL_CAPACITY`` keys, oldest evicted first; Redis is tried again after
 ``REDIS_RETRY_AFTER_S``): throttling stays on per instance
 instead of failing open (no limit) or failing closed (nobody can log in while Redis,
-a coordinator that holds nothing durable, is down). Behind a proxy the address is
-the proxy's; such a deployment should throttle at the proxy as well.
+a coordinator that holds nothing durable, is down). The address is the client's as the
+browser gateway vouches for it (backbone/clientaddress.py), else the connection's peer.
 """
 
 from __future__ import annotations

@@ -457,7 +457,7 @@ class WedgedProducer:
     def __init__(self) -> None:
         self.closed = False
 
-    def send(self, topic: str, key: bytes, value: bytes, partition: int | None = None) -> None:
+    def send(self, topic: str, key: bytes, value: bytes, partition: int | None = None, headers: object = None) -> None:
         return None
 
     def flush(self, timeout: float | None = None) -> None:

@@ -1,5 +1,8 @@
 """niuniu-chaos sized for CI: every fault kind once, on its own infrastructure, and every check passes.
 
+Two replicas of every service run, all active, and each shows its share of the work (calls served, tables
+taken, events published, records applied) in the report.
+
 The run starts a Kafka, a PostgreSQL and a Redis of its own (scripts/infra in its run directory,
 .run/chaos-ci/run, free ports), so it can kill and restart them without disturbing the other
 tests; its test comes last in the session (conftest.py).
@@ -16,7 +19,7 @@ from itertools import islice
 import pytest
 
 from tests.chaos.ci_run import CI_SEED, CI_TIMEOUT_S, BackgroundRun
-from tools.chaos.run import FAULT_KINDS, parse_args, schedule
+from tools.chaos.run import FAULT_KINDS, WORK_KINDS, parse_args, schedule
 
 
 def test_the_same_seed_draws_the_same_schedule() -> None:
@@ -60,4 +63,11 @@ def test_every_fault_kind_once_and_every_check_passes(ci_chaos_run: BackgroundRu
         assert row["injected"] >= 1 and row["survived"] == row["injected"], (kind, row)
     assert {t["variant"] for t in report["tables"]} == {"golden_bull", "baibian_bull", "bai_buu", "red_envelope_bull"}
     assert all(t["rounds_ended"] > 0 for t in report["tables"])
+    # Two replicas of every service, all active: each of those serving at the end did its service's work.
+    assert set(report["replicas"]) == set(WORK_KINDS), report["replicas"]
+    for service, kinds in WORK_KINDS.items():
+        replicas = report["replicas"][service]
+        assert len(replicas) == 2, (service, replicas)
+        for name in replicas:
+            assert all(report["work"][name][kind] > 0 for kind in kinds), (name, report["work"][name])
     assert returncode == 0 and "RESULT: OK" in output

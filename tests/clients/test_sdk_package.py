@@ -4,7 +4,8 @@ The folder holds nothing of this repository but the tarball and a Node program w
 against the package alone (packaged/play.ts). The program is type-checked with tsc and run
 against the real stack through the gateway: it logs in, reads a refusal's reason code, bets
 with a client seed, watches the round to its result and seed, and verifies the round with
-``verifyRound(roundView)``. Its figures are checked against the services and bull.fairness.
+``verifyRound(roundView)`` and from the stream alone. Its figures are checked against the
+services and bull.fairness.
 """
 
 from __future__ import annotations
@@ -81,8 +82,13 @@ async def test_the_packed_sdk_plays_and_verifies_a_round(stack: Stack, gateway: 
     print(json.dumps(out, indent=1))
 
     assert out["refusal"] == "FailedPrecondition BELOW_TABLE_MINIMUM"
-    assert out["ok"] is True and out["checks"] == ["commitment", "deck"], out
-    # The player's seed counted: the round's client seed is its combination (the only bettor).
+    assert out["ok"] is True and out["checks"] == ["commitment", "client_seed", "deck"], out
+    # The player's seed counted: the receipt echoes it, GetRound lists it as counted, and the round's
+    # client seed is its combination (the only bettor).
+    assert out["contributed"] == CLIENT_SEED and out["counted"] == [CLIENT_SEED]
+    # The same round verified from the stream alone: the opening's commitment, the hands and seed_revealed.
+    assert out["streamOk"] is True and out["streamChecks"] == ["commitment", "client_seed", "deck"], out
+    assert out["streamSeeds"] == [CLIENT_SEED]
     assert out["clientSeed"] == fair.combine_client_seeds([CLIENT_SEED])
     async with connect(stack) as c:
         view = await c.table.GetRound(

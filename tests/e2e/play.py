@@ -19,6 +19,8 @@ from niuniu.wallet.v1 import wallet_pb2
 from players import Clients, Player, all_balances, clients
 from stack import BIN, Stack
 
+from backbone import tls
+
 EXTERNAL = "external:cashier"
 TEST_DECKS_ENV = "NIUNIU_RNG_TEST_DECKS"  # the rng takes test decks and envelopes (docs/fairness.md §9)
 WAIT_S = 120.0
@@ -51,10 +53,12 @@ def env_var(name: str, value: str | None) -> Iterator[None]:
 
 @contextlib.asynccontextmanager
 async def connect(stack: Stack) -> AsyncIterator[Clients]:
+    """Channels to the stack's wallet, table and ledger: mutual TLS with the operator's certificate
+    where the test process names a CA (NIUNIU_TLS_CA_FILE, backbone/tls.py), plaintext otherwise."""
     async with (
-        grpc.aio.insecure_channel(stack.addr("wallet")) as w,
-        grpc.aio.insecure_channel(stack.addr("table")) as t,
-        grpc.aio.insecure_channel(stack.addr("ledger")) as lg,
+        tls.aio_channel(stack.addr("wallet"), None) as w,
+        tls.aio_channel(stack.addr("table"), None) as t,
+        tls.aio_channel(stack.addr("ledger"), None) as lg,
     ):
         yield clients(w, t, lg)
 

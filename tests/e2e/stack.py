@@ -130,14 +130,15 @@ def running_stack(infra: dict[str, str], run_id: str) -> Iterator[Stack]:
 
 
 def start_gateway(stack: Stack, name: str = "gateway", **settings: str) -> tuple[subprocess.Popen[bytes], str]:
-    """A browser gateway process in front of the stack's table and wallet; returns it and its base URL.
-    Its /metrics is on a free port unless ``NIUNIU_GATEWAY_METRICS_PORT`` is among ``settings``."""
+    """A browser gateway process in front of the stack's table and wallet; returns it and its base URL
+    (https when ``NIUNIU_GATEWAY_TLS_CERT_FILE`` is among ``settings``). Its /metrics is on a free
+    port unless ``NIUNIU_GATEWAY_METRICS_PORT`` is among ``settings``."""
     port = free_port()
     env = stack.env("table")  # the development keys and the services' addresses (NIUNIU_TABLE_ADDR, ...)
     env.update({"NIUNIU_GATEWAY_PORT": str(port), "NIUNIU_GATEWAY_METRICS_PORT": str(free_port()), **settings})
     log = (stack.log_dir / f"{name}.log").open("ab")
     proc = subprocess.Popen([str(BIN / "niuniu-gateway")], env=env, stdout=log, stderr=subprocess.STDOUT, cwd=ROOT)
-    url = f"http://127.0.0.1:{port}"
+    url = f"{'https' if env.get('NIUNIU_GATEWAY_TLS_CERT_FILE') else 'http'}://127.0.0.1:{port}"
     if not http_ready(url + "/healthz", 30.0):
         proc.kill()
         raise RuntimeError(f"the gateway did not come up; see {stack.log_dir / name}.log")

@@ -110,6 +110,9 @@ INJECTIONS = [
     Injection(
         "layers", "backbone.errors", "import services.ledger.accounts", "backbone is not allowed to import services"
     ),
+    Injection(
+        "private-modules", "tools.rules.cli", "from bull.rules import _bull", "tools.rules.cli -> bull.rules._bull"
+    ),
 ]
 
 

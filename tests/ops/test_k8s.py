@@ -233,7 +233,7 @@ def test_base_secrets_are_marked_placeholders(rendered: dict[str, list[Doc]]) ->
         "niuniu-redis",
         *(f"niuniu-{s}-db" for s in SERVICES),
         *(f"niuniu-{s}-kafka" for s in SERVICES),
-        *(f"niuniu-{s}-signing-key" for s in SERVICES),
+        *(f"niuniu-{s}-signing-key" for s in (*SERVICES, "gateway")),
     }
     for secret in secrets:
         assert "data" not in secret, "placeholders go in stringData"
@@ -252,7 +252,7 @@ def test_operators_overlay_drops_placeholder_dsns(rendered: dict[str, list[Doc]]
     secrets = of_kind(rendered["overlays/operators"], "Secret")
     # The DSNs and Kafka passwords come from the operators' generated Secrets.
     assert sorted(s["metadata"]["name"] for s in secrets) == sorted(
-        ["niuniu-issuer-key", "niuniu-redis", *(f"niuniu-{s}-signing-key" for s in SERVICES)]
+        ["niuniu-issuer-key", "niuniu-redis", *(f"niuniu-{s}-signing-key" for s in (*SERVICES, "gateway"))]
     )
 
 

@@ -59,8 +59,12 @@ def test_every_custom_resource_is_valid_against_its_crd_schema(docs: list[dict[s
         ("kafka.strimzi.io/v1", "KafkaUser"),
         ("postgresql.cnpg.io/v1", "Cluster"),
         ("postgresql.cnpg.io/v1", "Pooler"),
+        ("postgresql.cnpg.io/v1", "ScheduledBackup"),
         ("monitoring.coreos.com/v1", "ServiceMonitor"),
+        ("monitoring.coreos.com/v1", "PodMonitor"),
         ("monitoring.coreos.com/v1", "PrometheusRule"),
+        ("cert-manager.io/v1", "Certificate"),
+        ("cert-manager.io/v1", "Issuer"),
     }
     assert crd_schemas.check(docs) == []
 
@@ -89,6 +93,16 @@ def _broken(docs: list[dict[str, Any]], kind: str, name: str) -> tuple[list[dict
             "'db' was unexpected",
         ),
         ("KafkaNodePool", "dual-role", lambda d: d["spec"].update(roles=["leader"]), "spec.roles.0"),
+        ("ScheduledBackup", "niuniu-wallet-pg-daily", lambda d: d["spec"].update(method="tape"), "spec.method"),
+        (
+            "Cluster",
+            "niuniu-ledger-pg",
+            lambda d: d["spec"]["postgresql"]["synchronous"].update(dataDurability="always"),
+            "spec.postgresql.synchronous.dataDurability",
+        ),
+        ("Certificate", "niuniu-wallet-tls", lambda d: d["spec"].update(dnsName=["wallet"]), "dnsName"),
+        ("Certificate", "niuniu-table-tls", lambda d: d["spec"]["privateKey"].update(algorithm="DSA"), "algorithm"),
+        ("Issuer", "niuniu-ca", lambda d: d["spec"]["ca"].pop("secretName"), "'secretName' is a required property"),
     ],
 )
 def test_a_broken_resource_fails_with_where(
@@ -189,6 +203,29 @@ def test_one_postgres_cluster_database_and_owner_per_service(docs: list[dict[str
         assert f"host=niuniu-{service}-pooler-rw" in dsn and f"dbname=niuniu_{service}" in dsn
         user = env[f"NIUNIU_{service.upper()}_DB_USER"]["valueFrom"]["secretKeyRef"]
         assert user["name"] == f"niuniu-{service}-pg-app"
+
+
+def test_every_database_is_backed_up_archived_and_synchronously_replicated(docs: list[dict[str, Any]]) -> None:
+    """Backups and WAL to an object store (credentials by Secret reference, a retention), a daily
+    ScheduledBackup per cluster, and a commit acknowledged only once a standby has it."""
+    clusters = of_kind(docs, "Cluster")
+    scheduled = {d["spec"]["cluster"]["name"]: d["spec"] for d in of_kind(docs, "ScheduledBackup").values()}
+    secrets = {d["metadata"]["name"] for d in docs if d["kind"] == "Secret"}
+    for service in SERVICES:
+        name = f"niuniu-{service}-pg"
+        spec = clusters[name]["spec"]
+        backup = spec["backup"]
+        assert backup["retentionPolicy"].endswith("d")
+        store = backup["barmanObjectStore"]
+        assert store["destinationPath"].startswith("s3://") and store["wal"]["compression"]
+        credentials = store["s3Credentials"]
+        for ref in (credentials["accessKeyId"], credentials["secretAccessKey"]):
+            assert set(ref) == {"name", "key"} and ref["name"] not in secrets  # by reference, never rendered
+        sync = spec["postgresql"]["synchronous"]
+        assert sync == {"method": "any", "number": 1, "dataDurability": "required"}
+        assert sync["number"] < spec["instances"]
+        assert spec["postgresql"]["parameters"]["archive_timeout"]
+        assert scheduled[name]["method"] == "barmanObjectStore" and scheduled[name]["schedule"]
 
 
 def test_redis_is_a_managed_service_over_tls(docs: list[dict[str, Any]]) -> None:

@@ -49,16 +49,31 @@ def readme_table() -> dict[Key, set[str]]:
 
 
 def made_by_operators(docs: list[Doc]) -> set[Key]:
-    """The Secrets the operators generate for resources in the render."""
-    users = {("Secret", d["metadata"]["name"]) for d in docs if d["kind"] == "KafkaUser"}
-    clusters = {("Secret", f"{d['metadata']['name']}-app") for d in docs if d["kind"] == "Cluster"}
-    return users | clusters
+    """The Secrets the operators generate for resources in the render: Strimzi's (a KafkaUser's
+    password, the cluster CA's public certificate), CloudNativePG's (a Cluster's app credentials
+    and CA) and cert-manager's (a Certificate's key pair)."""
+    made: set[Key] = set()
+    for d in docs:
+        name = d["metadata"]["name"]
+        made |= {
+            "KafkaUser": {("Secret", name)},
+            "Kafka": {("Secret", f"{name}-cluster-ca-cert")},
+            "Cluster": {("Secret", f"{name}-app"), ("Secret", f"{name}-ca")},
+            "Certificate": {("Secret", d.get("spec", {}).get("secretName", ""))},
+        }.get(d["kind"], set())
+    return made
 
 
 def referenced(docs: list[Doc]) -> dict[Key, set[str]]:
-    """Every Secret and ConfigMap a pod of the render reads -> the keys it reads by name."""
+    """Every Secret and ConfigMap a pod of the render reads -> the keys it reads by name (and the
+    object store's credentials a CloudNativePG Cluster's backups read)."""
     refs: dict[Key, set[str]] = {}
     for d in docs:
+        store = d["spec"].get("backup", {}).get("barmanObjectStore", {}) if d["kind"] == "Cluster" else {}
+        for ref in store.get("s3Credentials", {}).values():
+            refs.setdefault(("Secret", ref["name"]), set()).add(ref["key"])
+        if d["kind"] == "Issuer":  # a CA Issuer signs with the key pair of its Secret
+            refs[("Secret", d["spec"]["ca"]["secretName"])] = {"tls.crt", "tls.key"}
         if d["kind"] != "Deployment":
             continue
         pod = d["spec"]["template"]["spec"]

@@ -17,8 +17,8 @@ from bull.cards import BIG_JOKER, DECK_54, SMALL_JOKER, Card, CardError, parse_c
 from bull.money import Outcome
 from bull.rules import baibian_bull as bb
 from bull.rules import fast
-from bull.rules._config import ConfigError
 from bull.rules.baibian_bull import BaibianBullConfig, Bet, Category
+from bull.rules.config import ConfigError
 
 Array = npt.NDArray[np.int64]
 

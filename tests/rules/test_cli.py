@@ -147,7 +147,7 @@ def test_rtp_exact_and_monte_carlo(capsys: pytest.CaptureFixture[str]) -> None:
 def test_report_writes_markdown(
     capsys: pytest.CaptureFixture[str], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setattr("bull.rules._report.BAIBIAN_MC_ROUNDS", 20_000)
+    monkeypatch.setattr("bull.rules.report.BAIBIAN_MC_ROUNDS", 20_000)
     target = tmp_path / "math" / "baibian.md"
     code, out, _ = run(capsys, "report", "--variant", "baibian_bull", "--out", str(target))
     text = target.read_text(encoding="utf-8")

@@ -14,9 +14,10 @@ from hypothesis import strategies as st
 
 from bull.cards import DECK_52, DECK_54, Card, CardError, parse_cards
 from bull.money import COMMISSION_REVENUE, HOUSE, Outcome
-from bull.rules import _exact, fast
+from bull.rules import exact as _exact
+from bull.rules import fast
 from bull.rules import golden_bull as gb
-from bull.rules._config import ConfigError
+from bull.rules.config import ConfigError
 from bull.rules.golden_bull import Bet, Category, ExactTie, GoldenBullConfig, Mode
 
 Array = npt.NDArray[np.int64]

@@ -13,9 +13,9 @@ from hypothesis import strategies as st
 
 from bull import fairness as fair
 from bull import money
-from bull.rules import _red_envelope_math as rm
 from bull.rules import red_envelope as re_
-from bull.rules._config import ConfigError
+from bull.rules import red_envelope_math as rm
+from bull.rules.config import ConfigError
 
 Outcome = money.Outcome
 

@@ -10,7 +10,7 @@ from hypothesis import strategies as st
 
 from bull.cards import DECK_54, parse_card
 from bull.rules import baibian_bull as bb
-from bull.rules._config import ConfigError
+from bull.rules.config import ConfigError
 from bull.variants import VARIANTS, Funding, TableBet
 from bull.variants.baibian_bull import (
     BAIBIAN_BULL,

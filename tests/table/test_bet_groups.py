@@ -14,8 +14,9 @@ from prometheus_client import REGISTRY
 from psycopg_pool import AsyncConnectionPool
 
 from backbone.errors import FailedPrecondition
-from services.table.bets import Recording
+from services.table.admission import Bounds
 from services.table.common import Phase, bet_stream, player_account, scoped_id
+from services.table.recording import Recording
 from services.table.store import BetQuery
 from tests.table.table_rig import Rig, player, setup_schema
 
@@ -87,12 +88,12 @@ async def test_a_group_answers_each_bet_for_itself_closed_raced_or_recorded(rig:
     first = await rig.app.place_bet(player("p0"), "first", "gb-b", "area_1", 100)
 
     recordings = [
-        Recording(a_bet(rounds, "p1", "x", "gb-b", 100), late, "", 10_000),
-        Recording(a_bet(rounds, "p2", "y", "gb-a", 100), late, "", 10_000),  # past gb-a's window
-        Recording(a_bet(rounds, "p0", "first", "gb-b", 100), late, "", 10_000),  # recorded before
-        Recording(a_bet(rounds, "p3", "z", "gb-a", 100), rig.clock(), "", 10_000),
+        Recording(a_bet(rounds, "p1", "x", "gb-b", 100), late, "", Bounds(10_000, 2_048, 128)),
+        Recording(a_bet(rounds, "p2", "y", "gb-a", 100), late, "", Bounds(10_000, 2_048, 128)),  # past gb-a's window
+        Recording(a_bet(rounds, "p0", "first", "gb-b", 100), late, "", Bounds(10_000, 2_048, 128)),  # recorded before
+        Recording(a_bet(rounds, "p3", "z", "gb-a", 100), rig.clock(), "", Bounds(10_000, 2_048, 128)),
     ]
-    outcomes = await rig.app.bets._record_group(recordings)
+    outcomes = await rig.app.bets.groups.record_group(recordings)
     assert [o.inserted for o in outcomes] == [True, False, False, True]
     assert [o.window is not None and o.window[0] == Phase.BETTING for o in outcomes] == [True] * 4
     placed = {b["bet_id"] for t in rounds.values() for b in await rig.app.round_bets(t["round_id"])}
@@ -140,12 +141,14 @@ async def test_a_group_records_a_players_bets_only_within_the_table_maximum(rig:
     player's bets and another table's are not counted."""
     rounds = {t: (await rig.current(t)) for t in ("gb-a", "gb-b")}
     now = rig.clock()
-    recordings = [Recording(a_bet(rounds, "p1", f"m{n}", "gb-a", 500), now, "", 2_000) for n in range(5)]
-    recordings += [
-        Recording(a_bet(rounds, "p2", "other-player", "gb-a", 2_000), now, "", 2_000),
-        Recording(a_bet(rounds, "p1", "other-table", "gb-b", 2_000), now, "", 2_000),
+    recordings = [
+        Recording(a_bet(rounds, "p1", f"m{n}", "gb-a", 500), now, "", Bounds(2_000, 2_048, 128)) for n in range(5)
     ]
-    outcomes = await rig.app.bets._record_group(recordings)
+    recordings += [
+        Recording(a_bet(rounds, "p2", "other-player", "gb-a", 2_000), now, "", Bounds(2_000, 2_048, 128)),
+        Recording(a_bet(rounds, "p1", "other-table", "gb-b", 2_000), now, "", Bounds(2_000, 2_048, 128)),
+    ]
+    outcomes = await rig.app.bets.groups.record_group(recordings)
     assert [o.inserted for o in outcomes] == [True] * 4 + [False] + [True, True]
     assert outcomes[4].staked == 2_000 and outcomes[4].window is not None
     staked = [b["stake_minor"] for b in await rig.app.round_bets(rounds["gb-a"]["round_id"])]
@@ -161,10 +164,12 @@ async def test_a_bet_waiting_for_its_tables_lock_counts_the_stakes_committed_mea
     second = a_bet(rounds, "p3", "second", "gb-a", 1_000)
     async with rig.pool.connection() as conn, conn.transaction():
         await rig.app.store.lock_for_recording(conn, [first["round_id"]], bet_stream("gb-a", first["bet_id"]))
-        append = rig.app.bets._append_placed(first)
+        append = rig.app.bets.groups.append_placed(first)
         cursor = await rig.app.store.record_bet(conn, first, now, "", append, 2_000, 2_048, 128)
         assert (await rig.app.store.bet_recorded(cursor)).inserted
-        waiting = asyncio.create_task(rig.app.bets._record_group([Recording(second, now, "", 2_000)]))
+        waiting = asyncio.create_task(
+            rig.app.bets.groups.record_group([Recording(second, now, "", Bounds(2_000, 2_048, 128))])
+        )
         await asyncio.sleep(0.3)
         assert not waiting.done()  # the table's lock is held until this transaction commits
     (outcome,) = await asyncio.wait_for(waiting, 10)

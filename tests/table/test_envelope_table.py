@@ -10,7 +10,7 @@ from hypothesis import strategies as st
 from niuniu.table.v1 import events_pb2 as ev
 
 from bull.rules import red_envelope as re_
-from bull.rules._config import ConfigError
+from bull.rules.config import ConfigError
 from bull.variants import VARIANTS, EnvelopeSplit, Funding, TableBet
 from bull.variants.red_envelope_bull import RED_ENVELOPE_BULL, EnvelopeTableConfig
 from services.table.common import check_limits

@@ -27,6 +27,7 @@ from tests.table.table_rig import AuditorTokens, Rig, player, setup_schema
 BALANCES = {f"player:p{i}": 10_000_000 for i in range(6)} | {"house": 0}
 BETTOR, SPECTATOR = player("p0"), player("p4")
 SEEDS = ("alice-42", "b0b")  # the two bettors' client seeds in every round played here
+WITHDRAWN = "c4r0l"  # Golden Bull: a cancelled bet's, which does not count
 
 
 @pytest.fixture
@@ -74,7 +75,8 @@ async def play_golden_bull(rig: Rig, table_id: str) -> None:
     await rig.to_phase(table_id, Phase.BETTING)
     await rig.app.place_bet(BETTOR, "b1", table_id, "area_1", 1_000, client_seed=SEEDS[0])
     await rig.app.place_bet(player("p1"), "b2", table_id, "area_2", 2_000, client_seed=SEEDS[1])
-    cancelled = await rig.app.place_bet(BETTOR, "b3", table_id, "area_3", 500)
+    cancelled = await rig.app.place_bet(BETTOR, "b3", table_id, "area_3", 500, client_seed=WITHDRAWN)
+    assert cancelled.client_seed == WITHDRAWN  # the receipt echoes the contribution
     await rig.app.cancel_bet(BETTOR, table_id, cancelled.bet_id)
     await rig.finish(table_id)
 
@@ -189,7 +191,7 @@ async def test_seed_revealed_carries_the_client_seed_the_round_was_played_with(r
     table_id = variant.replace("_", "-")
     await PLAYS[variant](rig, table_id)
     await rig.next_round(table_id, Phase.BETTING if variant != "red_envelope_bull" else Phase.BIDDING)  # the reveal
-    stream = await collect(rig, SPECTATOR, table_id, await first_position(rig, table_id))
+    stream = await collect(rig, BETTOR, table_id, await first_position(rig, table_id))
     (revealed,) = [u.seed_revealed for u in stream if kind(u) == "seed_revealed"]
     servicer = TableServicer(rig.app, rig.events, AuditorTokens(), None)  # type: ignore[arg-type]
     view = await servicer.GetRound(
@@ -197,6 +199,12 @@ async def test_seed_revealed_carries_the_client_seed_the_round_was_played_with(r
         None,  # type: ignore[arg-type]
     )
     assert revealed.client_seed == view.client_seed == fair.combine_client_seeds(SEEDS)
+    assert list(revealed.client_seeds) == sorted(SEEDS)
+    listed = {c.client_seed: (c.counted, c.mine) for c in view.client_seeds}
+    withdrawn = {WITHDRAWN: (False, False)} if variant == "golden_bull" else {}
+    assert listed == {SEEDS[0]: (True, False), SEEDS[1]: (True, False)} | withdrawn  # (GetRound as nobody's)
+    placed = [u.my_bet_placed for u in stream if kind(u) == "my_bet_placed"]
+    assert SEEDS[0] in {p.client_seed for p in placed}  # the bettor's own BetPlaced carries their contribution
     seed = bytes.fromhex(revealed.server_seed)
     if variant == "red_envelope_bull":  # the stream's grabs and seed rebuild the split
         grabs = sorted((u.envelope_grabbed for u in stream if kind(u) == "envelope_grabbed"), key=lambda g: g.grab_no)

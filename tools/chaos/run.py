@@ -2,14 +2,17 @@
 
 ``niuniu-chaos [--rounds N] [--seed N] [--cycles N] [--faults kind,...] [--report PATH]`` starts a Kafka,
 a PostgreSQL and a Redis of its own (``scripts/infra`` in a run directory of its own, on free
-ports: the shared infrastructure is never touched), the four services as processes, each of
+ports: the shared infrastructure is never touched), two replicas of each of the four services as
+processes, all of them active (clients and services spread their calls over both), each of
 their links through a fault proxy (tools/chaos/proxy.py), several tables of every variant
 with bot players, and injects faults from a schedule drawn from the seed (same seed, same
 schedule), each at a random phase of a random round of a random table:
 
-  kill_rng, kill_table, kill_wallet, kill_ledger   SIGKILL, then restart
-  sigstop            SIGSTOP a service for longer than the leases, then SIGCONT
-  replica_takeover   a second table replica starts; the owner of the tables is SIGKILLed
+  kill_rng, kill_table, kill_wallet, kill_ledger   SIGKILL a replica (the table's: the owner of
+                     the fault's table), then restart it
+  sigstop            SIGSTOP a replica for longer than the leases, then SIGCONT
+  replica_takeover   a third table replica starts; the owner of the fault's table is SIGKILLed
+                     for good and the new one takes its place
   kafka_restart      the broker stopped and started again
   postgres_restart   pg_ctl -m immediate, then started again
   redis_wipe         Redis SIGKILLed (no persistence: everything it held is gone), restarted
@@ -24,7 +27,8 @@ every round settled or voided; every hold resolved; the accounts sum to the depo
 ledger's trial balance is zero and equals the wallet; ``niuniu-audit replay`` is clean;
 every settled round verifies from its revealed seed (``niuniu-audit verify-round``, which
 re-deals and re-settles it); no update on any watch stream carried a card before its
-reveal; no client was ever told INTERNAL or UNKNOWN. It prints, per fault kind, how many
+reveal; no client was ever told INTERNAL or UNKNOWN; every replica did its share of the work
+(calls served; tables taken; events published; records applied). It prints, per fault kind, how many
 were injected and survived and the longest stall of play, writes a JSON report, and exits
 1 if any check failed.
 """
@@ -86,6 +90,14 @@ LINKS = (
     "ledger->wallet",
     "all->kafka",
 )
+WORK_KINDS = {
+    "rng": ("calls",),
+    "table": ("calls", "tables", "published"),
+    "wallet": ("calls", "published"),
+    "ledger": ("applied",),
+}
+"""The work each replica of a service must have done (``ServiceSet.work``): the kinds every replica of it has
+some of whatever the keys' hashing (a wallet replica may own no partition a settlement came by)."""
 TRIGGERS = ("round_opened", "phase_changed", "hand_revealed", "result", "seed_revealed")
 CLOCK_STEPS_S = (3_600, 6 * 3_600, 13 * 3_600, 25 * 3_600)
 LEASE_S = 5.0  # the table's lease (services/table/runner.py LEASE_TTL_MS)
@@ -196,6 +208,7 @@ class Chaos:
         self.outcomes: list[Outcome] = []
         self.checks: list[Check] = []
         self.clients: Clients | None = None
+        self.work: dict[str, dict[str, float]] = {}
         self.started = time.monotonic()
 
     def say(self, text: str) -> None:
@@ -390,12 +403,12 @@ class Chaos:
         outcome.injected_at = time.monotonic()
         k = fault.kind
         if k.startswith("kill_"):
-            name = svc.current[k.removeprefix("kill_")]
+            name = await self._victim(k.removeprefix("kill_"), fault)
             svc.kill(name)
             serving = await asyncio.to_thread(lambda: (svc.start(name, wait=False), svc.wait_healthy(name))[1])
             outcome.detail = f"{name} serving again after {serving:.1f}s"
         elif k == "sigstop":
-            name = svc.current[fault.target]
+            name = await self._victim(fault.target, fault)
             svc.pause(name)
             await asyncio.sleep(fault.duration_s)
             svc.resume(name)
@@ -403,11 +416,9 @@ class Chaos:
         elif k == "replica_takeover":
             owner = await asyncio.to_thread(self._table_owner, self.tables[fault.table].table_id)
             svc.kill(owner)
-            survivor = next(i.name for i in svc.replicas("table") if i.name != owner)
-            svc.retire(owner)
-            if svc.current["table"] != survivor:
-                svc.point_front("table", survivor)
-            outcome.detail = f"owner {owner} killed, {survivor} takes over"
+            spare = next(i.name for i in svc.replicas("table") if i.name not in svc.slots["table"])
+            svc.retire(owner, spare)  # the spare takes the owner's slot (if the spare was the owner: no slot)
+            outcome.detail = f"owner {owner} killed; table replicas now {', '.join(svc.slots['table'])}"
         elif k == "kafka_restart":
             await asyncio.to_thread(infra.stop_kafka)
             await asyncio.to_thread(infra.start_kafka)
@@ -460,13 +471,18 @@ class Chaos:
             except Exception as error:  # already running, or cannot be helped: the checks will tell
                 self.say(f"  heal: {step.__name__}: {type(error).__name__}: {error}")
 
+    async def _victim(self, service: str, fault: Fault) -> str:
+        """The replica a fault hits: the table's owner of the fault's table, else a slot drawn by the fault."""
+        if service == "table":
+            return await asyncio.to_thread(self._table_owner, self.tables[fault.table].table_id)
+        return self.svc.slot_of(service, fault.n)
+
     def _link_proxies(self, link: str) -> list[Any]:
         service, dep = link.split("->")
-        links = self.svc.links()
         if service == "all":
-            return [links[link]]
-        # Every live instance of the service (table replicas included).
-        return [links[f"{i.name}->{dep}"] for i in self.svc.replicas(service)]
+            return [self.svc.links()[link]]
+        # Every live replica's link to the dependency (to each replica of a service it calls).
+        return [p for i in self.svc.replicas(service) for d, p in i.proxies.items() if d.split("#")[0] == dep]
 
     def _table_owner(self, table_id: str) -> str:
         """The table instance holding the table's lease (from Redis), else the one clients are sent to."""
@@ -486,7 +502,7 @@ class Chaos:
                 client.close()
         except redis.RedisError:
             pass
-        return self.svc.current["table"]
+        return self.svc.slot_of("table", 0)
 
     # -- drain and checks ---------------------------------------------------------------------------
 
@@ -640,10 +656,27 @@ class Chaos:
         add(self._no_early_cards())
         bad = {k: v for k, v in c.errors.items() if k.endswith((":INTERNAL", ":UNKNOWN"))}
         add(Check("clients_never_told_internal", not bad, f"{dict(bad)}; all refusals: {dict(c.errors)}"))
+        add(self._replicas_worked())
         lost = [f"{o.fault.n}:{o.fault.kind}" for o in self.outcomes if not o.survived]
         detail = f"not survived: {lost}" if lost else f"{len(self.outcomes)} faults"
         add(Check("every_fault_survived", not lost, detail))
         del svc
+
+    def _replicas_worked(self) -> Check:
+        """Every replica in a slot at the end did each of its service's ``WORK_KINDS``."""
+        self.work = self.svc.work()
+        idle = [
+            f"{name} {kind}"
+            for service, kinds in WORK_KINDS.items()
+            for name in self.svc.slots[service]
+            for kind in kinds
+            if not self.work[name][kind]
+        ]
+        done = "; ".join(
+            f"{name} " + ", ".join(f"{kind} {n:.0f}" for kind, n in counts.items() if n)
+            for name, counts in self.work.items()
+        )
+        return Check("every_replica_did_work", not idle, f"idle: {idle}; {done}")
 
     def _drain_cut(self, table: TableBots) -> float:
         """Rounds opened after the bots stopped may still be in play when the checks run."""
@@ -764,6 +797,8 @@ class Chaos:
                     for o in self.outcomes
                 ],
                 "checks": [asdict(ch) for ch in self.checks],
+                "replicas": dict(self.services.slots) if self.services is not None else {},
+                "work": self.work,
                 "ok": ok,
                 "elapsed_s": round(time.monotonic() - self.started, 1),
             }

@@ -6,11 +6,13 @@ anybody else's. Kafka is moved behind a ``FaultProxy``: the broker listens on a 
 and advertises the proxy's, so every client (bootstrap and every later connection) goes
 through the proxy and a cut of that link is a real cut.
 
-``ServiceSet`` runs the four services as processes (as ``tests/e2e/stack.py`` does) under
-libfaketime (their clock can be moved forward), each reaching PostgreSQL, Redis and the other
-services through a ``FaultProxy`` of its own, so one service's link can be slowed or cut.
-The table can run several replicas; everybody reaches the table through one front proxy
-that follows the replica the chaos run designates.
+``ServiceSet`` runs two replicas of each of the four services as processes (as
+``tests/e2e/stack.py`` does), all of them active, under libfaketime (their clock can be moved
+forward), each reaching PostgreSQL, Redis and every replica of the services it calls through a
+``FaultProxy`` of its own, so one service's link can be slowed or cut. Each replica sits in a
+slot with a front proxy of its own, and everybody reaches a service by every slot's front
+(``ipv4:<front>,<front>``: the channels' round robin spreads the calls); a replica that takes
+another's place (``retire``) takes its slot, and the slot's front follows it.
 """
 
 from __future__ import annotations
@@ -25,6 +27,8 @@ import socket
 import subprocess
 import sys
 import time
+import urllib.request
+from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
 from urllib.parse import urlsplit, urlunsplit
@@ -39,6 +43,8 @@ from tools.chaos.proxy import FaultProxy
 ROOT = Path(__file__).resolve().parents[2]
 BIN = Path(sys.executable).parent
 SERVICES = ("rng", "wallet", "ledger", "table")
+REPLICAS = 2
+"""Replicas of each service, every one of them active."""
 HEALTH_TIMEOUT_S = 90.0
 INFRA_TIMEOUT_S = 600.0
 KAFKA_TIMEOUT_S = 300.0
@@ -71,7 +77,7 @@ def _libfaketime() -> Path:
 
 
 LIBFAKETIME = _libfaketime()
-# Which other services each service calls (its NIUNIU_<S>_ADDR goes through a proxy of its own).
+# Which other services each service calls (its NIUNIU_<S>_ADDR goes through proxies of its own, one a slot).
 CALLS = {"table": ("rng", "wallet"), "ledger": ("table", "wallet"), "wallet": (), "rng": ()}
 
 
@@ -111,6 +117,28 @@ def _wait_gone(pid: int, timeout_s: float) -> bool:
             os.waitpid(pid, os.WNOHANG)  # reap it if it is our child
         time.sleep(0.1)
     return False
+
+
+WORK_SERIES = {
+    "grpc_server_handled_total": "calls",
+    "niuniu_outbox_published_total": "published",
+    "niuniu_consumer_events_applied_total": "applied",
+}
+
+
+def scrape_work(metrics_port: int) -> Counter[str]:
+    """A replica's ``WORK_SERIES`` counters now (gRPC's own health and reflection calls left out)."""
+    counts: Counter[str] = Counter()
+    try:
+        with urllib.request.urlopen(f"http://127.0.0.1:{metrics_port}/metrics", timeout=3) as response:
+            text = response.read().decode()
+    except OSError:
+        return counts
+    for line in text.splitlines():
+        kind = WORK_SERIES.get(line.split("{", 1)[0])
+        if kind is not None and 'grpc_service="grpc.' not in line:
+            counts[kind] += int(float(line.rsplit(" ", 1)[1]))
+    return counts
 
 
 def _proc_cmdline(pid: int) -> list[str]:
@@ -406,10 +434,17 @@ class Instance:
 
 
 class ServiceSet:
-    """The four services as processes, each link through a proxy, clocks under libfaketime."""
+    """Two replicas of each of the four services as processes, all active; each link through a proxy, clocks
+    under libfaketime."""
 
     def __init__(
-        self, run_id: str, infra: ChaosInfra, log_dir: Path, *, extra_env: dict[str, str] | None = None
+        self,
+        run_id: str,
+        infra: ChaosInfra,
+        log_dir: Path,
+        *,
+        replicas: int = REPLICAS,
+        extra_env: dict[str, str] | None = None,
     ) -> None:
         self.run_id = run_id
         self.infra = infra
@@ -420,15 +455,19 @@ class ServiceSet:
         self.clock_offset_s = 0
         self.extra_env = extra_env or {}
         self.instances: dict[str, Instance] = {}
-        self.current: dict[str, str] = {}  # service -> name of the instance everybody is sent to
-        self.front: dict[str, FaultProxy] = {}  # service -> the proxy the others (and clients) reach it by
-        self._replicas = 0
+        self.retired: dict[str, Instance] = {}
+        self.banked: dict[str, Counter[str]] = {}
+        self.slots: dict[str, list[str]] = {}  # service -> the replica in each slot
+        self.front: dict[str, list[FaultProxy]] = {}  # service -> each slot's proxy, the others reach it by
+        self._made: Counter[str] = Counter()  # replicas made of each service (for their names)
         for service in SERVICES:
-            front = FaultProxy("127.0.0.1", free_port())
-            front.start()
-            self.front[service] = front
+            self.front[service] = []
+            for _ in range(replicas):
+                front = FaultProxy("127.0.0.1", free_port())
+                front.start()
+                self.front[service].append(front)
         for service in SERVICES:
-            self._new_instance(service, port=self.front[service].target_port)
+            self.slots[service] = [self._new_instance(service, port=f.target_port).name for f in self.front[service]]
 
     @property
     def prefix(self) -> str:
@@ -438,22 +477,22 @@ class ServiceSet:
         return f"chaos_{self.run_id}_{service}"
 
     def addr(self, service: str) -> str:
-        """Where clients reach ``service`` (its front proxy, which follows the current instance)."""
-        return self.front[service].address
+        """Where clients reach ``service``: every slot's front (round robin over its replicas)."""
+        return "ipv4:" + ",".join(front.address for front in self.front[service])
 
     def _new_instance(self, service: str, *, port: int | None = None) -> Instance:
-        self._replicas += 1
-        name = service if service not in self.instances else f"{service}{self._replicas}"
+        self._made[service] += 1
+        name = service if self._made[service] == 1 else f"{service}{self._made[service]}"
         inst = Instance(name, service, port or free_port(), free_port())
         env = self.infra.env
         for dep, target_port in (("pg", url_port(env["DATABASE_URL"])), ("redis", url_port(env["REDIS_URL"]))):
             inst.proxies[dep] = FaultProxy("127.0.0.1", target_port)
         for other in CALLS[service]:
-            inst.proxies[other] = FaultProxy("127.0.0.1", self.front[other].port)
+            for slot, front in enumerate(self.front[other], start=1):
+                inst.proxies[f"{other}#{slot}"] = FaultProxy("127.0.0.1", front.port)
         for proxy in inst.proxies.values():
             proxy.start()
         self.instances[name] = inst
-        self.current.setdefault(service, name)
         return inst
 
     def env(self, inst: Instance) -> dict[str, str]:
@@ -480,8 +519,8 @@ class ServiceSet:
             }
         )
         for other in SERVICES:
-            proxy = inst.proxies.get(other)
-            env[f"NIUNIU_{other.upper()}_ADDR"] = proxy.address if proxy else self.addr(other)
+            mine = [p.address for dep, p in inst.proxies.items() if dep.split("#")[0] == other]
+            env[f"NIUNIU_{other.upper()}_ADDR"] = "ipv4:" + ",".join(mine) if mine else self.addr(other)
         env.update(self.extra_env)
         # A prefixed system: the services' own Kafka ACLs (niuniu.<service>.*) do not cover its topics.
         return default_principal_env(env)
@@ -517,13 +556,20 @@ class ServiceSet:
         raise RuntimeError(f"{name} did not become healthy in {timeout_s:.0f}s; see {self.log_dir / name}.log")
 
     def start_all(self) -> None:
+        """Every service's first replica side by side (each makes its own schema), then their second ones."""
         self.infra.create_topics(self.prefix)
-        for service in SERVICES:
-            self.start(service)
+        for slot in range(len(self.slots[SERVICES[0]])):
+            names = [self.slots[service][slot] for service in SERVICES]
+            for name in names:
+                self.start(name, wait=False)
+            for name in names:
+                self.wait_healthy(name)
 
     def kill(self, name: str) -> None:
         inst = self.instances[name]
         if inst.proc is not None and inst.proc.poll() is None:
+            if not inst.stopped:
+                self._bank(inst)  # its counters die with it
             if inst.stopped:
                 inst.proc.send_signal(signal.SIGCONT)
             inst.proc.send_signal(signal.SIGKILL)
@@ -546,22 +592,47 @@ class ServiceSet:
         self.start(inst.name)
         return inst
 
-    def retire(self, name: str) -> None:
-        """A dead replica for good: its proxies close; the front follows another live instance."""
+    def retire(self, name: str, successor: str) -> None:
+        """A dead replica for good: its proxies close; if it was in a slot, ``successor`` (a replica in no
+        slot) takes the slot and the slot's front follows it."""
         self.kill(name)
         inst = self.instances.pop(name)
+        self.retired[name] = inst
         for proxy in inst.proxies.values():
             proxy.close()
-        if self.current.get(inst.service) == name:
-            survivor = next(i for i in self.instances.values() if i.service == inst.service)
-            self.point_front(inst.service, survivor.name)
-
-    def point_front(self, service: str, name: str) -> None:
-        front = self.front[service]
-        front.target_port = self.instances[name].port
-        self.current[service] = name
+        slots = self.slots[inst.service]
+        if name not in slots:
+            return
+        slot = slots.index(name)
+        slots[slot] = successor
+        front = self.front[inst.service][slot]
+        front.target_port = self.instances[successor].port
         front.cut()  # clients reconnect, to the new target
         front.restore()
+
+    def slot_of(self, service: str, n: int) -> str:
+        """The replica in slot ``n`` (modulo the slots) of ``service``."""
+        slots = self.slots[service]
+        return slots[n % len(slots)]
+
+    # -- work ---------------------------------------------------------------------------------------
+
+    def _bank(self, inst: Instance) -> None:
+        """Add what the instance's counters say so far to what it did before (they restart from zero)."""
+        self.banked.setdefault(inst.name, Counter()).update(scrape_work(inst.metrics_port))
+
+    def work(self) -> dict[str, dict[str, float]]:
+        """Per replica (retired ones too): calls served, events published, records applied (over every
+        restart), and tables taken (its log's ``took table`` lines)."""
+        out: dict[str, dict[str, float]] = {}
+        for name, inst in {**self.retired, **self.instances}.items():
+            counts = Counter(self.banked.get(name, Counter()))
+            if inst.alive() and not inst.stopped:
+                counts.update(scrape_work(inst.metrics_port))
+            log = self.log_dir / f"{name}.log"
+            counts["tables"] = log.read_text(errors="replace").count('"took table"') if log.exists() else 0
+            out[name] = {kind: float(counts.get(kind, 0)) for kind in ("calls", "published", "applied", "tables")}
+        return out
 
     def replicas(self, service: str) -> list[Instance]:
         return [i for i in self.instances.values() if i.service == service]
@@ -571,7 +642,7 @@ class ServiceSet:
         self.clock_file.write_text(f"+{self.clock_offset_s}\n")
 
     def links(self) -> dict[str, FaultProxy]:
-        """Every link that can be slowed or cut, by name ("table->rng", "wallet->pg", "all->kafka")."""
+        """Every link that can be slowed or cut, by name ("table2->wallet#1", "wallet->pg", "all->kafka")."""
         out = {f"{i.name}->{dep}": p for i in self.instances.values() for dep, p in i.proxies.items()}
         if self.infra.kafka_proxy is not None:
             out["all->kafka"] = self.infra.kafka_proxy
@@ -595,5 +666,6 @@ class ServiceSet:
         for inst in self.instances.values():
             for proxy in inst.proxies.values():
                 proxy.close()
-        for front in self.front.values():
-            front.close()
+        for fronts in self.front.values():
+            for front in fronts:
+                front.close()

@@ -12,9 +12,9 @@ from fractions import Fraction
 from typing import Any
 
 from bull.cards import Card, format_cards, parse_cards
-from bull.rules import _bai_buu_math as bm
 from bull.rules import bai_buu
-from bull.rules._config import Settings
+from bull.rules import bai_buu_math as bm
+from bull.rules.config import Settings
 from tools.rules._adapter import CommandResult, ProgressFn
 
 DEFAULT_MC_ROUNDS = 50_000
@@ -155,7 +155,7 @@ class BaiBuuAdapter:
         return CommandResult(data, text)
 
     def report(self) -> str:
-        from bull.rules._bai_buu_report import render
+        from bull.rules.bai_buu_report import render
 
         return render(REPORT_SEED, REPORT_MC_ROUNDS)
 

@@ -9,8 +9,8 @@ import numpy as np
 from bull.cards import check_distinct, format_cards, parse_cards
 from bull.rules import baibian_bull as bb
 from bull.rules import fast
-from bull.rules._config import Settings
-from bull.rules._report import baibian_report
+from bull.rules.config import Settings
+from bull.rules.report import baibian_report
 from tools.rules._adapter import CommandResult, ProgressFn
 from tools.rules._golden_adapter import fraction_text, monte_carlo_result
 

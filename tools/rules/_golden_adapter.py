@@ -8,10 +8,11 @@ from fractions import Fraction
 import numpy as np
 
 from bull.cards import check_distinct, format_cards, parse_cards
-from bull.rules import _exact, fast
+from bull.rules import exact as _exact
+from bull.rules import fast
 from bull.rules import golden_bull as gb
-from bull.rules._config import Settings
-from bull.rules._report import golden_report
+from bull.rules.config import Settings
+from bull.rules.report import golden_report
 from tools.rules._adapter import CommandResult, ProgressFn
 
 DEFAULT_MC_ROUNDS = 1_000_000

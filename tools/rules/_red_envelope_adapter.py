@@ -17,9 +17,9 @@ from typing import Any
 
 import numpy as np
 
-from bull.rules import _red_envelope_math as rm
 from bull.rules import red_envelope as re_
-from bull.rules._config import ConfigError, Settings, as_int, flatten
+from bull.rules import red_envelope_math as rm
+from bull.rules.config import ConfigError, Settings, as_int, flatten
 from tools.rules._adapter import CommandResult, ProgressFn
 
 DEFAULT_MC_ROUNDS = 500_000
@@ -144,7 +144,7 @@ class RedEnvelopeAdapter:
         return CommandResult(data, text)
 
     def report(self) -> str:
-        from bull.rules._red_envelope_report import render
+        from bull.rules.red_envelope_report import render
 
         return render(REPORT_SEED)
 

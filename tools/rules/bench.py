@@ -18,8 +18,9 @@ from typing import TypeVar
 import numpy as np
 
 from bull.cards import DECK_52, DECK_54
-from bull.rules import _exact, fast
 from bull.rules import baibian_bull as bb
+from bull.rules import exact as _exact
+from bull.rules import fast
 from bull.rules import golden_bull as gb
 
 T = TypeVar("T")

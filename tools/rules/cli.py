@@ -23,7 +23,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import TextIO
 
-from bull.rules import _config as cfg
+from bull.rules import config as cfg
 from tools.rules import registry
 from tools.rules._adapter import CommandResult
 

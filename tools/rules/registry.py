@@ -13,7 +13,7 @@ The CLI turns those into a message on stderr and exit code 2. Anything else is a
 bug and is allowed to surface as a traceback.
 
 Adapters import ``CommandResult`` and ``ProgressFn`` from ``_adapter`` and
-``ConfigError`` plus the settings parsers from ``_config`` (not from this
+``ConfigError`` plus the settings parsers from ``bull.rules.config`` (not from this
 module, which imports the adapters).
 """
 
@@ -23,7 +23,7 @@ from collections.abc import Sequence
 from typing import Protocol
 
 from bull.cards import CardError
-from bull.rules._config import ConfigError, Settings
+from bull.rules.config import ConfigError, Settings
 from tools.rules._adapter import CommandResult, ProgressFn
 from tools.rules._bai_buu_adapter import BAI_BUU
 from tools.rules._baibian_adapter import BAIBIAN_BULL

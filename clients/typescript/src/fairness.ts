@@ -264,22 +264,15 @@ export interface Verification {
   split?: Split;
 }
 
-export interface RoundViewOptions {
-  /**
-   * Red envelope: the smallest share the envelope was split with. `GetRound` does not carry
-   * it; the table splits with 1 (0.01), the default.
-   */
-  envelopeMinMinor?: bigint;
-}
-
 /**
  * Recompute a round from its revealed seed and check it (section 6). Takes what
  * `client.table.getRound(...)` answers (a settled round's `RoundView`: every variant's deal
- * or envelope is rebuilt from it), or the facts spelled out as a `VerifyInput`.
+ * or envelope is rebuilt from it, and the contributions it lists as counted are checked to
+ * combine into its client seed), or the facts spelled out as a `VerifyInput`.
  */
-export async function verifyRound(input: VerifyInput | RoundView, options: RoundViewOptions = {}): Promise<Verification> {
+export async function verifyRound(input: VerifyInput | RoundView): Promise<Verification> {
   if (!isRoundView(input)) return verifyInput(input);
-  const result = await verifyInput(roundViewInput(input, options));
+  const result = await verifyInput(roundViewInput(input));
   const seats = baibianHands(input);
   if (seats && result.deck) {
     // 百變牛牛's deal starts from the drawn card, deck[0] of the derived deck, so it is checked after the shuffle.
@@ -294,20 +287,22 @@ function isRoundView(input: VerifyInput | RoundView): input is RoundView {
 }
 
 /**
- * What a `RoundView` lets a verifier check: the commitment always; the dealt cards once every
+ * What a `RoundView` lets a verifier check: the commitment always; the contributions it lists
+ * as counted combine into its client seed, when it lists any; the dealt cards once every
  * hand is revealed (docs/api/frontend/stream.md, "Card-to-seat order"); the envelope's split
  * and grab order once every grab is. Throws FairInputError before the seed is revealed.
  */
-export function roundViewInput(view: RoundView, options: RoundViewOptions = {}): VerifyInput {
+export function roundViewInput(view: RoundView): VerifyInput {
   if (!view.serverSeed) throw new FairInputError(`round ${view.roundId} has no revealed seed yet (phase ${view.phase || "unknown"})`);
   const base: VerifyInput = { commitment: view.commitment, serverSeed: view.serverSeed, roundId: view.roundId, clientSeed: view.clientSeed };
+  if (view.clientSeeds.length > 0) base.clientSeeds = view.clientSeeds.filter((c) => c.counted).map((c) => c.clientSeed);
   if (view.variant === "red_envelope_bull") {
     if (view.grabs.length === 0) return base;
     const grabs = [...view.grabs].sort((a, b) => a.grabNo - b.grabNo);
     const envelope = {
       totalMinor: view.envelopeTotalMinor,
       shares: grabs.length,
-      minMinor: options.envelopeMinMinor ?? 1n,
+      minMinor: view.envelopeMinMinor,
       amounts: grabs.map((g) => g.amountMinor),
       grabOrder: grabs.map((g) => g.position),
     };

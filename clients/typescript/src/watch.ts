@@ -111,11 +111,25 @@ export interface WatchState {
 
 /**
  * Watch a table: an async iterator of its updates that survives dropped links. Break out
- * of the loop (or abort `signal`) to stop; the current call is cancelled.
+ * of the loop, call `return()` or abort `signal` to stop: the stream's fetch is aborted at
+ * once, even while a `next()` still waits for an update (which then ends the iteration),
+ * so nothing of the watch keeps a Node process alive.
  */
 export function watchTable(client: NiuniuClient, tableId: string, options: WatchOptions = {}): AsyncGenerator<TableUpdate> & { state: WatchState } {
   const state: WatchState = { lastPosition: options.afterPosition ?? 0n, reconnects: 0, deadLinks: 0, duplicatesDropped: 0 };
-  const generator = run(client, tableId, options, state) as AsyncGenerator<TableUpdate> & { state: WatchState };
+  // The watch's own signal: the caller's, or the consumer's return(). A generator's return()
+  // waits for a pending next(), which may wait for minutes of heartbeats: abort first.
+  const halt = new AbortController();
+  const follow = (): void => halt.abort(options.signal?.reason);
+  if (options.signal?.aborted) follow();
+  else options.signal?.addEventListener("abort", follow, { once: true });
+  const generator = run(client, tableId, { ...options, signal: halt.signal }, state) as AsyncGenerator<TableUpdate> & { state: WatchState };
+  const finish = generator.return.bind(generator);
+  generator.return = (value) => {
+    options.signal?.removeEventListener("abort", follow);
+    halt.abort(new Error("the consumer stopped watching"));
+    return finish(value);
+  };
   generator.state = state;
   return generator;
 }

@@ -608,7 +608,7 @@ async function verify(roundId: string): Promise<void> {
       const result = await fairness.verifyRound(view);
       if (state.boardRound !== roundId) return;
       const failed = result.checks.filter((c) => !c.ok);
-      const dealt = result.checks.length > 1;
+      const dealt = result.checks.some((c) => c.name === "deck" || c.name === "split");
       mark.dataset.status = !result.ok ? "failed" : dealt ? "verified" : "commitment-only";
       mark.textContent = !result.ok ? `✗ ${ui("verifyFailed")}: ${failed.map((c) => c.detail).join("; ")}` : dealt ? `✓ ${ui("verified")}` : `✓ ${ui("seedOnly")}`;
       mark.title = result.checks.map((c) => `${c.name}: ${c.detail}`).join("\n");

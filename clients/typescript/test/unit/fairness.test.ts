@@ -201,9 +201,31 @@ describe("verifyRound(roundView): what GetRound answers, every variant", () => {
     const amounts = [361n, 79n, 186n, 260n, 114n];
     const order = [0, 4, 2, 1, 3];
     const grabs = amounts.map((amountMinor, grabNo) => ({ grabNo, position: order[grabNo] ?? 0, amountMinor })).reverse();
-    const result = await verifyRound(view("red_envelope_bull", { grabs, envelopeTotalMinor: 1000n }));
+    const result = await verifyRound(view("red_envelope_bull", { grabs, envelopeTotalMinor: 1000n, envelopeMinMinor: 1n }));
     assert.deepEqual(names(result), [["commitment", true], ["split", true], ["grab_order", true]]);
     assert.deepEqual(result.split?.amounts, amounts);
+  });
+
+  it("the contributions GetRound lists as counted combine into the round's client seed", async () => {
+    // docs/fairness.md, section 10, "Cancelled and changed bets": alice-42 and b0b count, c4r0l was cancelled.
+    const combined = "a957abbc44428c00c405d6f59e65944b7416f82fc944ae5918a35d39323d6568";
+    const clientSeeds = [
+      { betId: "b1", clientSeed: "alice-42", counted: true },
+      { betId: "b2", clientSeed: "b0b", counted: true, mine: true },
+      { betId: "b3", clientSeed: "c4r0l", counted: false },
+    ];
+    const good = await verifyRound(view("golden_bull", { clientSeed: combined, clientSeeds }));
+    assert.deepEqual(names(good), [["commitment", true], ["client_seed", true]]);
+    const counted = clientSeeds.map((c) => ({ ...c, counted: true }));
+    assert.deepEqual(names(await verifyRound(view("golden_bull", { clientSeed: combined, clientSeeds: counted }))), [["commitment", true], ["client_seed", false]]);
+  });
+
+  it("68 NiuNiu: the envelope's smallest share comes from the round view", async () => {
+    const grabs = [{ grabNo: 0, position: 0, amountMinor: 500n }, { grabNo: 1, position: 1, amountMinor: 500n }];
+    // 1000 in two shares of at least 500: the only split there is, whatever the seed.
+    const result = await verifyRound(view("red_envelope_bull", { grabs, envelopeTotalMinor: 1000n, envelopeMinMinor: 500n }));
+    assert.deepEqual(result.split?.amounts, [500n, 500n]);
+    assert.equal(result.checks.find((c) => c.name === "split")?.ok, true);
   });
 
   it("a round whose seed is not revealed yet is refused, not failed", async () => {

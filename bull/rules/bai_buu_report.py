@@ -9,8 +9,8 @@ from __future__ import annotations
 from collections.abc import Mapping
 from fractions import Fraction
 
-from bull.rules import _bai_buu_math as bm
 from bull.rules import bai_buu
+from bull.rules import bai_buu_math as bm
 
 
 def _pct(value: Fraction | float, places: int = 4) -> str:
@@ -218,7 +218,7 @@ def render(seed: int, mc_rounds: int) -> str:
         "",
         "### Jackpot bets: the progressive part's contribution to the return",
         "",
-        "Long-run model (`_bai_buu_math.jackpot_model`): every round has the given number of",
+        "Long-run model (`bai_buu_math.jackpot_model`): every round has the given number of",
         "jackpot bets, one per hand (4: every hand; 1: one hand only); the pool restarts at the",
         "reset amount after every payout and grows by the contributions until the next (the",
         "seed only tops up the very first pool, which does not count in the long run).",

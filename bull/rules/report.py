@@ -13,8 +13,9 @@ from math import comb
 
 import numpy as np
 
-from bull.rules import _exact, fast
 from bull.rules import baibian_bull as bb
+from bull.rules import exact as _exact
+from bull.rules import fast
 from bull.rules import golden_bull as gb
 
 MC_SEED = 20_240_601

@@ -10,8 +10,8 @@ from fractions import Fraction
 
 import numpy as np
 
-from bull.rules import _red_envelope_math as rm
 from bull.rules import red_envelope as re_
+from bull.rules import red_envelope_math as rm
 
 MAIN_ROUNDS = 100_000
 VARIATION_ROUNDS = 40_000
@@ -206,7 +206,7 @@ def render(seed: int) -> str:
         "the last share takes the rest, and the shares go to participants in random grab",
         "order. Production splits are made by the rng service",
         "(`bull.fairness.split_envelope`, provably fair); the report uses a local",
-        "vectorised copy of the same distribution (`_red_envelope_math.double_mean_split`).",
+        "vectorised copy of the same distribution (`red_envelope_math.double_mean_split`).",
         "Every player stakes 10.00 (`sim.stake_minor` = 1000, so the 0.7% rebate is a whole",
         "number of cents) and, unless stated, the dealer pool is large enough that nobody",
         "drinks water.",
