@@ -41,8 +41,18 @@ logging.getLogger("kafka.net.sasl.scram").setLevel(logging.ERROR)
 # no event the relay cannot send ever enters an outbox.
 MAX_RECORD_BYTES = 4 * 1024 * 1024
 
-# Event topics keep everything forever and are never compacted: they are the record.
-EVENT_TOPIC_CONFIG = {"retention.ms": "-1", "cleanup.policy": "delete", "max.message.bytes": str(MAX_RECORD_BYTES)}
+# How long a topic keeps its records: 30 days. Older history lives in the sealed archive
+# (backbone/archive.py, docs/decisions/0014-archive-segments.md), written daily, so a failed
+# archive run has four weeks to be noticed and rerun before Kafka deletes what it has not copied.
+RETENTION_MS = 30 * 24 * 3600 * 1000
+# Records are kept as the producers send them: zstd batches (``make_producer``); a batch sent
+# uncompressed (another client) is compressed by the broker. Never compacted: they are the record.
+EVENT_TOPIC_CONFIG = {
+    "retention.ms": str(RETENTION_MS),
+    "cleanup.policy": "delete",
+    "compression.type": "zstd",
+    "max.message.bytes": str(MAX_RECORD_BYTES),
+}
 DEFAULT_PARTITIONS = 3
 
 
@@ -240,6 +250,7 @@ def make_producer(bootstrap_servers: str, client_id: str, **overrides: Any) -> K
         "retries": 2_147_483_647,
         "delivery_timeout_ms": 120_000,
         "max_request_size": MAX_RECORD_BYTES,
+        "compression_type": "zstd",  # the topics' compression.type: the broker keeps the batches as sent
     }
     return KafkaProducer(**_with_security(config, overrides))
 

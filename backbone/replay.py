@@ -45,8 +45,8 @@ import sys
 import threading
 import time
 import uuid
-from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
 from multiprocessing.connection import Connection
 from typing import Any, Protocol
 
@@ -113,6 +113,19 @@ class Projection:
     # Replay only: unique constraints (by name) no write of the projection relies on, because applying
     # each event once already keeps them: built at the end of a replay instead of row by row.
     implied_unique: Sequence[str] = ()
+
+
+@dataclass(frozen=True, slots=True)
+class Archived:
+    """Records read before Kafka's (``backbone.archive``): their batches, in order, and per partition the
+    offset Kafka is read from after them (the archive's end)."""
+
+    batches: Iterable[Sequence[Tracked]]
+    starts: Mapping[TopicPartition, int]
+
+
+class ReplayGap(RuntimeError):
+    """Kafka no longer holds records the replay needs (deleted by retention, and not given by an archive)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -183,8 +196,12 @@ async def replay(
     observe: Observer | None = None,
     workers: int = 0,
     cpu_per_worker: float = 0.0,
+    archived: Archived | None = None,
 ) -> ReplayReport:
     """Rebuild ``projection`` from offset 0 of ``topics`` into the fresh ``schema``.
+
+    ``archived``: its records first, then Kafka's from the offsets it names (``ReplayGap`` if Kafka
+    no longer holds a record the replay needs).
 
     ``indexes=False``: the projection's plain (non-unique) indexes are not built. They are access
     paths only: a replay read whole, compared and dropped (the audit's) reads none of them, and they
@@ -197,29 +214,40 @@ async def replay(
     """
     if workers > 0:
         return await _replay_workers(
-            dsn, bootstrap_servers, topics, projection, schema, _Options(progress, indexes, observe),
+            dsn, bootstrap_servers, topics, projection, schema, _Options(progress, indexes, observe, archived),
             workers, cpu_per_worker,
         )  # fmt: skip
     started = time.perf_counter()
     consumer = replay_consumer(bootstrap_servers, f"replay-{projection.name}")
-    # The partitions, their end offsets and the first poll (``_open``) come from a worker thread.
-    opening = asyncio.ensure_future(asyncio.to_thread(_open, consumer, topics, projection, observe))
+    starts = dict(archived.starts) if archived is not None else {}
+    # The partitions, their end offsets and the first poll (``_open``) come from a worker thread (after the
+    # archive's records, when there is an archive: ``observe`` is shown the records in order).
+    opening: asyncio.Future[Any] | None = (
+        None if archived else asyncio.ensure_future(asyncio.to_thread(_open, consumer, topics, projection, observe))
+    )
     _quick_switch.enter()
     try:
         async with await psycopg.AsyncConnection.connect(dsn) as conn:
             put_back = await _scratch_schema(conn, schema, projection)
             later = plain_indexes(projection) if indexes else []
             await run_ddl(conn, [*_REPLAY_STAGE, *projection.stage_ddl])
+            read = applied = 0
+            if archived is not None:
+                read, applied = await _apply_archived(conn, projection, archived.batches, observe)
+                opening = asyncio.ensure_future(asyncio.to_thread(_open, consumer, topics, projection, observe, starts))
+            assert opening is not None
             end, remaining, first = await opening
-            read, applied = (
+            live_read, live_applied = (
                 (0, 0)
                 if first is None
                 else await _drain(first, consumer, conn, projection, end, remaining, progress, observe)
             )
+            read, applied = read + live_read, applied + live_applied
             await _build_deferred(dsn, conn, schema, later, put_back)
     finally:
         # Waited for (the consumer is closed next) and its outcome taken, also when the set-up failed first.
-        await asyncio.gather(opening, return_exceptions=True)
+        if opening is not None:
+            await asyncio.gather(opening, return_exceptions=True)
         _quick_switch.leave()
         consumer.close()
     return ReplayReport(schema, read, applied, time.perf_counter() - started)
@@ -405,12 +433,16 @@ class _Poll:
 
 
 def _open(
-    consumer: Any, topics: Sequence[str], projection: Projection, observe: Observer | None = None
+    consumer: Any,
+    topics: Sequence[str],
+    projection: Projection,
+    observe: Observer | None = None,
+    starts: Mapping[TopicPartition, int] | None = None,
 ) -> tuple[dict[TopicPartition, int], set[TopicPartition], _Poll | None]:
-    """Assign every partition of ``topics`` from its start: their end offsets, the partitions with
-    records before them, and the first poll (short) decoded and staged; None when there is none."""
+    """Assign every partition of ``topics`` from its start (``starts``, else 0): their end offsets, the
+    partitions with records before them, and the first poll (short) decoded and staged; None when there is none."""
     partitions = [TopicPartition(t, p) for t in topics for p in sorted(consumer.partitions_for_topic(t) or ())]
-    return _open_partitions(consumer, partitions, projection, observe)
+    return _open_partitions(consumer, partitions, projection, observe, None, starts)
 
 
 def _open_partitions(
@@ -419,12 +451,22 @@ def _open_partitions(
     projection: Projection,
     observe: Observer | None = None,
     end: dict[TopicPartition, int] | None = None,
+    starts: Mapping[TopicPartition, int] | None = None,
 ) -> tuple[dict[TopicPartition, int], set[TopicPartition], _Poll | None]:
     """``_open`` of the given partitions (up to ``end`` when given, else their end offsets now)."""
+    starts = starts or {}
     consumer.assign(list(partitions))
-    consumer.seek_to_beginning(*partitions)
+    firsts = consumer.beginning_offsets(list(partitions)) if partitions else {}
+    for tp in partitions:
+        start = starts.get(tp, 0)
+        if int(firsts[tp]) > start:
+            raise ReplayGap(
+                f"Kafka no longer holds {tp.topic}[{tp.partition}] offsets {start}..{int(firsts[tp]) - 1}:"
+                " replay with the archive that holds them"
+            )
+        consumer.seek(tp, start)
     end = dict(consumer.end_offsets(list(partitions)) if end is None else end)
-    remaining = {tp for tp, offset in end.items() if offset > 0}
+    remaining = {tp for tp, offset in end.items() if offset > starts.get(tp, 0)}
     first = _poll_and_stage(consumer, projection, end, remaining, FIRST_POLL_RECORDS, observe) if remaining else None
     return end, remaining, first
 
@@ -464,6 +506,40 @@ def _poll_and_stage(
         observe(polled)
     staged = projection.stager(polled) if polled and projection.stager is not None else None
     return _Poll(polled, "".join(rows).encode(), staged, not remaining)
+
+
+def _archived_poll(projection: Projection, batch: Sequence[Tracked], observe: Observer | None) -> _Poll:
+    """An archived batch as a poll: shown to ``observe``, its tracking rows, staged (on a worker thread)."""
+    polled = list(batch)
+    if observe is not None and polled:
+        observe(polled)
+    name = copy_text(projection.name)
+    rows = "".join(
+        f"{name}\t{copy_text(t.envelope.event_id)}\t{copy_text(t.topic)}\t{t.partition}\t{t.offset}\n" for t in polled
+    )
+    staged = projection.stager(polled) if polled and projection.stager is not None else None
+    return _Poll(polled, rows.encode(), staged, False)
+
+
+async def _apply_archived(
+    conn: psycopg.AsyncConnection,
+    projection: Projection,
+    batches: Iterable[Sequence[Tracked]],
+    observe: Observer | None,
+) -> tuple[int, int]:
+    """Write the archive's batches in order, as polls; (events read, events new)."""
+    read = applied = 0
+    source = iter(batches)
+
+    def next_poll() -> _Poll | None:
+        batch = next(source, None)
+        return None if batch is None else _archived_poll(projection, batch, observe)
+
+    while (poll := await asyncio.to_thread(next_poll)) is not None:
+        read += len(poll.polled)
+        async with conn.transaction():
+            applied += await _apply(conn, projection, poll)
+    return read, applied
 
 
 async def _drain(
@@ -612,6 +688,7 @@ class _Options:
     progress: Callable[[int, int], None] | None
     indexes: bool
     observe: Observer | None
+    archived: Archived | None = None
 
 
 async def _replay_workers(
@@ -633,17 +710,30 @@ async def _replay_workers(
     watching: asyncio.Future[None] | None = None
     try:
         end = await asyncio.to_thread(_end_offsets, consumer, topics)
+        starts = dict(options.archived.starts) if options.archived is not None else {}
         async with await psycopg.AsyncConnection.connect(dsn) as conn:
             put_back = await _scratch_schema(conn, schema, projection)
+            first_read = first_applied = 0
+            if options.archived is not None:  # the archive first, in this process
+                await run_ddl(conn, [*_REPLAY_STAGE, *projection.stage_ddl])
+                first_read, first_applied = await _apply_archived(
+                    conn, projection, options.archived.batches, options.observe
+                )
             if options.observe is not None:
                 watching = asyncio.ensure_future(
                     asyncio.to_thread(
-                        _observe_all, consumer, dataclasses.replace(projection, stager=None), end, options.observe
+                        _observe_all,
+                        consumer,
+                        dataclasses.replace(projection, stager=None),
+                        end,
+                        options.observe,
+                        starts,
                     )
                 )
-            shares = divide(end, workers)
-            run = _WorkerRun(dsn, bootstrap_servers, schema, projection, shares, end)
+            shares = divide({tp: n - starts.get(tp, 0) for tp, n in end.items()}, workers)
+            run = _WorkerRun(dsn, bootstrap_servers, schema, projection, shares, end, starts)
             read, applied = await run.until_done(cpu_per_worker, options.progress)
+            read, applied = read + first_read, applied + first_applied
             if watching is not None:
                 await watching
             later = plain_indexes(projection) if options.indexes else []
@@ -672,9 +762,16 @@ def divide(end: Mapping[TopicPartition, int], workers: int) -> list[list[TopicPa
     return [share for share in shares if share]
 
 
-def _observe_all(consumer: Any, reader: Projection, end: dict[TopicPartition, int], observe: Observer) -> None:
-    """Show ``observe`` every record of ``end``'s partitions, a poll at a time (``reader``: no stager)."""
-    _, remaining, poll = _open_partitions(consumer, list(end), reader, observe, end)
+def _observe_all(
+    consumer: Any,
+    reader: Projection,
+    end: dict[TopicPartition, int],
+    observe: Observer,
+    starts: Mapping[TopicPartition, int] | None = None,
+) -> None:
+    """Show ``observe`` every record of ``end``'s partitions from ``starts``, a poll at a time
+    (``reader``: no stager)."""
+    _, remaining, poll = _open_partitions(consumer, list(end), reader, observe, end, starts)
     while poll is not None and not poll.done:
         poll = _poll_and_stage(consumer, reader, end, remaining, MAX_REPLAY_POLL_RECORDS, observe)
 
@@ -689,6 +786,7 @@ class _WorkerRun:
     projection: Projection
     shares: list[list[TopicPartition]]
     end: dict[TopicPartition, int]
+    starts: dict[TopicPartition, int] = field(default_factory=dict)
 
     async def until_done(self, cpu_per_worker: float, progress: Callable[[int, int], None] | None) -> tuple[int, int]:
         """Start the workers (each in a CPU group of its own with ``cpu_per_worker`` > 0), report their
@@ -739,8 +837,8 @@ class _WorkerRun:
             progress(sum(int(o[1]) for o in outcomes), total)
         return sum(int(o[1]) for o in outcomes), sum(int(o[2]) for o in outcomes)
 
-    def _parts(self, share: list[TopicPartition]) -> list[tuple[str, int, int]]:
-        return [(tp.topic, tp.partition, self.end[tp]) for tp in share]
+    def _parts(self, share: list[TopicPartition]) -> list[tuple[str, int, int, int]]:
+        return [(tp.topic, tp.partition, self.starts.get(tp, 0), self.end[tp]) for tp in share]
 
 
 def _stop(procs: Sequence[Any]) -> None:
@@ -758,11 +856,11 @@ def _worker_main(
     bootstrap_servers: str,
     schema: str,
     projection: Projection,
-    parts: list[tuple[str, int, int]],
+    parts: list[tuple[str, int, int, int]],
     counter: Any,
     sender: Connection,
 ) -> None:
-    """A worker process: replay ``parts`` (topic, partition, end offset) into ``schema``; sends
+    """A worker process: replay ``parts`` (topic, partition, start and end offsets) into ``schema``; sends
     ("done", read, applied), or ("error", what) and exits non-zero."""
     try:
         read, applied = asyncio.run(_replay_share(dsn, bootstrap_servers, schema, projection, parts, counter))
@@ -777,14 +875,17 @@ async def _replay_share(
     bootstrap_servers: str,
     schema: str,
     projection: Projection,
-    parts: list[tuple[str, int, int]],
+    parts: list[tuple[str, int, int, int]],
     counter: Any,
 ) -> tuple[int, int]:
     """A worker's share: its partitions read up to their end offsets and written into the scratch ``schema``
     made by the replay, poll after poll as a replay in one process writes them."""
     consumer = replay_consumer(bootstrap_servers, f"replay-{projection.name}-worker")
-    ends = {TopicPartition(topic, partition): end for topic, partition, end in parts}
-    opening = asyncio.ensure_future(asyncio.to_thread(_open_partitions, consumer, list(ends), projection, None, ends))
+    ends = {TopicPartition(topic, partition): end for topic, partition, _, end in parts}
+    starts = {TopicPartition(topic, partition): start for topic, partition, start, _ in parts}
+    opening = asyncio.ensure_future(
+        asyncio.to_thread(_open_partitions, consumer, list(ends), projection, None, ends, starts)
+    )
     _quick_switch.enter()
 
     def count(read: int, _total: int) -> None:

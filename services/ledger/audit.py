@@ -15,6 +15,8 @@
       wallet's movements, and every live bet's hold must be what the table's record needs.
       Prints a reconciliation report; progress goes to stderr. --workers N replays the partitions in
       N processes side by side (backbone/replay.py), into the same scratch schema: the same journal.
+      --archive DIR [--archive-head SHA256]: first verify the sealed archive (services/ledger/archived.py;
+      an altered, missing or reordered segment is a difference), then replay its records before Kafka's.
   niuniu-audit verify-round ROUND [--table HOST:PORT] [--no-recompute]
                            [--wallet HOST:PORT] [--username NAME] [--password-file F]
       Show the round's journal and check it against the table's RoundSettled: every
@@ -83,15 +85,25 @@ from psycopg import sql
 from psycopg.conninfo import conninfo_to_dict, make_conninfo
 
 from backbone import tls
+from backbone.archive import Verified
 from backbone.auth import DEVELOPMENT, ENV_MODE, Role, operator_token
 from backbone.config import DEFAULT_KAFKA
 from backbone.cpuquota import MIN_SHARE, unavailable_reason
 from backbone.eventstore import build_envelope
 from backbone.kafka import TopicSpec, ensure_topics, make_admin, make_consumer, make_producer, use_identity
 from backbone.limits import Limit, kafka_consumer_rate, pgbench_commits
-from backbone.replay import MAX_REPLAY_WORKERS, ReplayReport, build_indexes, plain_indexes, replay, replay_consumer
+from backbone.replay import (
+    MAX_REPLAY_WORKERS,
+    ReplayGap,
+    ReplayReport,
+    build_indexes,
+    plain_indexes,
+    replay,
+    replay_consumer,
+)
 from backbone.topics import Topics
 from services.ledger import queries
+from services.ledger.archived import ArchiveBroken, open_archive, print_archive
 from services.ledger.projection import CONSUMER, JOURNAL
 from services.ledger.recompute import recompute_via_table, table_address
 from services.ledger.reconcile import (
@@ -139,6 +151,9 @@ class AuditConfig:
     cut_timeout_s: float = DEFAULT_CUT_TIMEOUT_S
     # Processes replaying the partitions side by side (1: the replay runs in this process).
     workers: int = 1
+    # A sealed archive (backbone/archive.py) replayed before Kafka, and the head hash it must end at.
+    archive: str = ""
+    archive_head: str = ""
 
 
 class AuditError(Exception):
@@ -160,6 +175,7 @@ class AuditReport:
     cut_position: int = 0
     scratch: str = ""
     settlements: SettlementReconciliation | None = None
+    archive: Verified | None = None
 
     @property
     def ok(self) -> bool:
@@ -258,7 +274,12 @@ async def audit_replay(
         except WalletUnavailable as error:
             wallet_error = str(error)
     cut = max((b.as_of_position for b in (listed or {}).values()), default=0)
-    if cut > 0:
+    archived, checked = (
+        open_archive(config.archive, config.archive_head, topic_names) if config.archive else (None, None)
+    )
+    # Every wallet event below the archive's ``archived_below`` is in the archive (Kafka may have deleted them).
+    floor = max((h.archived_below.get("wallet", 1) - 1 for h in checked.headers), default=0) if checked else 0
+    if cut > floor:
         reached = await asyncio.to_thread(
             wait_for_wallet_position, config.kafka, config.topics.wallet_events, cut, config.cut_timeout_s
         )
@@ -280,6 +301,7 @@ async def audit_replay(
             indexes=config.keep_replay,
             observe=settlements.observe,  # fed every event the replay reads
             workers=config.workers if config.workers > 1 else 0,
+            archived=archived,
         )
         live_conn = await _connect(config.dsn, config.live_schema)
         replay_conn = await _connect(scratch_dsn, config.replay_schema)
@@ -290,6 +312,7 @@ async def audit_replay(
     report.wallet_error = wallet_error
     report.cut_position = cut
     report.scratch = scratch_label
+    report.archive = checked
     return report
 
 
@@ -359,7 +382,8 @@ def wallet_position_in_kafka(kafka: str, topic: str) -> int:
     consumer = make_consumer(kafka, None, "niuniu-audit-cut")
     try:
         parts = [TopicPartition(topic, p) for p in sorted(consumer.partitions_for_topic(topic) or ())]
-        ends = {tp: int(o) for tp, o in consumer.end_offsets(parts).items() if int(o) > 0} if parts else {}
+        firsts = consumer.beginning_offsets(parts) if parts else {}
+        ends = {tp: int(o) for tp, o in consumer.end_offsets(parts).items() if int(o) > int(firsts[tp])}
         if not ends:
             return 0
         consumer.assign(list(ends))
@@ -468,6 +492,8 @@ def print_report(report: AuditReport, out: TextIO, *, wallet_skipped: bool) -> N
     )
     if report.scratch:
         print(f"  scratch    {report.scratch}", file=out)
+    if report.archive is not None:
+        print_archive(report.archive, out)
     print(
         f"  journal    live {j.live_entries} entries, replayed {j.replayed_entries}, compared {j.compared};"
         f" not compared: {j.live_out_of_scope} live, {j.replayed_out_of_scope} replayed",
@@ -540,6 +566,8 @@ async def _run_replay(args: argparse.Namespace, out: TextIO, err: TextIO) -> int
         scratch_dsn=args.scratch_dsn,
         cut_timeout_s=args.cut_timeout,
         workers=args.workers,
+        archive=args.archive,
+        archive_head=args.archive_head,
     )
     wallet = None
     if not args.no_wallet:
@@ -548,6 +576,12 @@ async def _run_replay(args: argparse.Namespace, out: TextIO, err: TextIO) -> int
         report = await audit_replay(config, wallet, progress=None if args.no_progress else _Progress(err))
     except AuditError as error:
         print(f"niuniu-audit: error: {error}", file=err)
+        return EXIT_ERROR
+    except ArchiveBroken as broken:
+        print_archive(broken.checked, out)
+        return EXIT_DIFFERENCES
+    except ReplayGap as gap:
+        print(f"niuniu-audit: error: {gap}", file=err)
         return EXIT_ERROR
     print_report(report, out, wallet_skipped=args.no_wallet)
     if report.differences:
@@ -893,6 +927,13 @@ def build_parser() -> argparse.ArgumentParser:
         help="keep the scratch database (or schema) for inspection, with the journal's plain indexes built",
     )
     rep.add_argument("--no-progress", action="store_true", help="no progress line on stderr")
+    rep.add_argument(
+        "--archive",
+        default=env.get("NIUNIU_ARCHIVE_DIR", ""),
+        help="a sealed archive (python -m tools.archive): verified, then replayed before Kafka"
+        " (default: $NIUNIU_ARCHIVE_DIR)",
+    )
+    rep.add_argument("--archive-head", default="", help="the SHA-256 the archive's newest segment must have")
     rep.add_argument(
         "--workers",
         type=_workers,

@@ -5,6 +5,7 @@ from __future__ import annotations
 import pytest
 
 from backbone.config import ConfigError
+from backbone.kafka import RETENTION_MS
 from backbone.topics import DEFAULT_PARTITIONS, Topics, TopicSettings
 
 
@@ -12,7 +13,10 @@ def test_defaults_are_one_broker_and_the_known_partitions() -> None:
     specs = {s.name: s for s in Topics("p.").specs(TopicSettings.from_env({}))}
     assert {name: s.partitions for name, s in specs.items()} == {f"p.{n}": c for n, c in DEFAULT_PARTITIONS.items()}
     assert {s.replication_factor for s in specs.values()} == {1}
-    assert all("min.insync.replicas" not in s.config and s.config["retention.ms"] == "-1" for s in specs.values())
+    assert all("min.insync.replicas" not in s.config for s in specs.values())
+    assert {(s.config["retention.ms"], s.config["compression.type"]) for s in specs.values()} == {
+        (str(RETENTION_MS), "zstd")
+    }
 
 
 def test_a_cluster_sets_replication_min_insync_and_partitions() -> None:

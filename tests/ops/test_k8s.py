@@ -11,6 +11,7 @@ from typing import Any
 import pytest
 from ops_support import OVERLAYS, ROOT, SERVICES, kubectl, render, require, run_check_deploy, venv_tool, yaml
 
+from backbone.kafka import RETENTION_MS
 from backbone.topics import Topics
 from services.gateway.server import metrics_port
 
@@ -328,7 +329,8 @@ def test_kafka_topics_match_the_code(rendered: dict[str, list[Doc]]) -> None:
     assert set(topics) == set(specs)
     for name, spec in topics.items():
         assert spec["partitions"] == specs[name].partitions, name
-        assert str(spec["config"]["retention.ms"]) == specs[name].config["retention.ms"] == "-1"
+        assert str(spec["config"]["retention.ms"]) == specs[name].config["retention.ms"] == str(RETENTION_MS)
+        assert spec["config"]["compression.type"] == specs[name].config["compression.type"] == "zstd"
         assert spec["config"]["cleanup.policy"] == specs[name].config["cleanup.policy"] == "delete"
         assert str(spec["config"]["max.message.bytes"]) == specs[name].config["max.message.bytes"]
     (kafka,) = of_kind(docs, "Kafka")

@@ -23,7 +23,7 @@ from typing import Any
 import pytest
 from ops_support import ROOT, SERVICES, render
 
-from backbone.kafka import MAX_RECORD_BYTES
+from backbone.kafka import MAX_RECORD_BYTES, RETENTION_MS
 from backbone.topics import DEFAULT_PARTITIONS
 
 
@@ -151,7 +151,9 @@ def test_every_topic_has_three_replicas_two_in_sync_and_the_codes_partitions(doc
         spec = topic["spec"]
         assert spec["replicas"] == 3 and str(spec["config"]["min.insync.replicas"]) == "2", name
         assert spec["partitions"] == DEFAULT_PARTITIONS[name], name
-        assert str(spec["config"]["retention.ms"]) == "-1", name
+        # Compressed, and kept 30 days: the sealed archive holds what is older (docs/decisions/0014).
+        assert str(spec["config"]["retention.ms"]) == str(RETENTION_MS) == "2592000000", name
+        assert spec["config"]["compression.type"] == "zstd", name
         assert str(spec["config"]["max.message.bytes"]) == str(MAX_RECORD_BYTES), name
     kafka = of_kind(docs, "Kafka")["niuniu"]["spec"]["kafka"]
     assert kafka["config"]["auto.create.topics.enable"] is False and kafka["authorization"]["type"] == "simple"
