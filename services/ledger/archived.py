@@ -15,7 +15,7 @@ from typing import TextIO
 from kafka import TopicPartition
 
 from backbone.archive import Verified, archived_ends, archived_records, verify
-from backbone.replay import Archived
+from backbone.replay.model import Archived
 
 
 class ArchiveBroken(Exception):

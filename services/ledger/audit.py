@@ -14,7 +14,7 @@
       by the wallet (a refusal is a difference), pass verify-round's checks against the
       wallet's movements, and every live bet's hold must be what the table's record needs.
       Prints a reconciliation report; progress goes to stderr. --workers N replays the partitions in
-      N processes side by side (backbone/replay.py), into the same scratch schema: the same journal.
+      N processes side by side (backbone/replay/workers.py), into the same scratch schema: the same journal.
       --archive DIR [--archive-head SHA256]: first verify the sealed archive (services/ledger/archived.py;
       an altered, missing or reordered segment is a difference), then replay its records before Kafka's.
   niuniu-audit verify-round ROUND [--table HOST:PORT] [--no-recompute]
@@ -92,15 +92,11 @@ from backbone.cpuquota import MIN_SHARE, unavailable_reason
 from backbone.eventstore import build_envelope
 from backbone.kafka import TopicSpec, ensure_topics, make_admin, make_consumer, make_producer, use_identity
 from backbone.limits import Limit, kafka_consumer_rate, pgbench_commits
-from backbone.replay import (
-    MAX_REPLAY_WORKERS,
-    ReplayGap,
-    ReplayReport,
-    build_indexes,
-    plain_indexes,
-    replay,
-    replay_consumer,
-)
+from backbone.replay import replay
+from backbone.replay.model import ReplayGap, ReplayReport
+from backbone.replay.reading import replay_consumer
+from backbone.replay.scratch import build_indexes, plain_indexes
+from backbone.replay.workers import MAX_REPLAY_WORKERS
 from backbone.topics import Topics
 from services.ledger import queries
 from services.ledger.archived import ArchiveBroken, open_archive, print_archive

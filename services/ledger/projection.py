@@ -32,7 +32,7 @@ from niuniu.v1 import events_pb2
 from psycopg import sql
 
 from backbone.consumer import BatchHandler, Tracked, batched
-from backbone.replay import Projection, copy_text, fresh_stage
+from backbone.replay.model import Projection, copy_text, fresh_stage
 from services.ledger import metrics
 from services.ledger.accounts import account_type
 from services.ledger.journal import Entry, Reason, Rejected, journal_event, journal_rows

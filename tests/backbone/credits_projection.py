@@ -10,7 +10,7 @@ from niuniu.v1 import events_pb2
 
 from backbone.consumer import Tracked
 from backbone.eventstore import NewEvent
-from backbone.replay import Projection
+from backbone.replay.model import Projection
 
 CREDITS_DDL = (
     "CREATE TABLE IF NOT EXISTS credits (account TEXT PRIMARY KEY, total BIGINT NOT NULL, applied INT NOT NULL)",

@@ -17,13 +17,16 @@ from google.protobuf import struct_pb2
 from niuniu.v1 import events_pb2
 from psycopg_pool import AsyncConnectionPool
 
-import backbone.replay
+import backbone.replay.reading
 from backbone.consumer import ExactlyOnceConsumer
 from backbone.db import open_pool, run_ddl
 from backbone.eventstore import EventStore, build_envelope
 from backbone.kafka import TopicSpec, ensure_topics, make_consumer, make_producer
 from backbone.relay import OutboxRelay
-from backbone.replay import REPLAY_SWITCH_INTERVAL_S, Projection, replay, table_digest
+from backbone.replay import replay
+from backbone.replay.model import Projection
+from backbone.replay.scratch import table_digest
+from backbone.replay.writing import REPLAY_SWITCH_INTERVAL_S
 
 pytestmark = pytest.mark.integration
 
@@ -190,7 +193,7 @@ async def test_events_read_again_in_a_later_poll_or_the_same_one_are_applied_onc
         producer.send(topic, key=b"k", value=envelopes[n])
     producer.flush()
     producer.close()
-    monkeypatch.setattr(backbone.replay, "MAX_REPLAY_POLL_RECORDS", 4)
+    monkeypatch.setattr(backbone.replay.reading, "MAX_REPLAY_POLL_RECORDS", 4)
     report = await replay(dsn, kafka_servers, [topic], CREDITS, f"a_{unique}")
     assert (report.events_read, report.events_applied) == (16, 12)
     async with await psycopg.AsyncConnection.connect(dsn) as conn:

@@ -23,12 +23,13 @@ from niuniu.table.v1 import events_pb2 as table_pb2
 from niuniu.wallet.v1 import events_pb2 as wallet_pb2
 from psycopg import sql
 
-import backbone.replay
+import backbone.replay.writing
 from backbone.consumer import ExactlyOnceConsumer
 from backbone.db import open_pool, run_ddl
 from backbone.eventstore import NewEvent, build_envelope
 from backbone.kafka import TopicSpec, ensure_topics, make_consumer, make_producer
-from backbone.replay import plain_indexes, replay, table_digest
+from backbone.replay import replay
+from backbone.replay.scratch import plain_indexes, table_digest
 from backbone.topics import Topics
 from services.ledger.projection import (
     CONSUMER,
@@ -143,13 +144,13 @@ async def test_staged_replay_equals_the_handler_event_by_event(
     """With the awkward cases every poll is written the careful way; without them, each poll goes in
     with plain inserts on the first try (``StagedBatch.write_all_new``)."""
     careful: list[int] = []
-    apply_carefully = backbone.replay._apply_carefully
+    apply_carefully = backbone.replay.writing._apply_carefully
 
     async def counted(*args: Any) -> int:
         careful.append(1)
         return await apply_carefully(*args)
 
-    monkeypatch.setattr(backbone.replay, "_apply_carefully", counted)
+    monkeypatch.setattr(backbone.replay.writing, "_apply_carefully", counted)
     topics = Topics(f"t{unique}.")
     count = len(_publish(kafka_servers, topics, awkward=awkward))
     names = [topics.wallet_events, topics.table_events]

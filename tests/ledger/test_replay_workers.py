@@ -14,7 +14,8 @@ from psycopg import sql
 from test_replay_staged import ORDER, _publish, _rows
 
 from backbone.consumer import Tracked
-from backbone.replay import ReplayWorkerFailed, divide, replay
+from backbone.replay import replay
+from backbone.replay.workers import ReplayWorkerFailed, divide
 from backbone.topics import Topics
 from services.ledger.projection import JOURNAL
 

@@ -28,7 +28,6 @@ KNOWN_OVER: dict[str, int] = {
     "services/wallet/repo.py": 763,
     "backbone/consumer.py": 591,
     "backbone/eventstore.py": 578,
-    "backbone/replay.py": 802,
 }
 
 
