@@ -35,7 +35,7 @@ from niuniu.table.v1 import table_pb2
 from niuniu.wallet.v1 import wallet_pb2
 from psycopg import sql
 
-from services.ledger import audit
+from services.ledger import audit, audit_login
 
 E2E = Path(__file__).resolve().parents[1] / "e2e"
 if str(E2E) not in sys.path:
@@ -329,7 +329,7 @@ async def test_an_auditor_with_no_write_grant_reconciles_a_table_in_play(
 
     # The auditor's token reads, and writes nothing.
     username, password_file = auditor_login
-    token = await audit.login(stack.addr("wallet"), username, password_file.read_text().splitlines()[0])
+    token = await audit_login.login(stack.addr("wallet"), username, password_file.read_text().splitlines()[0])
     async with connect(stack) as c:
         with pytest.raises(grpc.aio.AioRpcError) as denied:
             await c.wallet.Deposit(

@@ -20,7 +20,8 @@ from played_rounds import played_round
 
 from backbone import keys, tls
 from backbone.auth import Role
-from services.ledger import audit
+from services.ledger import audit_login
+from services.ledger.audit_config import AuditError
 from services.ledger.recompute import recompute_via_table
 from services.ledger.reconcile import GrpcWalletBalances, WalletUnavailable
 
@@ -70,7 +71,7 @@ async def served(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> AsyncIterat
 
 async def test_login_balances_and_get_round_go_over_tls(served: tuple[str, dict[str, str]]) -> None:
     address, _ = served
-    assert await audit.login(address, "aud", "secret") == TOKEN
+    assert await audit_login.login(address, "aud", "secret") == TOKEN
     balances = await GrpcWalletBalances(address, TOKEN).balances()
     assert [(b.available_minor, b.held_minor) for b in balances.values()] == [(700, 300)]
     _, evidence = played_round()
@@ -82,8 +83,8 @@ async def test_without_the_tls_settings_the_same_calls_are_refused(
 ) -> None:
     address, _ = served
     monkeypatch.delenv("NIUNIU_TLS_CA_FILE")
-    with pytest.raises(audit.AuditError, match="UNAVAILABLE"):
-        await audit.login(address, "aud", "secret")
+    with pytest.raises(AuditError, match="UNAVAILABLE"):
+        await audit_login.login(address, "aud", "secret")
     with pytest.raises(WalletUnavailable, match="UNAVAILABLE"):
         await GrpcWalletBalances(address, TOKEN).balances()
     _, evidence = played_round()

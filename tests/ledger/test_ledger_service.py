@@ -26,7 +26,8 @@ from backbone.kafka import make_producer
 from backbone.relay import OutboxRelay
 from backbone.service import ServiceContext, start
 from backbone.topics import Topics
-from services.ledger import audit, metrics
+from services.ledger import audit, audit_replay, metrics
+from services.ledger.audit_config import AuditConfig
 from services.ledger.reconcile import WalletBalance
 from services.ledger.server import SPEC, imbalance_watch
 from services.ledger.synthetic import AVAILABLE, HELD, SyntheticStream, leg, movement
@@ -183,16 +184,16 @@ async def test_journal_balances_matches_the_stream_and_replays_identically(stack
         account: WalletBalance(stream.expected[(account, "available")], stream.expected[(account, "held")])
         for account in stream.players
     }
-    config = audit.AuditConfig(
+    config = AuditConfig(
         stack.ctx.settings.dsn,
         stack.ctx.settings.kafka_bootstrap_servers,
         stack.topics,
         stack.ledger_schema,
         f"r_{stack.ledger_schema}",
     )
-    assert (await audit.audit_replay(config, FakeWallet(fake))).differences == []
+    assert (await audit_replay.audit_replay(config, FakeWallet(fake))).differences == []
     fake[player] = WalletBalance(fake[player].available_minor + 1, 0)
-    (difference,) = (await audit.audit_replay(config, FakeWallet(fake))).differences
+    (difference,) = (await audit_replay.audit_replay(config, FakeWallet(fake))).differences
     assert difference.subject == f"{player}/available" and difference.other == str(fake[player].available_minor)
 
 

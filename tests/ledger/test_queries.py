@@ -11,7 +11,7 @@ import pytest
 from psycopg import sql
 
 from backbone.db import run_ddl
-from services.ledger import audit, queries
+from services.ledger import audit_replay, queries
 from services.ledger.journal import Line
 from services.ledger.projection import DDL
 from services.ledger.reconcile import WalletBalance
@@ -87,7 +87,7 @@ async def test_each_listed_account_is_summed_as_of_its_own_pages_position(dsn: s
         listed = {account: WalletBalance(0, 0, positions[n % 3]) for n, account in enumerate(accounts)}
         listed["player:unpositioned"] = WalletBalance(0, 0)
 
-        as_of = await audit._replayed_as_of(conn, listed)
+        as_of = await audit_replay._replayed_as_of(conn, listed)
 
         assert sorted(as_of) == positions
         for position in positions:
