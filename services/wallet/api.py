@@ -19,9 +19,11 @@ from niuniu.wallet.v1 import wallet_pb2_grpc
 from backbone.auth import Principal, Role, require
 from backbone.clientaddress import vouched_address
 from backbone.errors import REASON_METADATA_KEY, DomainError, InvalidArgument, NotFound, PermissionDenied
-from services.wallet import domain, repo
+from services.wallet import domain, domain_play, repo
 from services.wallet.app import WalletApp
-from services.wallet.domain import AccountState, Decision, Hold, HoldRequest, LimitKind, ResizeRequest, ResponsiblePlay
+from services.wallet.domain import AccountState
+from services.wallet.domain_holds import Decision, Hold, HoldRequest, ResizeRequest
+from services.wallet.domain_play import LimitKind, ResponsiblePlay
 from services.wallet.throttle import RETRY_AFTER_METADATA_KEY, Throttle, TooManyAttempts, client_address
 
 Context = grpc.aio.ServicerContext[Any, Any]
@@ -114,7 +116,7 @@ def hold_pb(h: Hold) -> pb.Hold:
 
 def play_pb(account: str, play: ResponsiblePlay, now: Any) -> pb.ResponsiblePlay:
     limits = []
-    for kind in domain.MONEY_LIMITS:
+    for kind in domain_play.MONEY_LIMITS:
         setting = play.setting(kind).settled(now)
         limits.append(
             pb.Limit(

@@ -38,21 +38,11 @@ from backbone.errors import (
 )
 from backbone.eventstore import ConcurrencyError, EventStore, NewEvent, utc_now
 from backbone.grouping import Grouped
-from services.wallet import domain, events, metrics, repo
-from services.wallet.domain import (
-    CASHIER,
-    AccountKind,
-    AccountState,
-    Decision,
-    Exclusion,
-    Hold,
-    HoldRequest,
-    LimitKind,
-    ResizeRequest,
-    ResponsiblePlay,
-    SettlementCommand,
-    SettlementRejected,
-)
+from services.wallet import domain, domain_holds, domain_play, domain_settlement, events, metrics, repo
+from services.wallet.domain import CASHIER, AccountKind, AccountState
+from services.wallet.domain_holds import Decision, Hold, HoldRequest, ResizeRequest
+from services.wallet.domain_play import Exclusion, LimitKind, ResponsiblePlay
+from services.wallet.domain_settlement import SettlementCommand, SettlementRejected
 
 log = logging.getLogger(__name__)
 
@@ -131,7 +121,7 @@ def settlement_digest(command: SettlementCommand) -> str:
 def _malformed(request: HoldRequest) -> DomainError | None:
     """What is wrong with a hold request on its own, before any state (None: nothing)."""
     try:
-        domain.check_hold_request(request)
+        domain_holds.check_hold_request(request)
     except DomainError as refused:
         return refused
     return None
@@ -349,7 +339,7 @@ class WalletApp:
             if kind == "deposit":
                 movement = domain.deposit(scoped, target.state, amount_minor)
                 if target.state.kind is AccountKind.PLAYER:
-                    domain.check_may_deposit(await self._play(conn, account, now), amount_minor, now)
+                    domain_play.check_may_deposit(await self._play(conn, account, now), amount_minor, now)
                 event = events.deposited(movement, actor, request_id)
             else:
                 movement = domain.withdrawal(scoped, target.state, amount_minor)
@@ -445,17 +435,17 @@ class WalletApp:
             play = ResponsiblePlay(
                 loaded.limits.get(request.account, {}), loaded.exclusions.get(request.account, Exclusion())
             )
-            if domain.loss_limit_in_force(play, now):
+            if domain_play.loss_limit_in_force(play, now):
                 used = await repo.window_sums(conn, request.account, now)
                 play = ResponsiblePlay(play.limits, play.exclusion, used)
-        decision = domain.decide_place_hold(request, existing, target.state, play, now)
+        decision = domain_holds.decide_place_hold(request, existing, target.state, play, now)
         if not decision.replayed:  # the account's next hold in the group is decided on what this one leaves
             after = domain.apply_movements({request.account: target.state}, decision.movements)
             loaded.accounts[request.account] = replace(target, state=after[request.account])
         return decision
 
     async def resize_hold(self, request: ResizeRequest) -> Decision:
-        domain.check_resize_request(request)
+        domain_holds.check_resize_request(request)
 
         async def work(conn: psycopg.AsyncConnection) -> Decision:
             found = await repo.hold(conn, request.hold_id)
@@ -468,7 +458,7 @@ class WalletApp:
             existing = await repo.hold_resize(conn, request.resize_id)
             now = self.clock()
             play = ResponsiblePlay() if existing else await self._play(conn, hold.account, now)
-            decision = domain.decide_resize(request, existing, hold, target.state, play, now)
+            decision = domain_holds.decide_resize(request, existing, hold, target.state, play, now)
             if decision.replayed:
                 return decision
             assert decision.resize is not None
@@ -487,18 +477,18 @@ class WalletApp:
 
     async def post_hold(self, hold_id: str, postings: list[tuple[str, int]]) -> Decision:
         domain.check_id(hold_id, "HOLD_ID")
-        domain.check_postings("", postings)
+        domain_holds.check_postings("", postings)
         return await self._resolve(
             hold_id, [p for p, _ in postings], lambda h, now: self._decide_post(h, postings, now)
         )
 
     @staticmethod
     def _decide_post(hold: Hold, postings: list[tuple[str, int]], now: datetime) -> Decision:
-        return domain.decide_post(hold, domain.check_postings(hold.account, postings), now)
+        return domain_holds.decide_post(hold, domain_holds.check_postings(hold.account, postings), now)
 
     async def void_hold(self, hold_id: str) -> Decision:
         domain.check_id(hold_id, "HOLD_ID")
-        return await self._resolve(hold_id, [], domain.decide_void)
+        return await self._resolve(hold_id, [], domain_holds.decide_void)
 
     async def _resolve(self, hold_id: str, payees: list[str], decide: Callable[[Hold, datetime], Decision]) -> Decision:
         async def work(conn: psycopg.AsyncConnection) -> Decision:
@@ -553,7 +543,7 @@ class WalletApp:
             ) -> Hold | None:
                 locked = await self._lock(conn, [account])
                 hold = await repo.hold(conn, hold_id, lock=True)
-                decision = domain.decide_expire(hold, now) if hold is not None else None
+                decision = domain_holds.decide_expire(hold, now) if hold is not None else None
                 if decision is None:
                     return None  # resolved meanwhile (or by another replica)
                 await self._save_resolution(conn, locked, decision, now)
@@ -645,8 +635,8 @@ class WalletApp:
         async def work(conn: psycopg.AsyncConnection) -> None:
             locked = await self._lock(conn, [account])
             now = self.clock()
-            current = (await repo.limits(conn, account)).get(kind) or domain.LimitSetting(kind)
-            changed = domain.decide_limit_change(current, value, now)
+            current = (await repo.limits(conn, account)).get(kind) or domain_play.LimitSetting(kind)
+            changed = domain_play.decide_limit_change(current, value, now)
             await repo.save_limit(conn, account, changed)
             effective = changed.pending_effective_at if changed.pending_value is not None else now
             assert effective is not None
@@ -662,7 +652,7 @@ class WalletApp:
         async def work(conn: psycopg.AsyncConnection) -> None:
             locked = await self._lock(conn, [account])
             now = self.clock()
-            excluded = domain.decide_self_exclusion(await repo.exclusion(conn, account), days, permanent, now)
+            excluded = domain_play.decide_self_exclusion(await repo.exclusion(conn, account), days, permanent, now)
             await repo.save_exclusion(conn, account, excluded)
             until = 0 if excluded.until is None else domain.to_ms(excluded.until)
             await self._append_account(conn, locked[account], [events.self_excluded(account, until)])
@@ -730,7 +720,7 @@ class WalletApp:
 
     async def _plan_settlement(
         self, conn: psycopg.AsyncConnection, command: SettlementCommand, now: datetime
-    ) -> tuple[domain.SettlementPlan, list[tuple[str, str]]]:
+    ) -> tuple[domain_settlement.SettlementPlan, list[tuple[str, str]]]:
         """The settlement decided on its locked accounts and holds, and the round's holds it does not name
         (hold id, account; their accounts locked too)."""
         hold_ids = command.all_hold_ids()
@@ -740,7 +730,7 @@ class WalletApp:
         owners = {h.account for h in named.values()} | {account for _, account in others}
         locks = await repo.lock_for_settlement(conn, command.round_id, command.accounts() | owners, hold_ids)
         states = {n: a.state for n, a in locks.accounts.items()}
-        return domain.decide_settlement(command, states, locks.holds, now), locks.strays
+        return domain_settlement.decide_settlement(command, states, locks.holds, now), locks.strays
 
     async def _release_strays(
         self, conn: psycopg.AsyncConnection, strays: list[tuple[str, str]], now: datetime, round_id: str
@@ -760,7 +750,7 @@ class WalletApp:
             hold = await repo.hold(conn, hold_id, lock=True)
             if hold is None or account not in locked:
                 continue
-            decision = domain.decide_void(hold, now)
+            decision = domain_holds.decide_void(hold, now)
             if decision.replayed:
                 continue
             await self._save_resolution(conn, locked, decision, now)

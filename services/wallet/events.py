@@ -7,7 +7,10 @@ from collections.abc import Iterable
 from niuniu.wallet.v1 import events_pb2 as pb
 
 from backbone.eventstore import NewEvent
-from services.wallet.domain import Bucket, Hold, LimitSetting, Movement, Resize, SettlementPlan, to_ms
+from services.wallet.domain import Bucket, Movement, to_ms
+from services.wallet.domain_holds import Hold, Resize
+from services.wallet.domain_play import LimitSetting
+from services.wallet.domain_settlement import SettlementPlan
 
 ACCOUNT_OPENED = "wallet.account_opened"
 DEPOSITED = "wallet.deposited"

@@ -21,20 +21,9 @@ from backbone.db import each_by_key, run_ddl
 from backbone.eventreads import last_position
 from backbone.eventstore import wait_for_appends
 from bull.accounts import OPENING_ACCOUNTS
-from services.wallet.domain import (
-    AccountKind,
-    AccountState,
-    Exclusion,
-    Hold,
-    HoldRequest,
-    HoldStatus,
-    LimitKind,
-    LimitSetting,
-    Movement,
-    Resize,
-    ResizeRequest,
-    net_by_account,
-)
+from services.wallet.domain import AccountKind, AccountState, HoldStatus, Movement, net_by_account
+from services.wallet.domain_holds import Hold, HoldRequest, Resize, ResizeRequest
+from services.wallet.domain_play import Exclusion, LimitKind, LimitSetting
 
 SCHEMA = (
     """

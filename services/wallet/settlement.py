@@ -18,7 +18,7 @@ from niuniu.v1 import events_pb2
 
 from backbone.consumer import Handler
 from services.wallet.app import WalletApp
-from services.wallet.domain import SettlementCommand, SettlementTransfer
+from services.wallet.domain_settlement import SettlementCommand, SettlementTransfer
 from services.wallet.metrics import SETTLEMENT_LAG_SECONDS
 
 ROUND_SETTLED = "table.round_settled"

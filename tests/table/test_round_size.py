@@ -23,7 +23,9 @@ from bull.variants import VARIANTS, Funding, RoundShape, TableBet
 from services.table.bets import MAX_BETS_PER_ROUND
 from services.table.common import scoped_id, settlement_event
 from services.wallet import events as wallet_events
-from services.wallet.domain import AccountState, Hold, HoldRequest, account_kind, decide_settlement
+from services.wallet.domain import AccountState, account_kind
+from services.wallet.domain_holds import Hold, HoldRequest
+from services.wallet.domain_settlement import decide_settlement
 from services.wallet.settlement import command_from
 from tests.table.test_variants import deal_input
 

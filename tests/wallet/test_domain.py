@@ -10,24 +10,11 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from backbone.errors import AlreadyExists, FailedPrecondition, InvalidArgument
-from services.wallet import domain
-from services.wallet.domain import (
-    AccountKind,
-    AccountState,
-    Bucket,
-    Exclusion,
-    Hold,
-    HoldRequest,
-    HoldStatus,
-    LimitKind,
-    LimitSetting,
-    Resize,
-    ResizeRequest,
-    ResponsiblePlay,
-    SettlementCommand,
-    SettlementRejected,
-    SettlementTransfer,
-)
+from services.wallet import domain, domain_holds, domain_play, domain_settlement
+from services.wallet.domain import AccountKind, AccountState, Bucket, HoldStatus
+from services.wallet.domain_holds import Hold, HoldRequest, Resize, ResizeRequest
+from services.wallet.domain_play import Exclusion, LimitKind, LimitSetting, ResponsiblePlay
+from services.wallet.domain_settlement import SettlementCommand, SettlementRejected, SettlementTransfer
 
 NOW = datetime(2026, 1, 1, 12, tzinfo=UTC)
 ALICE = "player:11111111-1111-4111-8111-111111111111"
@@ -66,31 +53,31 @@ def test_a_movement_must_balance() -> None:
 
 def test_loosening_a_limit_waits_24_hours_and_tightening_is_immediate() -> None:
     none = LimitSetting(LimitKind.DAILY_LOSS)
-    first = domain.decide_limit_change(none, 500, NOW)
+    first = domain_play.decide_limit_change(none, 500, NOW)
     assert first == LimitSetting(LimitKind.DAILY_LOSS, 500)
-    raised = domain.decide_limit_change(first, 900, NOW)
+    raised = domain_play.decide_limit_change(first, 900, NOW)
     assert raised.in_force(NOW) == 500
     assert raised.in_force(NOW + timedelta(hours=24) - timedelta(microseconds=1)) == 500
     assert raised.in_force(NOW + timedelta(hours=24)) == 900
-    lowered = domain.decide_limit_change(raised, 400, NOW + timedelta(hours=1))
+    lowered = domain_play.decide_limit_change(raised, 400, NOW + timedelta(hours=1))
     assert lowered == LimitSetting(LimitKind.DAILY_LOSS, 400)
-    removed = domain.decide_limit_change(lowered, 0, NOW)
+    removed = domain_play.decide_limit_change(lowered, 0, NOW)
     assert removed.in_force(NOW) == 400 and removed.in_force(NOW + timedelta(days=1)) == 0
-    reality = domain.decide_limit_change(LimitSetting(LimitKind.REALITY_CHECK_MINUTES, 10), 60, NOW)
+    reality = domain_play.decide_limit_change(LimitSetting(LimitKind.REALITY_CHECK_MINUTES, 10), 60, NOW)
     assert reality.in_force(NOW) == 60
 
 
 def test_self_exclusion_can_be_extended_never_shortened() -> None:
-    week = domain.decide_self_exclusion(Exclusion(), 7, False, NOW)
+    week = domain_play.decide_self_exclusion(Exclusion(), 7, False, NOW)
     assert week.active(NOW + timedelta(days=6)) and not week.active(NOW + timedelta(days=7))
-    assert domain.decide_self_exclusion(week, 30, False, NOW).until == NOW + timedelta(days=30)
+    assert domain_play.decide_self_exclusion(week, 30, False, NOW).until == NOW + timedelta(days=30)
     with pytest.raises(FailedPrecondition):
-        domain.decide_self_exclusion(week, 1, False, NOW)
-    forever = domain.decide_self_exclusion(week, 0, True, NOW)
+        domain_play.decide_self_exclusion(week, 1, False, NOW)
+    forever = domain_play.decide_self_exclusion(week, 0, True, NOW)
     assert forever.active(NOW + timedelta(days=100_000))
     with pytest.raises(FailedPrecondition):
-        domain.decide_self_exclusion(forever, 3650, False, NOW)
-    assert domain.decide_self_exclusion(week, 1, False, NOW + timedelta(days=8)).active(NOW + timedelta(days=8))
+        domain_play.decide_self_exclusion(forever, 3650, False, NOW)
+    assert domain_play.decide_self_exclusion(week, 1, False, NOW + timedelta(days=8)).active(NOW + timedelta(days=8))
 
 
 def test_place_hold_checks_exclusion_then_losses_then_funds() -> None:
@@ -98,20 +85,20 @@ def test_place_hold_checks_exclusion_then_losses_then_funds() -> None:
     request = HoldRequest("h1", ALICE, 600, "bet", "r1", 0)
     excluded = ResponsiblePlay(exclusion=Exclusion(None, True))
     with pytest.raises(FailedPrecondition, match="SELF_EXCLUDED"):
-        domain.decide_place_hold(request, None, alice, excluded, NOW)
+        domain_holds.decide_place_hold(request, None, alice, excluded, NOW)
     limited = ResponsiblePlay(
         limits={LimitKind.WEEKLY_LOSS: LimitSetting(LimitKind.WEEKLY_LOSS, 1_000)},
         used_minor={LimitKind.WEEKLY_LOSS: 401},
     )
     with pytest.raises(FailedPrecondition, match="LOSS_LIMIT_REACHED"):
-        domain.decide_place_hold(request, None, alice, limited, NOW)
+        domain_holds.decide_place_hold(request, None, alice, limited, NOW)
     with pytest.raises(FailedPrecondition, match="INSUFFICIENT_FUNDS"):
-        domain.decide_place_hold(HoldRequest("h1", ALICE, 1_001, "", "", 0), None, alice, ResponsiblePlay(), NOW)
-    placed = domain.decide_place_hold(request, None, alice, ResponsiblePlay(), NOW)
+        domain_holds.decide_place_hold(HoldRequest("h1", ALICE, 1_001, "", "", 0), None, alice, ResponsiblePlay(), NOW)
+    placed = domain_holds.decide_place_hold(request, None, alice, ResponsiblePlay(), NOW)
     assert placed.hold.expires_at == NOW + domain.DEFAULT_HOLD_TTL
-    assert domain.decide_place_hold(request, placed.hold, alice, excluded, NOW).replayed
+    assert domain_holds.decide_place_hold(request, placed.hold, alice, excluded, NOW).replayed
     with pytest.raises(AlreadyExists, match="HOLD_ID_REUSED"):
-        domain.decide_place_hold(HoldRequest("h1", ALICE, 601, "bet", "r1", 0), placed.hold, alice, excluded, NOW)
+        domain_holds.decide_place_hold(HoldRequest("h1", ALICE, 601, "bet", "r1", 0), placed.hold, alice, excluded, NOW)
 
 
 def test_settlement_posts_what_was_taken_and_releases_the_rest() -> None:
@@ -129,7 +116,7 @@ def test_settlement_posts_what_was_taken_and_releases_the_rest() -> None:
     before = accounts(alice=0, bob=0)
     before[ALICE] = AccountState(ALICE, AccountKind.PLAYER, 100, 500)
     before[BOB] = AccountState(BOB, AccountKind.PLAYER, 0, 310)
-    plan = domain.decide_settlement(command, before, holds, NOW)
+    plan = domain_settlement.decide_settlement(command, before, holds, NOW)
     assert plan.holds_posted == ("ha",) and plan.holds_voided == ("hb",) and plan.holds_skipped == ("missing",)
     assert plan.accounts_after[ALICE] == AccountState(ALICE, AccountKind.PLAYER, 180, 0)
     assert plan.accounts_after[BOB] == AccountState(BOB, AccountKind.PLAYER, 707, 10)
@@ -179,7 +166,7 @@ def test_invalid_settlements_are_rejected_whole(transfers: tuple[SettlementTrans
     before = accounts(alice=0, bob=0)
     before[ALICE] = AccountState(ALICE, AccountKind.PLAYER, 0, 505)
     with pytest.raises(SettlementRejected) as info:
-        domain.decide_settlement(SettlementCommand("r1", "t1", transfers, ("ha",)), before, holds, NOW)
+        domain_settlement.decide_settlement(SettlementCommand("r1", "t1", transfers, ("ha",)), before, holds, NOW)
     assert info.value.reason == reason
 
 
@@ -195,7 +182,9 @@ def test_a_player_pays_on_from_what_the_settlement_paid_it_before() -> None:
         SettlementTransfer(ALICE, CAROL, 250, "win", "b2"),
         SettlementTransfer(ALICE, "fees", 50, "dealer_fee"),
     )
-    plan = domain.decide_settlement(SettlementCommand("r1", "t1", transfers, ("pool", "hb")), before, holds, NOW)
+    plan = domain_settlement.decide_settlement(
+        SettlementCommand("r1", "t1", transfers, ("pool", "hb")), before, holds, NOW
+    )
     assert plan.accounts_after[ALICE] == AccountState(ALICE, AccountKind.PLAYER, 1_000, 0)  # its own 1 000 untouched
     assert plan.accounts_after[CAROL].available_minor == 1_250
     assert plan.player_net_minor == {ALICE: -1_000, BOB: -300, CAROL: 1_250}
@@ -210,7 +199,7 @@ def test_a_player_pays_on_from_what_the_settlement_paid_it_before() -> None:
 def test_resize_moves_the_difference_and_refuses_what_place_hold_refuses() -> None:
     placed = hold("h1", ALICE, 300)
     alice = AccountState(ALICE, AccountKind.PLAYER, 700, 300)
-    up = domain.decide_resize(ResizeRequest("rs1", "h1", 500), None, placed, alice, ResponsiblePlay(), NOW)
+    up = domain_holds.decide_resize(ResizeRequest("rs1", "h1", 500), None, placed, alice, ResponsiblePlay(), NOW)
     assert up.hold.amount_minor == 500 and up.hold.request == placed.request
     assert up.resize == Resize(ResizeRequest("rs1", "h1", 500), 300, NOW)
     (movement,) = up.movements
@@ -221,37 +210,39 @@ def test_resize_moves_the_difference_and_refuses_what_place_hold_refuses() -> No
         "r1",
     )
     assert movement.legs == (domain.Leg(ALICE, Bucket.AVAILABLE, -200), domain.Leg(ALICE, Bucket.HELD, 200))
-    down = domain.decide_resize(ResizeRequest("rs2", "h1", 120), None, up.hold, alice, ResponsiblePlay(), NOW)
+    down = domain_holds.decide_resize(ResizeRequest("rs2", "h1", 120), None, up.hold, alice, ResponsiblePlay(), NOW)
     assert down.movements[0].legs == (domain.Leg(ALICE, Bucket.HELD, -380), domain.Leg(ALICE, Bucket.AVAILABLE, 380))
-    same = domain.decide_resize(ResizeRequest("rs3", "h1", 120), None, down.hold, alice, ResponsiblePlay(), NOW)
+    same = domain_holds.decide_resize(ResizeRequest("rs3", "h1", 120), None, down.hold, alice, ResponsiblePlay(), NOW)
     assert same.movements == () and same.resize is not None and same.hold == down.hold
 
     # A repeat answers with the hold as it is; the id with other values is refused.
-    assert domain.decide_resize(up.resize.request, up.resize, down.hold, alice, ResponsiblePlay(), NOW) == (
-        domain.Decision(down.hold, replayed=True)
+    assert domain_holds.decide_resize(up.resize.request, up.resize, down.hold, alice, ResponsiblePlay(), NOW) == (
+        domain_holds.Decision(down.hold, replayed=True)
     )
     with pytest.raises(AlreadyExists, match="RESIZE_ID_REUSED"):
-        domain.decide_resize(ResizeRequest("rs1", "h1", 501), up.resize, down.hold, alice, ResponsiblePlay(), NOW)
+        domain_holds.decide_resize(ResizeRequest("rs1", "h1", 501), up.resize, down.hold, alice, ResponsiblePlay(), NOW)
     # PlaceHold's repeat is still compared with the amount placed.
-    assert domain.decide_place_hold(placed.request, down.hold, alice, ResponsiblePlay(), NOW).replayed
+    assert domain_holds.decide_place_hold(placed.request, down.hold, alice, ResponsiblePlay(), NOW).replayed
 
     def refused(reason: str, amount: int, h: Hold = placed, play: ResponsiblePlay | None = None) -> None:
         with pytest.raises(FailedPrecondition, match=reason):
-            domain.decide_resize(ResizeRequest("rs9", "h1", amount), None, h, alice, play or ResponsiblePlay(), NOW)
+            domain_holds.decide_resize(
+                ResizeRequest("rs9", "h1", amount), None, h, alice, play or ResponsiblePlay(), NOW
+            )
 
     refused("INSUFFICIENT_FUNDS", 1_001)
     refused("SELF_EXCLUDED", 301, play=ResponsiblePlay(exclusion=Exclusion(None, True)))
     limited = ResponsiblePlay(limits={LimitKind.DAILY_LOSS: LimitSetting(LimitKind.DAILY_LOSS, 400)})
     refused("LOSS_LIMIT_REACHED", 401, play=limited)  # 300 held + 101 more
-    assert domain.decide_resize(ResizeRequest("rs9", "h1", 400), None, placed, alice, limited, NOW).movements
+    assert domain_holds.decide_resize(ResizeRequest("rs9", "h1", 400), None, placed, alice, limited, NOW).movements
     # Lowering is allowed to the excluded and the limited alike.
     excluded = ResponsiblePlay(exclusion=Exclusion(None, True))
-    assert domain.decide_resize(ResizeRequest("rs9", "h1", 1), None, placed, alice, excluded, NOW).movements
-    refused("HOLD_ALREADY_RESOLVED", 200, domain.decide_void(placed, NOW).hold)
+    assert domain_holds.decide_resize(ResizeRequest("rs9", "h1", 1), None, placed, alice, excluded, NOW).movements
+    refused("HOLD_ALREADY_RESOLVED", 200, domain_holds.decide_void(placed, NOW).hold)
     refused("HOLD_EXPIRED", 200, replace(placed, expires_at=NOW))  # past its time, not yet swept
     for bad in (ResizeRequest("", "h1", 1), ResizeRequest("rs", "h 1", 1), ResizeRequest("rs", "h1", 0)):
         with pytest.raises(InvalidArgument):
-            domain.check_resize_request(bad)
+            domain_holds.check_resize_request(bad)
 
 
 def test_a_resized_hold_settles_and_voids_at_its_current_amount() -> None:
@@ -259,14 +250,14 @@ def test_a_resized_hold_settles_and_voids_at_its_current_amount() -> None:
     before = accounts(alice=0)
     before[ALICE] = AccountState(ALICE, AccountKind.PLAYER, 0, 500)
     command = SettlementCommand("r1", "t1", (SettlementTransfer(ALICE, "house", 400, "loss", "b1", "ha"),), ("ha",))
-    plan = domain.decide_settlement(command, before, {"ha": resized}, NOW)
+    plan = domain_settlement.decide_settlement(command, before, {"ha": resized}, NOW)
     (settled_hold,) = plan.holds
     assert (settled_hold.posted_minor, settled_hold.released_minor) == (400, 100)
     assert plan.accounts_after[ALICE] == AccountState(ALICE, AccountKind.PLAYER, 100, 0)
     too_much = replace(command, transfers=(SettlementTransfer(ALICE, "house", 501, "loss", "b1", "ha"),))
     with pytest.raises(SettlementRejected, match="HOLD_INSUFFICIENT"):
-        domain.decide_settlement(too_much, before, {"ha": resized}, NOW)
-    assert domain.decide_void(resized, NOW).movements[0].legs[1] == domain.Leg(ALICE, Bucket.AVAILABLE, 500)
+        domain_settlement.decide_settlement(too_much, before, {"ha": resized}, NOW)
+    assert domain_holds.decide_void(resized, NOW).movements[0].legs[1] == domain.Leg(ALICE, Bucket.AVAILABLE, 500)
 
 
 @settings(max_examples=200)
@@ -290,7 +281,9 @@ def test_any_valid_settlement_balances_and_resolves_each_hold_once(
                 left -= take
     if house_pays:
         transfers.append(SettlementTransfer("house", ALICE, house_pays, "win"))
-    plan = domain.decide_settlement(SettlementCommand("r1", "t1", tuple(transfers), tuple(holds)), before, holds, NOW)
+    plan = domain_settlement.decide_settlement(
+        SettlementCommand("r1", "t1", tuple(transfers), tuple(holds)), before, holds, NOW
+    )
     for movement in plan.movements:
         assert sum(leg.amount_minor for leg in movement.legs) == 0
     after = plan.accounts_after

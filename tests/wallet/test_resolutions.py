@@ -11,7 +11,8 @@ import psycopg
 import pytest
 
 from services.wallet import repo
-from services.wallet.domain import AccountKind, Bucket, Hold, HoldRequest, HoldStatus, Leg, Movement
+from services.wallet.domain import AccountKind, Bucket, HoldStatus, Leg, Movement
+from services.wallet.domain_holds import Hold, HoldRequest
 
 pytestmark = pytest.mark.integration
 
