@@ -22,6 +22,26 @@ from services.table.core.state import Bet, Bid, Phase, RoundState, Scheduled, Se
 Event = Message | Sealed | Scheduled
 """What ``decide`` emits and ``evolve`` folds: a wire event, or a private fact of the round."""
 
+EVENT_TYPES: dict[str, type[Message]] = {
+    "table.created": ev.TableCreated,
+    "table.config_changed": ev.ConfigChanged,
+    "table.round_opened": ev.RoundOpened,
+    "table.bid_placed": ev.BidPlaced,
+    "table.dealer_chosen": ev.DealerChosen,
+    "table.bet_placed": ev.BetPlaced,
+    "table.bet_cancelled": ev.BetCancelled,
+    "table.bet_changed": ev.BetChanged,
+    "table.betting_closed": ev.BettingClosed,
+    "table.dealt": ev.Dealt,
+    "table.envelope_sent": ev.EnvelopeSent,
+    "table.hand_revealed": ev.HandRevealed,
+    "table.envelope_grabbed": ev.EnvelopeGrabbed,
+    "table.round_settled": ev.RoundSettled,
+    "table.round_voided": ev.RoundVoided,
+    "table.seed_revealed": ev.SeedRevealed,
+}
+"""The stored event types a round's state is folded from, and their payloads (others leave it as it is)."""
+
 
 def evolve(state: RoundState, event: Event) -> RoundState:
     """The round after ``event``."""
