@@ -8,6 +8,8 @@ named after it and a dot (a table's ``table-t1`` and its bets' ``table-t1.bet-..
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 import psycopg
 
 from backbone.eventstore import StoredEvent, stored_event
@@ -66,3 +68,12 @@ async def last_position(conn: psycopg.AsyncConnection) -> int:
     cur = await conn.execute("SELECT coalesce(max(position), 0) FROM events")
     row = await cur.fetchone()
     return int(row[0]) if row else 0
+
+
+async def read_correlated_many(conn: psycopg.AsyncConnection, correlation_ids: Sequence[str]) -> list[StoredEvent]:
+    """The events of several correlation ids (a table's rounds, say) in one read, in position order."""
+    cur = await conn.execute(
+        "SELECT position, envelope FROM events WHERE correlation_id = ANY(%s) ORDER BY position",
+        (list(correlation_ids),),
+    )
+    return [stored_event(row) for row in await cur.fetchall()]

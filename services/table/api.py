@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Mapping, Sequence
+from collections.abc import AsyncIterator
 from typing import Any
 
 import grpc
@@ -11,12 +11,13 @@ from niuniu.table.v1 import table_pb2, table_pb2_grpc
 
 from backbone.auth import Principal, Role, Tokens
 from backbone.errors import DomainError, InvalidArgument, clip
-from backbone.eventstore import EventStore, StoredEvent
+from backbone.eventstore import EventStore
 from bull.money import JACKPOT_POOL
 from services.table.app import TableApp
 from services.table.banker_api import BankerRpcs
 from services.table.bets import BetOrder
-from services.table.common import BetReceipt, contribution_counted, player_account, unix_ms, variant_of
+from services.table.common import BetReceipt, player_account, unix_ms, variant_of
+from services.table.core.view import round_view
 from services.table.watch import Notifier, watch_table
 
 Context = grpc.aio.ServicerContext[Any, Any]
@@ -111,7 +112,8 @@ class TableServicer(BankerRpcs, table_pb2_grpc.TableServicer):
             raise InvalidArgument(
                 "ROUND_NOT_AT_TABLE", f"round {clip(request.round_id)} is not at table {clip(request.table_id)}"
             )
-        return await self._round_view(who, row)
+        (view,) = await self._round_views(who, request.table_id, [row])
+        return view
 
     async def ListRounds(self, request: table_pb2.ListRoundsRequest, context: Context) -> table_pb2.ListRoundsResponse:
         who = self._who(context)
@@ -120,7 +122,7 @@ class TableServicer(BankerRpcs, table_pb2_grpc.TableServicer):
             raise InvalidArgument("LIMIT_INVALID", f"limit must be 1..{MAX_ROUNDS_LISTED}")
         await self._app.get_table(request.table_id)  # NOT_FOUND for a table that does not exist
         rows = await self._app.recent_rounds(request.table_id, limit)
-        return table_pb2.ListRoundsResponse(rounds=[await self._round_view(who, row) for row in rows])
+        return table_pb2.ListRoundsResponse(rounds=await self._round_views(who, request.table_id, rows))
 
     async def WatchTable(
         self, request: table_pb2.WatchTableRequest, context: Context
@@ -174,114 +176,15 @@ class TableServicer(BankerRpcs, table_pb2_grpc.TableServicer):
             status="closed" if table["closed_at"] else "closing" if table["closing_at"] else "open",
         )
 
-    async def _round_view(self, who: Principal, row: dict[str, Any]) -> table_pb2.RoundView:
-        events = await self._app.round_events(row["round_id"])
-        hands = []
-        settled = ev.RoundSettled()
-        envelope = EnvelopeFacts()
-        for event in events:
-            if event.event_type == "table.hand_revealed":
-                hand = ev.HandRevealed()
-                event.unpack(hand)
-                hands.append(hand)
-            elif event.event_type == "table.round_settled":
-                event.unpack(settled)
-            else:
-                envelope.fold(event)
-        variant = await self._variant_of_table(row["table_id"])
-        # Deal order, the order the cards left the deck (docs/api/frontend/stream.md, card-to-seat order).
-        seats: tuple[str, ...] = tuple(getattr(variant_of(variant), "deal_order", ()))  # red envelope: no hands
-        deal = {seat: n for n, seat in enumerate(seats)}
-        hands.sort(key=lambda hand: deal.get(hand.seat, len(deal)))  # stable: parts stay in order
-        bets = await self._app.round_bets(row["round_id"])
-        totals = area_totals(bets)
-        mine = bet_outcomes(who, bets, settled)
-        return table_pb2.RoundView(
-            table_id=row["table_id"],
-            round_id=row["round_id"],
-            round_no=row["round_no"],
-            phase=row["phase"],
-            commitment=row["commitment"],
-            betting_closes_at_unix_ms=unix_ms(row["betting_closes_at"]),
-            hands=hands,
-            area_totals_minor=totals,
-            my_bets=mine,
-            server_seed=row["server_seed"] or "",
-            client_seed=row["client_seed"] if row["server_seed"] else "",
-            area_outcomes=settled.area_outcomes,
-            area_odds=settled.area_odds,
-            variant=variant,
-            config=row["config"],
-            dealer=envelope.dealer,
-            dealer_pool_minor=envelope.pool_minor,
-            highest_bid_minor=envelope.highest_bid_minor,
-            grabs=envelope.grabs,
-            envelope_total_minor=envelope.total_minor,
-            redeal_of=envelope.redeal_of,
-            void_reason=row["void_reason"] or "",
-            client_seeds=contributions(who, row, bets),
-            envelope_min_minor=envelope.min_minor,
-        )
-
-    async def _variant_of_table(self, table_id: str) -> str:
+    async def _round_views(
+        self, who: Principal, table_id: str, rows: list[dict[str, Any]]
+    ) -> list[table_pb2.RoundView]:
+        """The rounds' views from the read model ``evolve`` folds (``services/table/core``): one read of their
+        events for all of them."""
         table, _ = await self._app.get_table(table_id)
-        return str(table["variant"])
-
-
-class EnvelopeFacts:
-    """A round's public facts beyond its hands, from its events: the banker or the dealer, and for red-envelope
-    rounds the bids, the pool and the grabs revealed so far."""
-
-    def __init__(self) -> None:
-        self.dealer = ""
-        self.pool_minor = 0
-        self.highest_bid_minor = 0
-        self.total_minor = 0
-        self.min_minor = 0
-        self.redeal_of = ""
-        self.grabs: list[ev.EnvelopeGrabbed] = []
-
-    def fold(self, event: StoredEvent) -> None:
-        kind = event.event_type
-        if kind == "table.round_opened":
-            opened = ev.RoundOpened()
-            event.unpack(opened)
-            self.redeal_of = opened.redeal_of
-            self.dealer = opened.banker  # 百變牛牛's banking player ("" elsewhere)
-        elif kind == "table.bid_placed":
-            bid = ev.BidPlaced()
-            event.unpack(bid)
-            self.highest_bid_minor = max(self.highest_bid_minor, bid.amount_minor)
-        elif kind == "table.dealer_chosen":
-            chosen = ev.DealerChosen()
-            event.unpack(chosen)
-            self.dealer, self.pool_minor = chosen.dealer, chosen.dealer_pool_minor
-        elif kind == "table.envelope_sent":
-            sent = ev.EnvelopeSent()
-            event.unpack(sent)
-            self.total_minor, self.min_minor = sent.total_minor, sent.min_minor
-        elif kind == "table.envelope_grabbed":
-            grab = ev.EnvelopeGrabbed()
-            event.unpack(grab)
-            self.grabs.append(grab)
-
-
-def contributions(
-    who: Principal, row: Mapping[str, Any], bets: Sequence[Mapping[str, Any]]
-) -> list[table_pb2.ClientSeedContribution]:
-    """The round's client seed contributions, bet by bet, once its seed is revealed (none before)."""
-    if not row["server_seed"]:
-        return []
-    return [
-        table_pb2.ClientSeedContribution(
-            bet_id=b["bet_id"],
-            client_seed=b["client_seed"],
-            counted=contribution_counted(b, row["client_seed"]),
-            mine=b["player"] == player_account(who),
-        )
-        for b in bets
-        if b["client_seed"]
-    ]
+        privileged = who.role in (Role.ADMIN, Role.AUDITOR)
+        states = await self._app.round_states(str(table["variant"]), rows)
+        return [round_view(state, player_account(who), privileged=privileged) for state in states]
 
 
 def _receipt(receipt: BetReceipt) -> table_pb2.BetReceipt:
@@ -304,31 +207,3 @@ def _bet_outcome(outcome: BetReceipt | DomainError) -> table_pb2.PlaceBetOutcome
         refusal = table_pb2.Refusal(code=code, reason=outcome.reason, message=outcome.message)
         return table_pb2.PlaceBetOutcome(refused=refusal)
     return table_pb2.PlaceBetOutcome(placed=_receipt(outcome))
-
-
-def area_totals(bets: list[dict[str, Any]]) -> dict[str, int]:
-    """The stakes of a round's bets by area, cancelled bets left out."""
-    totals: dict[str, int] = {}
-    for bet in bets:
-        if bet["status"] != "cancelled":
-            totals[bet["area"]] = totals.get(bet["area"], 0) + bet["stake_minor"]
-    return totals
-
-
-def bet_outcomes(who: Principal, bets: list[dict[str, Any]], settled: ev.RoundSettled) -> list[ev.BetOutcome]:
-    """The round's bets ``who`` may see (their own; every bet for an admin or auditor), with their outcomes."""
-    privileged = who.role in (Role.ADMIN, Role.AUDITOR)
-    return [
-        ev.BetOutcome(
-            bet_id=b["bet_id"],
-            player=b["player"],
-            area=b["area"],
-            stake_minor=b["stake_minor"],
-            outcome=b["outcome"] or b["status"],
-            net_minor=b["net_minor"] or 0,
-            hold_id=b["hold_id"],
-            odds=settled.area_odds.get(b["area"], "") if b["status"] == "settled" else "",
-        )
-        for b in bets
-        if privileged or b["player"] == player_account(who)
-    ]

@@ -15,6 +15,7 @@ from collections.abc import Awaitable, Callable, Mapping, Sequence
 from datetime import datetime, timedelta
 from typing import Any
 
+from google.protobuf.message import Message
 from niuniu.table.v1 import events_pb2 as ev
 from psycopg_pool import AsyncConnectionPool
 
@@ -37,6 +38,8 @@ from services.table.common import (
     variant_of,
 )
 from services.table.context import TableContext, utc_now
+from services.table.core.evolve import EVENT_TYPES, fold_round
+from services.table.core.state import RoundState
 from services.table.envelope_commands import EnvelopeCommands
 from services.table.jackpot import JackpotPool
 from services.table.ports import RngPort, WalletPort
@@ -318,6 +321,23 @@ class TableApp:
     async def bidding_closes_at(self, round_id: str) -> datetime | None:
         return await self.ctx.envelopes.bidding_closes_at(round_id)
 
+    async def round_states(self, variant: str, rows: Sequence[Row]) -> list[RoundState]:
+        """The rounds of ``rows`` (a table's, of ``variant``) folded from their events, read at once."""
+        async with self.store.read() as conn:
+            events = await self.store.read_rounds_events(conn, [r["round_id"] for r in rows])
+        by_round: dict[str, list[Message]] = {r["round_id"]: [] for r in rows}
+        for event in events:
+            kind = EVENT_TYPES.get(event.event_type)
+            if kind is not None and event.envelope.correlation_id in by_round:
+                by_round[event.envelope.correlation_id].append(event.unpack(kind()))
+        return [fold_round(_round_start(variant, r), by_round[r["round_id"]]) for r in rows]
+
     async def round_events(self, round_id: str) -> list[StoredEvent]:
         async with self.store.read() as conn:
             return await self.store.read_correlated(conn, round_id)
+
+
+def _round_start(variant: str, row: Row) -> RoundState:
+    """A round as its row fixes it before its events: its table, variant, settings and limits."""
+    config = tuple(sorted(row["config"].items()))
+    return RoundState(row["table_id"], row["round_id"], variant, config, ev.TableLimits.FromString(row["limits"]))

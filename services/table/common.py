@@ -16,8 +16,10 @@ from backbone.auth import Principal
 from backbone.errors import InvalidArgument
 from bull import fairness as fair
 from bull import variants
-from bull.money import Settlement
 from bull.variants import Variant
+from services.table.core.settlement import settlement_event as settlement_event
+from services.table.core.state import Phase as Phase
+from services.table.core.view import counted
 
 HOLD_GRACE = timedelta(hours=48)
 """How long a round's holds outlive its betting window before the wallet's sweeper may release
@@ -74,17 +76,6 @@ DEFAULT_LIMITS = ev.TableLimits(
     reveal_interval_ms=1_000,
     pause_between_rounds_ms=3_000,
 )
-
-
-class Phase:
-    BIDDING = "bidding"  # red-envelope bull: the dealer seat is bid for before betting
-    BETTING = "betting"
-    DEALING = "dealing"
-    REVEALING = "revealing"
-    SETTLING = "settling"
-    SETTLED = "settled"
-    VOIDED = "voided"
-    ENDED = (SETTLED, VOIDED)
 
 
 @dataclass(frozen=True, slots=True)
@@ -173,52 +164,6 @@ def check_limits(variant: Variant, limits: ev.TableLimits) -> ev.TableLimits:
     return merged
 
 
-def settlement_event(
-    table_id: str,
-    round_id: str,
-    variant: str,
-    settlement: Settlement,
-    hold_ids: Sequence[str],
-    bet_holds: Mapping[str, str],
-    area_odds: Mapping[str, str] | None = None,
-    jackpot_pool_minor: int | None = None,
-) -> ev.RoundSettled:
-    """The wallet's contract: every transfer and the hold it is paid from, and every hold of the round."""
-    transfers = [
-        ev.SettlementTransfer(
-            payer=t.payer,
-            payee=t.payee,
-            amount_minor=t.amount_minor,
-            kind=str(t.kind),
-            bet_id=t.bet_id or "",
-            hold_id=t.hold_id,
-        )
-        for t in settlement.transfers
-    ]
-    outcomes = [
-        ev.BetOutcome(
-            bet_id=r.bet_id,
-            player=r.player,
-            area=r.area,
-            stake_minor=r.stake_minor,
-            outcome=str(r.outcome),
-            net_minor=r.net_minor,
-            hold_id=bet_holds[r.bet_id],
-            odds=(area_odds or {}).get(r.area, ""),
-        )
-        for r in settlement.bets
-    ]
-    return ev.RoundSettled(
-        table_id=table_id,
-        round_id=round_id,
-        variant=variant,
-        bets=outcomes,
-        transfers=transfers,
-        hold_ids=list(hold_ids),
-        jackpot_pool_minor=jackpot_pool_minor,
-    )
-
-
 def check_client_seed(client_seed: str) -> str:
     """A bet's client seed contribution ('' for none), or INVALID_ARGUMENT CLIENT_SEED_MALFORMED."""
     if client_seed:
@@ -240,14 +185,8 @@ def round_client_seed(bets: Sequence[Mapping[str, object]]) -> tuple[str, list[s
 
 
 def contribution_counted(bet: Mapping[str, object], round_client_seed: str) -> bool:
-    """Whether a bet's client seed contribution entered its round's client seed, at any time after the deal.
-
-    A bet is cancelled only in its betting window and no other status change drops a bet before the
-    deal (``round_client_seed``), so every bet with a contribution not cancelled counted, if the round
-    was dealt with contributions (``round_client_seed``, recorded at the deal, is not empty): a round
-    voided before its deal combined none.
-    """
-    return bool(bet["client_seed"]) and bet["status"] != "cancelled" and bool(round_client_seed)
+    """Whether a bet's client seed contribution entered its round's client seed (``core.view.counted``)."""
+    return counted(str(bet["client_seed"] or ""), str(bet["status"]), round_client_seed)
 
 
 def counted_contributions(bets: Sequence[Mapping[str, object]], round_client_seed: str) -> list[str]:

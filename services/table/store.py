@@ -21,6 +21,7 @@ from psycopg_pool import AsyncConnectionPool
 
 from backbone.db import each_by_key, sent_together
 from backbone.errors import NotFound, clip
+from backbone.eventreads import read_correlated_many
 from backbone.eventstore import ORDER_AFTER_LOCKS, EventStore, NewEvent, StoredEvent, ordering_domain
 from bull.money import BetResult
 
@@ -99,6 +100,10 @@ class TableStore:
 
     async def read_correlated(self, conn: Conn, correlation_id: str) -> list[StoredEvent]:
         return list(await self.events.read_correlated(conn, correlation_id))
+
+    async def read_rounds_events(self, conn: Conn, round_ids: Sequence[str]) -> list[StoredEvent]:
+        """The events of several rounds (correlated with their ids) in one read, in position order."""
+        return await read_correlated_many(conn, round_ids)
 
     # ------------------------------------------------------------------ tables
 
