@@ -74,8 +74,9 @@ def pod_spec(doc: Doc) -> Doc | None:
 
 
 def referenced(docs: list[Doc]) -> dict[Key, set[str]]:
-    """Every Secret and ConfigMap a pod of the render (a Deployment's, a Job's, a CronJob's) reads -> the keys it reads by name (and the
-    object store's credentials a CloudNativePG Cluster's backups read)."""
+    """Every Secret and ConfigMap a pod of the render (a Deployment's, a Job's, a CronJob's) reads
+    -> the keys it reads by name (and the object store's credentials a CloudNativePG Cluster's
+    backups read, and its managed roles' password Secrets)."""
     refs: dict[Key, set[str]] = {}
     for d in docs:
         store = d["spec"].get("backup", {}).get("barmanObjectStore", {}) if d["kind"] == "Cluster" else {}
