@@ -54,7 +54,7 @@ OPTIONAL: dict[str, str] = {
     "NIUNIU_GATEWAY_KEY_FILE": "without it the gateway forwards no client address and logs so (docs/security.md)",
     "NIUNIU_RNG_TEST_DECKS": "test-only deck hook: must never be set outside tests",
     "NIUNIU_ENV": "development mode: set only by the local scripts, tests and overlays/local, never in production",
-    "NIUNIU_GRPC_REFLECTION": "server reflection, on by default (the health and audit tools use it)",
+    "NIUNIU_GRPC_REFLECTION": "server reflection, on by default; overlays/production turns it off (config.yaml)",
     "NIUNIU_WALLET_THROTTLE": "the wallet's log-in throttle limits; the defaults are the production ones",
     "NIUNIU_GATEWAY_HOST": "the gateway's own listen address; NIUNIU_BIND_HOST (niuniu-common) applies when unset",
     "NIUNIU_GATEWAY_STATIC_DIR": "the reference web table's files; a cluster serves none (the operator's own frontend)",

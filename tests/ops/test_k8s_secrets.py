@@ -64,9 +64,19 @@ def made_by_operators(docs: list[Doc]) -> set[Key]:
     return made
 
 
+def pod_spec(doc: Doc) -> Doc | None:
+    """The pod a Deployment, a Job or a CronJob runs; None for any other kind."""
+    if doc["kind"] in ("Deployment", "Job"):
+        return doc["spec"]["template"]["spec"]  # type: ignore[no-any-return]
+    if doc["kind"] == "CronJob":
+        return doc["spec"]["jobTemplate"]["spec"]["template"]["spec"]  # type: ignore[no-any-return]
+    return None
+
+
 def referenced(docs: list[Doc]) -> dict[Key, set[str]]:
-    """Every Secret and ConfigMap a pod of the render reads -> the keys it reads by name (and the
-    object store's credentials a CloudNativePG Cluster's backups read)."""
+    """Every Secret and ConfigMap a pod of the render (a Deployment's, a Job's, a CronJob's) reads
+    -> the keys it reads by name (and the object store's credentials a CloudNativePG Cluster's
+    backups read, and its managed roles' password Secrets)."""
     refs: dict[Key, set[str]] = {}
     for d in docs:
         store = d["spec"].get("backup", {}).get("barmanObjectStore", {}) if d["kind"] == "Cluster" else {}
@@ -74,9 +84,12 @@ def referenced(docs: list[Doc]) -> dict[Key, set[str]]:
             refs.setdefault(("Secret", ref["name"]), set()).add(ref["key"])
         if d["kind"] == "Issuer":  # a CA Issuer signs with the key pair of its Secret
             refs[("Secret", d["spec"]["ca"]["secretName"])] = {"tls.crt", "tls.key"}
-        if d["kind"] != "Deployment":
+        for role in d["spec"].get("managed", {}).get("roles", []) if d["kind"] == "Cluster" else []:
+            if "passwordSecret" in role:  # a managed role's basic-auth Secret
+                refs.setdefault(("Secret", role["passwordSecret"]["name"]), set()).update({"username", "password"})
+        pod = pod_spec(d)
+        if pod is None:
             continue
-        pod = d["spec"]["template"]["spec"]
         mounts: dict[str, Key] = {}
         for volume in pod.get("volumes", []):
             if "secret" in volume:
