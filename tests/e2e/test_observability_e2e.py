@@ -23,6 +23,7 @@ from types import ModuleType
 import aiohttp
 import grpc
 import pytest
+import yaml
 from niuniu.table.v1 import events_pb2 as ev
 from niuniu.table.v1 import table_pb2
 from play import Watcher, connect, kind, settle_everything
@@ -91,8 +92,17 @@ def dashboard_queries(window: str) -> list[tuple[str, str]]:
     return found
 
 
+def stateful_alerts() -> set[str]:
+    """The alerts on PostgreSQL, Kafka and Redis exporters, which this machine does not run (promtool's
+    tests in deploy/observability cover them)."""
+    groups = yaml.safe_load((OBSERVABILITY / "alerts.rules.yml").read_text())["groups"]
+    return {r["alert"] for g in groups if g["name"] == "niuniu-stateful" for r in g["rules"] if "alert" in r}
+
+
 def alert_expressions() -> list[tuple[str, str]]:
-    return [(q.where, q.expr) for q in CHECK.rule_queries()]
+    skipped = stateful_alerts()
+    assert skipped, "the stateful group was renamed: follow it here"
+    return [(q.where, q.expr) for q in CHECK.rule_queries() if q.where.rsplit(": ", 1)[-1] not in skipped]
 
 
 @pytest.fixture(scope="module")

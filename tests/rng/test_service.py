@@ -10,15 +10,17 @@ from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any
 
 import grpc
+import psycopg
 import pytest
 from kafka import TopicPartition
 from niuniu.rng.v1 import events_pb2 as rng_events
 from niuniu.rng.v1 import rng_pb2, rng_pb2_grpc
 from niuniu.table.v1 import events_pb2 as table_events
 from niuniu.v1 import events_pb2 as envelopes
+from psycopg import sql
 
 from backbone.auth import DEFAULT_TTL_S, Role, Tokens, bearer
-from backbone.db import open_pool
+from backbone.db import create_schema, open_pool
 from backbone.eventstore import EventStore, NewEvent
 from backbone.kafka import make_consumer, make_producer
 from backbone.relay import OutboxRelay
@@ -54,6 +56,8 @@ async def rng(
 async def settle_round(infra: dict[str, str], prefix: str, schema: str, round_id: str) -> None:
     """Play the table's part: publish table.round_settled for the round on the (prefixed) table topic."""
     topics = Topics(prefix)
+    async with await psycopg.AsyncConnection.connect(infra["DATABASE_URL"], autocommit=True) as conn:
+        await create_schema(conn, schema)  # its own schema: never tables on the shared search path's public
     pool = await open_pool(infra["DATABASE_URL"], schema=schema)
     try:
         store = EventStore("table", topics.table_events)
@@ -68,6 +72,8 @@ async def settle_round(infra: dict[str, str], prefix: str, schema: str, round_id
         await OutboxRelay("table", pool, make_producer(infra["KAFKA_BOOTSTRAP_SERVERS"], "fake-table")).publish_once()
     finally:
         await pool.close()
+        async with await psycopg.AsyncConnection.connect(infra["DATABASE_URL"], autocommit=True) as conn:
+            await conn.execute(sql.SQL("DROP SCHEMA IF EXISTS {} CASCADE").format(sql.Identifier(schema)))
 
 
 async def reveal_when_closed(stub: rng_pb2_grpc.RngAsyncStub, round_id: str) -> rng_pb2.RevealResponse:
