@@ -33,7 +33,7 @@ from backbone.errors import DomainError
 from backbone.eventstore import EventStore
 from backbone.migrations import check_version
 from backbone.topics import Topics
-from services.wallet import repo
+from services.wallet import repo_users
 from services.wallet.app import WalletApp
 from services.wallet.domain import Role
 
@@ -46,7 +46,7 @@ async def set_password(username: str, password: str) -> str:
     return await _with_app(lambda app: app.reset_staff_password(username, password))
 
 
-async def _with_app(work: Callable[[WalletApp], Awaitable[repo.User]]) -> str:
+async def _with_app(work: Callable[[WalletApp], Awaitable[repo_users.User]]) -> str:
     settings = Settings.from_env("wallet", grpc_port=0, metrics_port=0)
     # The same schema the service uses when one is configured (NIUNIU_DB_SCHEMA).
     pool = await open_pool(settings.dsn, min_size=1, max_size=2, schema=getattr(settings, "schema", None))

@@ -19,7 +19,7 @@ from niuniu.wallet.v1 import wallet_pb2_grpc
 from backbone.auth import Principal, Role, require
 from backbone.clientaddress import vouched_address
 from backbone.errors import REASON_METADATA_KEY, DomainError, InvalidArgument, NotFound, PermissionDenied
-from services.wallet import domain, domain_play, repo
+from services.wallet import domain, domain_play, repo_users
 from services.wallet.app import WalletApp
 from services.wallet.domain import AccountState
 from services.wallet.domain_holds import Decision, Hold, HoldRequest, ResizeRequest
@@ -142,7 +142,7 @@ def play_pb(account: str, play: ResponsiblePlay, now: Any) -> pb.ResponsiblePlay
     )
 
 
-def profile_pb(u: repo.User) -> pb.Profile:
+def profile_pb(u: repo_users.User) -> pb.Profile:
     return pb.Profile(
         account_id=u.account_id,
         username=u.username,

@@ -1,15 +1,16 @@
-"""The wallet's tables: current state next to the event store, written in the same transaction.
+"""The wallet's tables, and its accounts, movements and idempotent requests: current state next to
+the event store, written in the same transaction.
 
 Balances live in ``wallet_accounts``; every change of them is also an entry in
 ``wallet_entries`` (one row per movement and account) and an event with legs, so
 the sum of an account's entries is its balance and the events rebuild both.
 Rows are locked in account-name order, then holds, so concurrent commands queue
-instead of deadlocking.
+instead of deadlocking. The holds' queries are in repo_holds, the responsible-play
+settings' in repo_play, the settlement's in repo_settlement and the users' in repo_users.
 """
 
 from __future__ import annotations
 
-import json
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime
@@ -17,13 +18,11 @@ from typing import Any
 
 import psycopg
 
-from backbone.db import each_by_key, run_ddl
+from backbone.db import run_ddl
 from backbone.eventreads import last_position
 from backbone.eventstore import wait_for_appends
 from bull.accounts import OPENING_ACCOUNTS
-from services.wallet.domain import AccountKind, AccountState, HoldStatus, Movement, net_by_account
-from services.wallet.domain_holds import Hold, HoldRequest, Resize, ResizeRequest
-from services.wallet.domain_play import Exclusion, LimitKind, LimitSetting
+from services.wallet.domain import AccountKind, AccountState, Movement, net_by_account
 
 SCHEMA = (
     """
@@ -173,7 +172,7 @@ class LockedAccount:
     version: int  # of the account's event stream
 
 
-_LOCK_ACCOUNTS = (
+LOCK_ACCOUNTS = (
     "SELECT account, kind, available_minor, held_minor, version FROM wallet_accounts"
     " WHERE account = ANY(%s) ORDER BY account FOR UPDATE"
 )
@@ -181,66 +180,12 @@ _LOCK_ACCOUNTS = (
 
 async def lock_accounts(conn: psycopg.AsyncConnection, accounts: Iterable[str]) -> dict[str, LockedAccount]:
     """Lock the existing ones of ``accounts`` (in name order) and return them."""
-    cur = await conn.execute(_LOCK_ACCOUNTS, (sorted(set(accounts)),))
-    return _locked(await cur.fetchall())
+    cur = await conn.execute(LOCK_ACCOUNTS, (sorted(set(accounts)),))
+    return locked_from_rows(await cur.fetchall())
 
 
-def _locked(rows: Iterable[Sequence[Any]]) -> dict[str, LockedAccount]:
+def locked_from_rows(rows: Iterable[Sequence[Any]]) -> dict[str, LockedAccount]:
     return {r[0]: LockedAccount(AccountState(r[0], AccountKind(r[1]), int(r[2]), int(r[3])), int(r[4])) for r in rows}
-
-
-@dataclass(frozen=True, slots=True)
-class HoldContexts:
-    """What PlaceHold decides on, for a group of holds: their accounts (locked), earlier holds of
-    their ids, the accounts' settings and which of their rounds the wallet has settled."""
-
-    accounts: dict[str, LockedAccount]
-    existing: dict[str, Hold]
-    limits: dict[str, dict[LimitKind, LimitSetting]]
-    exclusions: dict[str, Exclusion]
-    ended_rounds: frozenset[str]
-
-
-async def hold_contexts(
-    conn: psycopg.AsyncConnection, accounts: Iterable[str], hold_ids: Iterable[str], round_ids: Iterable[str]
-) -> HoldContexts:
-    """Lock the accounts (in name order) and read the rest PlaceHold needs: five statements, one
-    round trip in pipeline mode, whatever the number of holds.
-
-    The row locks come first; the reads after them (READ COMMITTED: each statement its own
-    snapshot) see every hold and setting committed before the locks were granted.
-    """
-    names = sorted(set(accounts))
-    locked = await conn.execute(
-        "SELECT account, kind, available_minor, held_minor, version FROM wallet_accounts"
-        " WHERE account = ANY(%s) ORDER BY account FOR UPDATE",
-        (names,),
-    )
-    held = await conn.execute(_HOLDS, (sorted(set(hold_ids)),))
-    limit_rows = await conn.execute(
-        "SELECT account, kind, value, pending_value, pending_effective_at FROM wallet_limits WHERE account = ANY(%s)",
-        (names,),
-    )
-    excluded = await conn.execute(
-        "SELECT account, until, permanent FROM wallet_exclusions WHERE account = ANY(%s)", (names,)
-    )
-    ended = await conn.execute(
-        "SELECT round_id FROM wallet_rounds WHERE round_id = ANY(%s) AND round_id <> ''"
-        " AND status IN ('settled', 'voided')",
-        (sorted(set(round_ids)),),
-    )
-    found = {
-        r[0]: LockedAccount(AccountState(r[0], AccountKind(r[1]), int(r[2]), int(r[3])), int(r[4]))
-        for r in await locked.fetchall()
-    }
-    existing = _holds_by_id(await held.fetchall())
-    settings: dict[str, dict[LimitKind, LimitSetting]] = {}
-    for r in await limit_rows.fetchall():
-        kind = LimitKind(r[1])
-        settings.setdefault(r[0], {})[kind] = LimitSetting(kind, int(r[2]), None if r[3] is None else int(r[3]), r[4])
-    exclusions = {r[0]: Exclusion(r[1], bool(r[2])) for r in await excluded.fetchall()}
-    ended_rounds = frozenset(str(r[0]) for r in await ended.fetchall())
-    return HoldContexts(found, existing, settings, exclusions, ended_rounds)
 
 
 async def account(conn: psycopg.AsyncConnection, name: str) -> AccountState | None:
@@ -367,29 +312,6 @@ async def entries_page(conn: psycopg.AsyncConnection, name: str, before_id: int,
     return [Entry(int(r[0]), r[1], r[2], int(r[3]), int(r[4]), r[5], r[6], r[7], r[8]) for r in await cur.fetchall()]
 
 
-async def window_sums(conn: psycopg.AsyncConnection, name: str, now: datetime) -> dict[LimitKind, int]:
-    """Deposits and net losses (posts and settlements) over each money limit's rolling window."""
-    day, week = now - LimitKind.DAILY_LOSS.window, now - LimitKind.WEEKLY_LOSS.window
-    cur = await conn.execute(
-        "SELECT"
-        " coalesce(sum(available_delta) FILTER (WHERE source = 'deposit' AND occurred_at > %(day)s), 0),"
-        " coalesce(sum(available_delta) FILTER (WHERE source = 'deposit'), 0),"
-        " coalesce(sum(available_delta + held_delta) FILTER (WHERE source <> 'deposit' AND occurred_at > %(day)s), 0),"
-        " coalesce(sum(available_delta + held_delta) FILTER (WHERE source <> 'deposit'), 0)"
-        " FROM wallet_entries WHERE account = %(account)s AND source IN ('deposit', 'post', 'settlement')"
-        " AND occurred_at > %(week)s AND occurred_at <= %(now)s",
-        {"account": name, "day": day, "week": week, "now": now},
-    )
-    row = await cur.fetchone()
-    assert row is not None
-    return {
-        LimitKind.DAILY_DEPOSIT: int(row[0]),
-        LimitKind.WEEKLY_DEPOSIT: int(row[1]),
-        LimitKind.DAILY_LOSS: max(0, -int(row[2])),
-        LimitKind.WEEKLY_LOSS: max(0, -int(row[3])),
-    }
-
-
 # --------------------------------------------------------------------------- idempotent requests
 
 
@@ -418,319 +340,4 @@ async def insert_request(conn: psycopg.AsyncConnection, key: str, stored: Stored
         "INSERT INTO wallet_requests (request_key, fingerprint, movement_id, account, available_minor, held_minor)"
         " VALUES (%s, %s, %s, %s, %s, %s)",
         (key, stored.fingerprint, stored.movement_id, b.account, b.available_minor, b.held_minor),
-    )
-
-
-# --------------------------------------------------------------------------- holds
-
-_HOLD_COLUMNS = (
-    "hold_id, account, amount_minor, reason, round_id, requested_expires_at_ms, expires_at, placed_at, status,"
-    " posted_minor, released_minor, resolved_at, resolved_by, postings, resized_minor"
-)
-
-
-def _holds_by_id(rows: Iterable[Sequence[Any]]) -> dict[str, Hold]:
-    return {h.hold_id: h for h in map(_hold, rows)}
-
-
-def _hold(r: Sequence[Any]) -> Hold:
-    return Hold(
-        HoldRequest(r[0], r[1], int(r[2]), r[3], r[4], int(r[5])),
-        expires_at=r[6],
-        placed_at=r[7],
-        status=HoldStatus(r[8]),
-        posted_minor=int(r[9]),
-        released_minor=int(r[10]),
-        resolved_at=r[11],
-        resolved_by=r[12],
-        postings=tuple((str(p), int(a)) for p, a in r[13]),
-        resized_minor=None if r[14] is None else int(r[14]),
-    )
-
-
-_HOLDS = each_by_key("wallet_holds", "hold_id", _HOLD_COLUMNS)
-# Locked in the ids' order: the callers sort them.
-_LOCK_HOLDS = each_by_key("wallet_holds", "hold_id", _HOLD_COLUMNS, lock=True)
-
-
-async def holds(conn: psycopg.AsyncConnection, hold_ids: Iterable[str], *, lock: bool = False) -> dict[str, Hold]:
-    ids = sorted(set(hold_ids))
-    if not ids:
-        return {}
-    cur = await conn.execute(_LOCK_HOLDS if lock else _HOLDS, (ids,))
-    return _holds_by_id(await cur.fetchall())
-
-
-async def hold(conn: psycopg.AsyncConnection, hold_id: str, *, lock: bool = False) -> Hold | None:
-    return (await holds(conn, [hold_id], lock=lock)).get(hold_id)
-
-
-async def insert_holds(conn: psycopg.AsyncConnection, placed: Sequence[Hold]) -> None:
-    """``insert_hold`` for several holds in one statement."""
-    if not placed:
-        return
-    await conn.execute(
-        "INSERT INTO wallet_holds (hold_id, account, amount_minor, reason, round_id, requested_expires_at_ms,"
-        " expires_at, placed_at, status)"
-        " SELECT * FROM unnest(%b::text[], %b::text[], %b::bigint[], %b::text[], %b::text[], %b::bigint[],"
-        " %b::timestamptz[], %b::timestamptz[], %b::text[])",
-        (
-            [h.request.hold_id for h in placed],
-            [h.request.account for h in placed],
-            [h.request.amount_minor for h in placed],
-            [h.request.reason for h in placed],
-            [h.request.round_id for h in placed],
-            [h.request.expires_at_unix_ms for h in placed],
-            [h.expires_at for h in placed],
-            [h.placed_at for h in placed],
-            [h.status.value for h in placed],
-        ),
-    )
-
-
-async def save_resolutions(conn: psycopg.AsyncConnection, resolved: Sequence[Hold]) -> None:
-    """Record each hold's one resolution, in one statement; the ``status = 'open'`` guard makes a second
-    one impossible."""
-    if not resolved:
-        return
-    # Checked in the statement (``wallet_require``), so the write may be queued in a pipeline.
-    await conn.execute(
-        "WITH resolved AS ("
-        " UPDATE wallet_holds h SET status = r.status, posted_minor = r.posted, released_minor = r.released,"
-        " resolved_at = r.resolved_at, resolved_by = r.resolved_by, postings = r.postings::jsonb"
-        " FROM unnest(%b::text[], %b::text[], %b::bigint[], %b::bigint[], %b::timestamptz[], %b::text[], %b::text[])"
-        " AS r (hold_id, status, posted, released, resolved_at, resolved_by, postings)"
-        " WHERE h.hold_id = r.hold_id AND h.status = 'open' RETURNING 1)"
-        " SELECT wallet_require(count(*) = %s, (%s - count(*)) || ' of the holds were not open') FROM resolved",
-        (
-            [h.hold_id for h in resolved],
-            [h.status.value for h in resolved],
-            [h.posted_minor for h in resolved],
-            [h.released_minor for h in resolved],
-            [h.resolved_at for h in resolved],
-            [h.resolved_by for h in resolved],
-            [json.dumps([list(p) for p in h.postings]) for h in resolved],
-            # Each hold once, and open until now (a hold named twice updates one row).
-            len(resolved),
-            len(resolved),
-        ),
-    )
-
-
-async def save_resize(conn: psycopg.AsyncConnection, resized: Hold, resize: Resize) -> None:
-    """Record the resize and the hold's new amount; the ``status = 'open'`` guard as in save_resolutions."""
-    q = resize.request
-    await conn.execute(
-        "INSERT INTO wallet_hold_resizes (resize_id, hold_id, previous_minor, amount_minor, resized_at)"
-        " VALUES (%s, %s, %s, %s, %s)",
-        (q.resize_id, q.hold_id, resize.previous_minor, q.amount_minor, resize.resized_at),
-    )
-    cur = await conn.execute(
-        "UPDATE wallet_holds SET resized_minor = %s WHERE hold_id = %s AND status = 'open'",
-        (resized.resized_minor, resized.hold_id),
-    )
-    assert cur.rowcount == 1, f"hold {resized.hold_id} was not open"
-
-
-async def hold_resize(conn: psycopg.AsyncConnection, resize_id: str) -> Resize | None:
-    cur = await conn.execute(
-        "SELECT resize_id, hold_id, amount_minor, previous_minor, resized_at FROM wallet_hold_resizes"
-        " WHERE resize_id = %s",
-        (resize_id,),
-    )
-    r = await cur.fetchone()
-    return Resize(ResizeRequest(r[0], r[1], int(r[2])), int(r[3]), r[4]) if r else None
-
-
-async def holds_page(
-    conn: psycopg.AsyncConnection, name: str, include_resolved: bool, before_seq: int, limit: int
-) -> list[tuple[int, Hold]]:
-    status = "" if include_resolved else " AND status = 'open'"
-    cur = await conn.execute(
-        f"SELECT seq, {_HOLD_COLUMNS} FROM wallet_holds WHERE account = %s AND seq < %s{status}"
-        " ORDER BY seq DESC LIMIT %s",
-        (name, before_seq, limit),
-    )
-    return [(int(r[0]), _hold(r[1:])) for r in await cur.fetchall()]
-
-
-async def due_holds(conn: psycopg.AsyncConnection, now: datetime, limit: int) -> list[tuple[str, str]]:
-    """(hold id, account) of open holds past their time, oldest first."""
-    cur = await conn.execute(
-        "SELECT hold_id, account FROM wallet_holds WHERE status = 'open' AND expires_at <= %s"
-        " ORDER BY expires_at LIMIT %s",
-        (now, limit),
-    )
-    return [(r[0], r[1]) for r in await cur.fetchall()]
-
-
-# (hold id, account) of the round's open holds that are not among the hold ids given.
-_OPEN_HOLDS_OF_ROUND = (
-    "SELECT hold_id, account FROM wallet_holds WHERE status = 'open' AND round_id = %s"
-    " AND NOT (hold_id = ANY(%b::text[])) ORDER BY hold_id"
-)
-
-
-async def settlement_holds(
-    conn: psycopg.AsyncConnection, round_id: str, hold_ids: Sequence[str]
-) -> tuple[dict[str, Hold], list[tuple[str, str]]]:
-    """A settlement's holds and (hold id, account) of its round's other open holds, in one round trip."""
-    ids = sorted(set(hold_ids))
-    async with conn.pipeline():
-        named = await conn.execute(_HOLDS, (ids,))
-        others = await conn.execute(_OPEN_HOLDS_OF_ROUND, (round_id, ids))
-    return (
-        _holds_by_id(await named.fetchall()),
-        [(r[0], r[1]) for r in await others.fetchall()],
-    )
-
-
-@dataclass(frozen=True, slots=True)
-class SettlementLocks:
-    accounts: dict[str, LockedAccount]
-    holds: dict[str, Hold]
-    strays: list[tuple[str, str]]  # (hold id, account) of the round's open holds the settlement does not name
-
-
-async def lock_for_settlement(
-    conn: psycopg.AsyncConnection, round_id: str, accounts: Iterable[str], hold_ids: Sequence[str]
-) -> SettlementLocks:
-    """Lock the accounts, then the holds (the usual order), and read the round's other open holds
-    after both locks: one round trip."""
-    ids = sorted(set(hold_ids))
-    async with conn.pipeline():
-        locked = await conn.execute(_LOCK_ACCOUNTS, (sorted(set(accounts)),))
-        held = await conn.execute(_LOCK_HOLDS, (ids,))
-        others = await conn.execute(_OPEN_HOLDS_OF_ROUND, (round_id, ids))
-    return SettlementLocks(
-        _locked(await locked.fetchall()),
-        _holds_by_id(await held.fetchall()),
-        [(r[0], r[1]) for r in await others.fetchall()],
-    )
-
-
-async def open_hold_stats(conn: psycopg.AsyncConnection) -> tuple[int, datetime | None]:
-    cur = await conn.execute("SELECT count(*), min(placed_at) FROM wallet_holds WHERE status = 'open'")
-    row = await cur.fetchone()
-    assert row is not None
-    return int(row[0]), row[1]
-
-
-async def rejected_round_count(conn: psycopg.AsyncConnection) -> int:
-    """Rounds still rejected: an operator's repair (a void) or a re-sent settlement takes a round out."""
-    cur = await conn.execute("SELECT count(*) FROM wallet_rounds WHERE status = 'rejected'")
-    row = await cur.fetchone()
-    assert row is not None
-    return int(row[0])
-
-
-# --------------------------------------------------------------------------- responsible play
-
-
-async def limits(conn: psycopg.AsyncConnection, name: str) -> dict[LimitKind, LimitSetting]:
-    cur = await conn.execute(
-        "SELECT kind, value, pending_value, pending_effective_at FROM wallet_limits WHERE account = %s", (name,)
-    )
-    return {
-        LimitKind(r[0]): LimitSetting(LimitKind(r[0]), int(r[1]), None if r[2] is None else int(r[2]), r[3])
-        for r in await cur.fetchall()
-    }
-
-
-async def save_limit(conn: psycopg.AsyncConnection, name: str, s: LimitSetting) -> None:
-    await conn.execute(
-        "INSERT INTO wallet_limits (account, kind, value, pending_value, pending_effective_at)"
-        " VALUES (%s, %s, %s, %s, %s) ON CONFLICT (account, kind) DO UPDATE SET value = EXCLUDED.value,"
-        " pending_value = EXCLUDED.pending_value, pending_effective_at = EXCLUDED.pending_effective_at",
-        (name, s.kind.value, s.value, s.pending_value, s.pending_effective_at),
-    )
-
-
-async def exclusion(conn: psycopg.AsyncConnection, name: str) -> Exclusion:
-    cur = await conn.execute("SELECT until, permanent FROM wallet_exclusions WHERE account = %s", (name,))
-    r = await cur.fetchone()
-    return Exclusion(r[0], bool(r[1])) if r else Exclusion()
-
-
-async def save_exclusion(conn: psycopg.AsyncConnection, name: str, e: Exclusion) -> None:
-    await conn.execute(
-        "INSERT INTO wallet_exclusions (account, until, permanent) VALUES (%s, %s, %s)"
-        " ON CONFLICT (account) DO UPDATE SET until = EXCLUDED.until, permanent = EXCLUDED.permanent",
-        (name, e.until, e.permanent),
-    )
-
-
-# --------------------------------------------------------------------------- users
-
-
-@dataclass(frozen=True, slots=True)
-class User:
-    account_id: str
-    username: str
-    email: str
-    password_hash: str
-    role: str
-    request_id: str | None
-    created_at: datetime
-
-
-_USER_COLUMNS = "account_id, username, email, password_hash, role, request_id, created_at"
-
-
-def _user(r: Sequence[Any]) -> User:
-    return User(str(r[0]), r[1], r[2], r[3], r[4], r[5], r[6])
-
-
-async def user_by(conn: psycopg.AsyncConnection, column: str, value: str) -> User | None:
-    assert column in ("account_id", "username", "request_id")
-    cur = await conn.execute(f"SELECT {_USER_COLUMNS} FROM wallet_users WHERE {column} = %s", (value,))
-    r = await cur.fetchone()
-    return _user(r) if r else None
-
-
-async def insert_user(conn: psycopg.AsyncConnection, u: User) -> None:
-    await conn.execute(
-        f"INSERT INTO wallet_users ({_USER_COLUMNS}) VALUES (%s, %s, %s, %s, %s, %s, %s)",
-        (u.account_id, u.username, u.email, u.password_hash, u.role, u.request_id, u.created_at),
-    )
-
-
-async def update_password_hash(conn: psycopg.AsyncConnection, account_id: str, password_hash: str) -> None:
-    await conn.execute("UPDATE wallet_users SET password_hash = %s WHERE account_id = %s", (password_hash, account_id))
-
-
-# --------------------------------------------------------------------------- rounds
-
-
-@dataclass(frozen=True, slots=True)
-class RoundRecord:
-    round_id: str
-    table_id: str
-    status: str
-    version: int
-    digest: str
-    reason: str
-    detail: str
-    updated_at: datetime
-
-
-async def round_record(conn: psycopg.AsyncConnection, round_id: str, *, lock: bool = False) -> RoundRecord | None:
-    suffix = " FOR UPDATE" if lock else ""
-    cur = await conn.execute(
-        "SELECT round_id, table_id, status, version, digest, reason, detail, updated_at FROM wallet_rounds"
-        f" WHERE round_id = %s{suffix}",
-        (round_id,),
-    )
-    r = await cur.fetchone()
-    return RoundRecord(r[0], r[1], r[2], int(r[3]), r[4], r[5], r[6], r[7]) if r else None
-
-
-async def save_round(conn: psycopg.AsyncConnection, r: RoundRecord) -> None:
-    await conn.execute(
-        "INSERT INTO wallet_rounds (round_id, table_id, status, version, digest, reason, detail, updated_at)"
-        " VALUES (%s, %s, %s, %s, %s, %s, %s, %s) ON CONFLICT (round_id) DO UPDATE SET"
-        " table_id = EXCLUDED.table_id, status = EXCLUDED.status, version = EXCLUDED.version,"
-        " digest = EXCLUDED.digest, reason = EXCLUDED.reason, detail = EXCLUDED.detail,"
-        " updated_at = EXCLUDED.updated_at",
-        (r.round_id, r.table_id, r.status, r.version, r.digest, r.reason, r.detail, r.updated_at),
     )

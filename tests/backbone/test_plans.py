@@ -28,6 +28,7 @@ from backbone.relay import FIRST_UNPUBLISHED, OWNED, PENDING
 from services.table.schema import DDL as TABLE_DDL
 from services.table.store import BETS_BY_ID
 from services.wallet import repo as wallet_repo
+from services.wallet.repo_holds import HOLDS_BY_ID, LOCK_HOLDS_BY_ID
 
 pytestmark = pytest.mark.integration
 
@@ -63,11 +64,9 @@ async def _table_only(conn: psycopg.AsyncConnection) -> None:
 
 HOT = [
     pytest.param(table_setup, BETS_BY_ID, ["text[]"], "('{a,b}')", "bets", id="table: PlaceBet's bets by id"),
+    pytest.param(wallet_repo.setup, HOLDS_BY_ID, ["text[]"], "('{a,b}')", "wallet_holds", id="wallet: holds by id"),
     pytest.param(
-        wallet_repo.setup, wallet_repo._HOLDS, ["text[]"], "('{a,b}')", "wallet_holds", id="wallet: holds by id"
-    ),
-    pytest.param(
-        wallet_repo.setup, wallet_repo._LOCK_HOLDS, ["text[]"], "('{a,b}')", "wallet_holds", id="wallet: holds locked"
+        wallet_repo.setup, LOCK_HOLDS_BY_ID, ["text[]"], "('{a,b}')", "wallet_holds", id="wallet: holds locked"
     ),
     pytest.param(_table_only, FIRST_UNPUBLISHED.format(owned=""), [], "", "outbox", id="relay: its probe"),
     pytest.param(

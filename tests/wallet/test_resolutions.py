@@ -10,7 +10,7 @@ from datetime import UTC, datetime, timedelta
 import psycopg
 import pytest
 
-from services.wallet import repo
+from services.wallet import repo, repo_holds
 from services.wallet.domain import AccountKind, Bucket, HoldStatus, Leg, Movement
 from services.wallet.domain_holds import Hold, HoldRequest
 
@@ -30,7 +30,7 @@ async def test_resolutions_keep_each_holds_fields_and_a_hold_not_open_refuses_th
         await repo.setup(conn)
         await repo.insert_account(conn, "player:p", AccountKind.PLAYER)
         holds = [open_hold(n) for n in (1, 2, 3)]
-        await repo.insert_holds(conn, holds)
+        await repo_holds.insert_holds(conn, holds)
         resolved = [
             replace(
                 holds[0],
@@ -57,32 +57,32 @@ async def test_resolutions_keep_each_holds_fields_and_a_hold_not_open_refuses_th
                 resolved_by="void",
             ),
         ]
-        await repo.save_resolutions(conn, resolved)
+        await repo_holds.save_resolutions(conn, resolved)
         await conn.commit()
-        assert await repo.holds(conn, [h.hold_id for h in holds]) == {h.hold_id: h for h in resolved}
+        assert await repo_holds.holds(conn, [h.hold_id for h in holds]) == {h.hold_id: h for h in resolved}
 
         # One of them again, beside one still open: nothing of the write may stay.
         fourth = open_hold(4)
-        await repo.insert_holds(conn, [fourth])
+        await repo_holds.insert_holds(conn, [fourth])
         await conn.commit()
         again = [
             replace(fourth, status=HoldStatus.VOIDED, resolved_by="void"),
             replace(resolved[0], resolved_by="again"),
         ]
         with pytest.raises(psycopg.errors.RaiseException, match="1 of the holds were not open"):
-            await repo.save_resolutions(conn, again)
+            await repo_holds.save_resolutions(conn, again)
         await conn.rollback()
-        after = await repo.holds(conn, [fourth.hold_id, resolved[0].hold_id])
+        after = await repo_holds.holds(conn, [fourth.hold_id, resolved[0].hold_id])
         assert after == {fourth.hold_id: fourth, resolved[0].hold_id: resolved[0]}
 
         # The same queued in pipeline mode (as a settlement writes it), where no row count is read
         # before the pipeline syncs: the statement itself fails, and the transaction with it.
         with pytest.raises(psycopg.errors.RaiseException, match="1 of the holds were not open"):
             async with conn.pipeline():
-                await repo.save_resolutions(conn, again)
+                await repo_holds.save_resolutions(conn, again)
                 await conn.execute("UPDATE wallet_holds SET reason = 'changed' WHERE hold_id = %s", (fourth.hold_id,))
         await conn.rollback()
-        after = await repo.holds(conn, [fourth.hold_id, resolved[0].hold_id])
+        after = await repo_holds.holds(conn, [fourth.hold_id, resolved[0].hold_id])
         assert after == {fourth.hold_id: fourth, resolved[0].hold_id: resolved[0]}
 
 
