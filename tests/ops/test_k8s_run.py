@@ -1,6 +1,7 @@
 """The local overlay's Deployments, run for real: each container command with exactly its rendered environment.
 
-``kubectl kustomize deploy/k8s/overlays/local`` is rendered; for every Deployment the
+``kubectl kustomize deploy/k8s/overlays/local`` is rendered; its Jobs (``niuniu-migrate`` per
+database) run to completion first, as a release runs them; then for every Deployment the
 environment its container would get is resolved (``env`` values and ``valueFrom``
 references, ``envFrom`` ConfigMaps and Secrets) and its ``command`` started as a
 process with that environment and nothing else; it counts as started when its
@@ -137,6 +138,7 @@ class Mapping:
     local_env: dict[str, str]
     workloads: dict[str, Workload]
     services: dict[str, dict[str, Any]]  # Service name -> its document
+    jobs: dict[str, Workload] = field(default_factory=dict)  # the release's Jobs (niuniu-migrate), run first
     changes: list[str] = field(default_factory=list)
 
     def _workload_of(self, service_name: str) -> Workload | None:
@@ -199,27 +201,28 @@ class Mapping:
         )
 
 
+def _workload(doc: dict[str, Any], docs: list[dict[str, Any]]) -> Workload:
+    pod = doc["spec"]["template"]
+    (container,) = pod["spec"]["containers"]
+    command = list(container["command"]) + list(container.get("args") or [])
+    ports = {p.get("name", str(p["containerPort"])): int(p["containerPort"]) for p in container.get("ports", [])}
+    return Workload(
+        doc["metadata"]["name"],
+        command[0].removeprefix("niuniu-"),
+        command,
+        dict(pod["metadata"].get("labels") or {}),
+        ports,
+        container_env(container, docs),
+        dict(container.get("readinessProbe") or {}),
+        {port: free_port() for port in ports.values()},
+    )
+
+
 def mapping(docs: list[dict[str, Any]], local_env: dict[str, str]) -> Mapping:
-    workloads: dict[str, Workload] = {}
-    for doc in docs:
-        if doc.get("kind") != "Deployment":
-            continue
-        pod = doc["spec"]["template"]
-        (container,) = pod["spec"]["containers"]
-        command = list(container["command"]) + list(container.get("args") or [])
-        ports = {p.get("name", str(p["containerPort"])): int(p["containerPort"]) for p in container.get("ports", [])}
-        workloads[doc["metadata"]["name"]] = Workload(
-            doc["metadata"]["name"],
-            command[0].removeprefix("niuniu-"),
-            command,
-            dict(pod["metadata"].get("labels") or {}),
-            ports,
-            container_env(container, docs),
-            dict(container.get("readinessProbe") or {}),
-            {port: free_port() for port in ports.values()},
-        )
+    workloads = {d["metadata"]["name"]: _workload(d, docs) for d in docs if d.get("kind") == "Deployment"}
+    jobs = {d["metadata"]["name"]: _workload(d, docs) for d in docs if d.get("kind") == "Job"}
     services = {d["metadata"]["name"]: d for d in docs if d.get("kind") == "Service"}
-    return Mapping(local_env, workloads, services)
+    return Mapping(local_env, workloads, services, jobs=jobs)
 
 
 # --- the run ---------------------------------------------------------------------------------------------
@@ -234,6 +237,21 @@ class Running:
     def addr(self, service: str) -> str:
         (workload,) = [w for w in self.mapping.workloads.values() if w.service == service]
         return f"127.0.0.1:{workload.local_ports[workload.container_ports['grpc']]}"
+
+    def complete(self, job: Workload) -> None:
+        """Run a Job's container to completion, as the release does before its Deployments roll."""
+        log_path = self.log_dir / f"{job.name}.log"
+        with log_path.open("ab") as log:
+            done = subprocess.run(
+                [str(BIN / job.command[0]), *job.command[1:]],
+                env=self.mapping.localize(job),
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                cwd=self.log_dir,
+                timeout=HEALTH_TIMEOUT_S,
+                check=False,
+            )
+        assert done.returncode == 0, f"{job.name} failed:\n{log_path.read_text(errors='replace')[-3000:]}"
 
     def start(self, workload: Workload) -> None:
         env = self.mapping.localize(workload)
@@ -310,7 +328,10 @@ def running(infra: dict[str, str]) -> Iterator[Running]:
     system.log_dir.mkdir(parents=True, exist_ok=True)
     by_service = {w.service: w for w in system.mapping.workloads.values()}
     assert set(START_ORDER) <= set(by_service), sorted(by_service)
+    assert {j.service for j in system.mapping.jobs.values()} >= {"migrate"}, sorted(system.mapping.jobs)
     try:
+        for job in system.mapping.jobs.values():
+            system.complete(job)
         for service in [*START_ORDER, *sorted(set(by_service) - set(START_ORDER))]:
             system.start(by_service[service])
         yield system

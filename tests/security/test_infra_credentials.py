@@ -202,6 +202,9 @@ def test_each_service_writes_its_own_topics(service: str, admin_of: dict[str, Ka
     for topic in own:
         operations = _operations(admin_of[service], topic)
         assert operations is not None and "WRITE" in operations, (service, topic, operations)
+    # ... and reads back its events topic: the restore check at start (backbone/restorecheck.py).
+    operations = _operations(admin_of[service], f"niuniu.{service}.events")
+    assert operations is not None and "READ" in operations, (service, operations)
 
 
 def test_the_test_principal_cannot_touch_the_systems_topics(admin_of: dict[str, KafkaAdminClient]) -> None:
@@ -268,12 +271,13 @@ def test_the_auditor_reads_the_ledgers_database_and_changes_nothing() -> None:
         if tables:
             with pytest.raises(psycopg.errors.InsufficientPrivilege):
                 conn.execute(f'DELETE FROM public."{tables[0]}"')
-        # Nothing secret in what it reads: no seed, no password (hash) column anywhere it may select.
+        # Nothing secret in what it reads: no seed, no password (hash) column anywhere it may select
+        # (key_hash: a record key's partition hash; migration_hash: yoyo's digest of a migration's name).
         secret = conn.execute(
             "SELECT n.nspname || '.' || c.relname || '.' || a.attname FROM pg_attribute a"
             " JOIN pg_class c ON c.oid = a.attrelid JOIN pg_namespace n ON n.oid = c.relnamespace"
             " WHERE a.attnum > 0 AND NOT a.attisdropped AND n.nspname NOT IN ('pg_catalog', 'information_schema')"
-            " AND a.attname ~ '(seed|password|hash)' AND a.attname <> 'key_hash'"
+            " AND a.attname ~ '(seed|password|hash)' AND a.attname NOT IN ('key_hash', 'migration_hash')"
             " AND has_column_privilege(c.oid, a.attnum, 'SELECT')"
         ).fetchall()
     assert secret == [], secret

@@ -12,7 +12,9 @@ not in it are deleted, and the system's topics (``backbone.topics``) exist. Idem
 Who may do what (principal ``User:<name>``; a request no ACL allows is refused):
 
 - ``niuniu_<svc>`` (rng, table, wallet, ledger): WRITE, CREATE, DESCRIBE on ``niuniu.<svc>.*``
-  (its own topics); READ, DESCRIBE on the topics it consumes; READ on groups ``<svc>-*``.
+  (its own topics); READ on ``niuniu.<svc>.events`` (the restore check at start reads back what
+  it wrote, backbone/restorecheck.py); READ, DESCRIBE on the topics it consumes; READ on groups
+  ``<svc>-*``.
 - ``niuniu_auditor``: READ, DESCRIBE on ``niuniu.*`` (every system topic, the audit topic
   too); READ on groups ``audit*``; on this local broker also READ, DESCRIBE on ``audited-*``
   (the test systems its read-only path is tested on, tests/ledger/test_audit_auditor.py).
@@ -102,6 +104,7 @@ def desired_acls() -> list[Grant]:
         own = f"{SYSTEM_PREFIX}{service}."
         for op in (ACLOperation.WRITE, ACLOperation.CREATE, ACLOperation.DESCRIBE):
             grants.append(Grant(user, topic, own, PREFIXED, op))
+        grants.append(Grant(user, topic, f"{own}events", LITERAL, ACLOperation.READ))
         for name in consumed:
             for op in (ACLOperation.READ, ACLOperation.DESCRIBE):
                 grants.append(Grant(user, topic, name, LITERAL, op))
