@@ -14,6 +14,13 @@ import psycopg
 
 from backbone.eventstore import StoredEvent, stored_event
 
+FAMILY_SCHEMA = (
+    "CREATE INDEX IF NOT EXISTS events_stream_prefix_idx ON events (stream_id text_pattern_ops, position)",
+)
+"""The index ``read_family`` reads by. In a service's database the event store's migration
+eventstore-family-0001 makes it (``migrations.store_migrations(..., family_reads=True)``); this is for
+scratch schemas and tests."""
+
 
 def _under(stream_id: str) -> str:
     """The LIKE pattern of ``stream_id``'s sub-streams (its underscores taken literally)."""

@@ -2,7 +2,10 @@
 
 Each service's database has a folder of migrations (``services/<service>/migrations``, SQL files
 named ``NNNN.<what>.sql``) and a version table, yoyo's ``_yoyo_migration``, in the schema the
-service uses. ``niuniu-migrate`` (``tools/migrate.py``) applies them once per release, each
+service uses. The event store in it (its tables, sequence, indexes and append functions) is the
+backbone's: its migrations are backbone's own (``eventstore_migrations``, ids ``eventstore-*``),
+applied to every service database before the service's (``store_migrations``), and no service's
+migration names its tables. ``niuniu-migrate`` (``tools/migrate.py``) applies them once per release, each
 migration in one transaction, with a short ``lock_timeout``: a statement that waits for a lock
 held by the running services' transactions fails soon instead of queueing every bet behind its
 ACCESS EXCLUSIVE lock, and the run is tried again a bounded number of times. A service runs no
@@ -15,6 +18,7 @@ from __future__ import annotations
 
 import logging
 import time
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -41,13 +45,30 @@ YOYO_LOCK_S = 60
 """How long a run waits for another run of the same database (yoyo's lock row) before it fails."""
 
 
+EVENT_STORE = Path(__file__).with_name("eventstore_migrations") / "core"
+"""The event store's migrations, for every service database."""
+FAMILY_READS = Path(__file__).with_name("eventstore_migrations") / "family_reads"
+"""The index ``eventreads.read_family`` reads by, for a database whose service reads streams by family."""
+
+
 class SchemaBehind(ConfigError):
     """The database lacks migrations this code needs: the service refuses to start."""
 
 
-def migration_ids(folder: Path) -> list[str]:
-    """The ids (file names without ``.sql``) of the migrations in ``folder``, in order."""
-    return sorted(p.name.removesuffix(".sql") for p in folder.glob("*.sql") if not p.name.endswith(".rollback.sql"))
+def store_migrations(own: Path, *, family_reads: bool = False) -> tuple[Path, ...]:
+    """The migration folders of a service database whose own migrations are in ``own``, in the order they
+    apply: the event store's first (the service's migrations never touch its tables), then ``own``."""
+    return (EVENT_STORE, *((FAMILY_READS,) if family_reads else ()), own)
+
+
+def migration_ids(folders: Sequence[Path]) -> list[str]:
+    """The ids (file names without ``.sql``) of the migrations in ``folders``, in the order they apply."""
+    return [
+        p.name.removesuffix(".sql")
+        for folder in folders
+        for p in sorted(folder.glob("*.sql"))
+        if not p.name.endswith(".rollback.sql")
+    ]
 
 
 def _backend(dsn: str, schema: str | None, lock_timeout_ms: int) -> DatabaseBackend:
@@ -78,22 +99,24 @@ def _create_schema(dsn: str, schema: str) -> None:
 
 def apply(
     dsn: str,
-    folder: Path,
+    folders: Sequence[Path],
     schema: str | None = None,
     *,
     lock_timeout_ms: int = LOCK_TIMEOUT_MS,
     attempts: int = ATTEMPTS,
 ) -> list[str]:
-    """Apply the migrations of ``folder`` not yet applied to ``dsn`` (in ``schema``); their ids.
+    """Apply the migrations of ``folders`` not yet applied to ``dsn`` (in ``schema``); their ids.
 
-    A run that failed on a lock wait (``lock_timeout``, a deadlock, or another run holding the
-    database) is tried again; the migration that failed was rolled back whole.
+    They run in the order of ``folders``, each folder's in the order of their ids, unless a
+    ``-- depends:`` (which may name a migration of an earlier folder) says otherwise. A run that
+    failed on a lock wait (``lock_timeout``, a deadlock, or another run holding the database) is
+    tried again; the migration that failed was rolled back whole.
     """
     if schema is not None:
         _create_schema(dsn, schema)
     for attempt in range(1, attempts + 1):
         try:
-            return _apply_once(dsn, folder, schema, lock_timeout_ms)
+            return _apply_once(dsn, folders, schema, lock_timeout_ms)
         except (psycopg.errors.LockNotAvailable, psycopg.errors.DeadlockDetected, LockTimeout) as error:
             if attempt == attempts:
                 raise
@@ -102,11 +125,11 @@ def apply(
     raise AssertionError("unreachable")
 
 
-def _apply_once(dsn: str, folder: Path, schema: str | None, lock_timeout_ms: int) -> list[str]:
+def _apply_once(dsn: str, folders: Sequence[Path], schema: str | None, lock_timeout_ms: int) -> list[str]:
     backend = _backend(dsn, schema, lock_timeout_ms)
     try:
         with backend.lock(YOYO_LOCK_S):
-            pending = backend.to_apply(read_migrations(str(folder)))
+            pending = backend.to_apply(read_migrations(*(str(f) for f in folders)))
             backend.apply_migrations(pending)
             return [str(m.id) for m in pending]
     finally:
@@ -126,16 +149,16 @@ async def applied_ids(conn: psycopg.AsyncConnection[Any], schema: str | None = N
 
 
 async def check_version(
-    conn: psycopg.AsyncConnection[Any], folder: Path, database: str, schema: str | None = None
+    conn: psycopg.AsyncConnection[Any], folders: Sequence[Path], database: str, schema: str | None = None
 ) -> None:
-    """Raise ``SchemaBehind`` unless every migration of ``folder`` was applied to ``schema`` (default:
+    """Raise ``SchemaBehind`` unless every migration of ``folders`` was applied to ``schema`` (default:
     ``conn``'s current one).
 
     Migrations the code does not know (a newer release's, after a rollback) are allowed: expand/contract
     keeps each schema usable by the release before it.
     """
     applied = await applied_ids(conn, schema)
-    missing = [m for m in migration_ids(folder) if m not in applied]
+    missing = [m for m in migration_ids(folders) if m not in applied]
     if missing:
         if schema is None:
             cur = await conn.execute("SELECT current_schema()")

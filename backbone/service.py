@@ -100,9 +100,10 @@ class ServiceSpec:
     metrics_port: int
     default_topic: Callable[[Topics], str]
     register: Callable[[grpc.aio.Server, ServiceContext], Sequence[str]]
-    # The service's versioned migrations (niuniu-migrate applies them): at start the service checks
-    # they were all applied to its schema and refuses to serve otherwise. It runs no DDL itself.
-    migrations: Path | None = None
+    # The folders of the service's versioned migrations, the event store's first (niuniu-migrate applies
+    # them, ``migrations.store_migrations``): at start the service checks they were all applied to its
+    # schema and refuses to serve otherwise. It runs no DDL itself.
+    migrations: tuple[Path, ...] | None = None
     consumers: Sequence[ConsumerSpec] = field(default_factory=tuple)
     background: Sequence[Callable[[ServiceContext], BackgroundTask]] = field(default_factory=tuple)
     # The wallet holds the issuer key that signs player, admin and auditor tokens.

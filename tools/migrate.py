@@ -5,7 +5,8 @@
     niuniu-migrate --list          # each database's applied and pending migrations, nothing changed
 
 Each database is the one its service uses (NIUNIU_<SERVICE>_DSN, else DATABASE_URL), in the schema
-NIUNIU_DB_SCHEMA or --schema names (default: the connection's own, public). Run it once per release
+NIUNIU_DB_SCHEMA or --schema names (default: the connection's own, public). Each database gets the
+event store's migrations (backbone's own, ids eventstore-*) before its service's. Run it once per release
 before the new services start (deploy/k8s runs it as the niuniu-migrate Job; scripts/up runs it
 locally): the services run no DDL and refuse to start against an older schema. A statement waits at
 most a few seconds for a lock and the run is tried again (backbone/migrations.py). Exit status 0
@@ -19,7 +20,6 @@ import asyncio
 import os
 import sys
 from collections.abc import Sequence
-from importlib.resources import files
 from pathlib import Path
 
 import psycopg
@@ -27,24 +27,30 @@ from yoyo.exceptions import LockTimeout
 
 from backbone import migrations
 from backbone.config import service_dsn
+from services.ledger import server as ledger
+from services.rng import server as rng
+from services.table import server as table
+from services.wallet import server as wallet
 
-DATABASES = ("rng", "table", "wallet", "ledger")
-
-
-def folder(database: str) -> Path:
-    """The migrations folder of ``database`` (``services/<database>/migrations``, shipped with the package)."""
-    return Path(str(files(f"services.{database}").joinpath("migrations")))
+FOLDERS: dict[str, tuple[Path, ...]] = {
+    "rng": rng.MIGRATIONS,
+    "table": table.MIGRATIONS,
+    "wallet": wallet.MIGRATIONS,
+    "ledger": ledger.MIGRATIONS,
+}
+"""Each database's migration folders, in the order they apply (the ones its service checks at start)."""
+DATABASES = tuple(FOLDERS)
 
 
 def migrate(database: str, dsn: str, schema: str | None = None) -> list[str]:
     """Apply ``database``'s pending migrations to ``dsn`` (in ``schema``); the ids applied."""
-    return migrations.apply(dsn, folder(database), schema)
+    return migrations.apply(dsn, FOLDERS[database], schema)
 
 
 async def _pending(database: str, dsn: str, schema: str | None) -> tuple[set[str], list[str]]:
     async with await psycopg.AsyncConnection.connect(dsn, autocommit=True) as conn:
         applied = await migrations.applied_ids(conn, schema)
-    return applied, [m for m in migrations.migration_ids(folder(database)) if m not in applied]
+    return applied, [m for m in migrations.migration_ids(FOLDERS[database]) if m not in applied]
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -17,6 +17,7 @@ from niuniu.ledger.v1 import ledger_pb2, ledger_pb2_grpc
 
 from backbone import service
 from backbone.grpcserver import BackgroundTask
+from backbone.migrations import store_migrations
 from backbone.service import ConsumerSpec, ServiceContext, ServiceSpec
 from backbone.topics import Topics
 from services.ledger import metrics, queries
@@ -64,13 +65,17 @@ def imbalance_watch(ctx: ServiceContext) -> BackgroundTask:
 
 GATHER_MS = 100
 
+MIGRATIONS = store_migrations(Path(__file__).parent / "migrations")
+"""This database's migrations: the event store's, then the ledger's own (niuniu-migrate)."""
+
+
 SPEC = ServiceSpec(
     name="ledger",
     grpc_port=50054,
     metrics_port=9104,
     default_topic=lambda t: t.ledger_events,
     register=register,
-    migrations=Path(__file__).parent / "migrations",
+    migrations=MIGRATIONS,
     # One consumer per topic, sharing the projection's handler (the replay reads both topics
     # as one). A group subscribed to two brand-new topics at once was seen to stay without
     # partitions (kafka-python's assignment races the new topics' metadata).

@@ -17,6 +17,7 @@ from backbone import service
 from backbone.auth import DEVELOPMENT, ENV_MODE, development_mode
 from backbone.config import ConfigError
 from backbone.consumer import Handler, handling
+from backbone.migrations import store_migrations
 from backbone.service import ConsumerSpec, ServiceContext, ServiceSpec
 from services.rng.api import RngServicer
 from services.rng.app import RngApp
@@ -84,13 +85,17 @@ def round_closer(ctx: ServiceContext) -> Handler:
     return handling(CLOSING_EVENTS, handle)  # the table's bet events are skipped without a transaction
 
 
+MIGRATIONS = store_migrations(Path(__file__).parent / "migrations")
+"""This database's migrations: the event store's, then the rng's own (niuniu-migrate)."""
+
+
 SPEC = ServiceSpec(
     name="rng",
     grpc_port=50051,
     metrics_port=9101,
     default_topic=lambda t: t.rng_events,
     register=register,
-    migrations=Path(__file__).parent / "migrations",
+    migrations=MIGRATIONS,
     hidden_methods=hidden_methods,
     consumers=(ConsumerSpec("rng-round-closer", lambda t: [t.table_events], round_closer, batch_size=1),),
 )

@@ -30,7 +30,7 @@ import sys
 import time
 import uuid
 from collections.abc import AsyncGenerator, Iterator, Sequence
-from datetime import datetime
+from datetime import UTC, datetime
 from pathlib import Path
 
 import grpc
@@ -38,8 +38,10 @@ import psycopg
 from niuniu.table.v1 import events_pb2 as ev
 from niuniu.table.v1 import table_pb2, table_pb2_grpc
 from niuniu.wallet.v1 import wallet_pb2, wallet_pb2_grpc
+from psycopg import sql
 
 from backbone.auth import Role, Tokens, bearer, development_env
+from backbone.eventreads import read_correlated_many
 from backbone.healthcheck import check
 from backbone.kafka import default_principal_env
 from backbone.localports import free_port
@@ -186,11 +188,9 @@ class Bench:
 
     @staticmethod
     async def _times(conn: psycopg.AsyncConnection, schema: str, round_id: str) -> list[tuple[str, datetime]]:
-        cur = await conn.execute(
-            f'SELECT event_type, occurred_at FROM "{schema}".events WHERE correlation_id = %s ORDER BY position',
-            (round_id,),
-        )
-        return [(str(kind), at) for kind, at in await cur.fetchall()]
+        await conn.execute(sql.SQL("SET search_path TO {}").format(sql.Identifier(schema)))
+        events = await read_correlated_many(conn, [round_id])
+        return [(e.event_type, e.envelope.occurred_at.ToDatetime(tzinfo=UTC)) for e in events]
 
     async def run_size(self, bettors_count: int, rounds: int) -> list[tuple[int, float, float]]:
         table_id = f"bench-{bettors_count}"

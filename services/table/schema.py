@@ -83,8 +83,6 @@ DDL = (
         PRIMARY KEY (table_id, player)
     )
     """,
-    # WatchTable reads one table's events (its own stream and its bets' streams) by prefix.
-    "CREATE INDEX IF NOT EXISTS events_stream_prefix_idx ON events (stream_id text_pattern_ops, position)",
     # Settlements that pay from the jackpot pool, until the wallet has applied them (services/table/jackpot.py).
     """
     CREATE TABLE IF NOT EXISTS jackpot_claims (

@@ -12,6 +12,7 @@ from niuniu.table.v1 import table_pb2, table_pb2_grpc
 
 from backbone import service, tls
 from backbone.grpcserver import BackgroundTask
+from backbone.migrations import store_migrations
 from backbone.service import ServiceContext, ServiceSpec
 from services.table.api import TableServicer
 from services.table.app import TableApp
@@ -62,13 +63,18 @@ def notifier(ctx: ServiceContext) -> BackgroundTask:
     return run
 
 
+MIGRATIONS = store_migrations(Path(__file__).parent / "migrations", family_reads=True)
+"""This database's migrations: the event store's, with the index WatchTable reads a table's stream and its
+bets' by, then the table's own (niuniu-migrate)."""
+
+
 SPEC = ServiceSpec(
     name="table",
     grpc_port=50052,
     metrics_port=9102,
     default_topic=lambda t: t.table_events,
     register=register,
-    migrations=Path(__file__).parent / "migrations",
+    migrations=MIGRATIONS,
     background=(supervisor, notifier),
 )
 

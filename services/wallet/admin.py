@@ -36,6 +36,7 @@ from backbone.topics import Topics
 from services.wallet import repo_users
 from services.wallet.app import WalletApp
 from services.wallet.domain import Role
+from services.wallet.server import MIGRATIONS
 
 
 async def create(role: Role, username: str, email: str, password: str) -> str:
@@ -53,7 +54,7 @@ async def _with_app(work: Callable[[WalletApp], Awaitable[repo_users.User]]) -> 
     try:
         store = EventStore("wallet", Topics.from_env().wallet_events)
         async with pool.connection() as conn:  # niuniu-migrate made the tables; this runs no DDL
-            await check_version(conn, Path(__file__).parent / "migrations", "wallet")
+            await check_version(conn, MIGRATIONS, "wallet")
         # Issues no tokens: staff log in through the running wallet.
         app = WalletApp(pool, store, Tokens(trusted=()))
         user = await work(app)

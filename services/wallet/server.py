@@ -16,6 +16,7 @@ from backbone.auth import Tokens
 from backbone.consumer import Handler, handling
 from backbone.eventstore import utc_now
 from backbone.grpcserver import BackgroundTask
+from backbone.migrations import store_migrations
 from backbone.service import ConsumerSpec, ServiceContext, ServiceSpec
 from services.wallet.api import WalletServicer
 from services.wallet.app import WalletApp
@@ -37,6 +38,10 @@ def sweeping(app: WalletApp, interval_s: float) -> BackgroundTask:
         await sweep_forever(app, stop, interval_s)
 
     return run
+
+
+MIGRATIONS = store_migrations(Path(__file__).parent / "migrations")
+"""This database's migrations: the event store's, then the wallet's own (niuniu-migrate)."""
 
 
 def make_spec(
@@ -80,7 +85,7 @@ def make_spec(
         metrics_port=9103,
         default_topic=lambda t: t.wallet_events,
         register=register,
-        migrations=Path(__file__).parent / "migrations",
+        migrations=MIGRATIONS,
         consumers=(
             ConsumerSpec(
                 consumer_name,

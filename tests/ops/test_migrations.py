@@ -1,5 +1,7 @@
-"""Versioned migrations: a database the services' old start-up DDL made is upgraded with its rows, the
-migrated schema is the one the code describes, and a service refuses a schema older than it needs."""
+"""Versioned migrations: a database the services' old start-up DDL made, or the migrations before the event
+store's schema became backbone's, is upgraded with its rows; the migrated schema is the one the code
+describes; the services' migrations leave the event store's tables to backbone; and a service refuses a
+schema older than it needs."""
 
 from __future__ import annotations
 
@@ -15,17 +17,18 @@ from psycopg import sql
 
 from backbone.auth import development_env
 from backbone.consumer import TRACKING_SCHEMA
+from backbone.eventreads import FAMILY_SCHEMA
 from backbone.eventstore import SCHEMA as STORE_SCHEMA
 from backbone.healthcheck import wait
 from backbone.lease import FENCE_SCHEMA
 from backbone.localports import free_port
-from backbone.migrations import VERSION_TABLE, migration_ids
+from backbone.migrations import EVENT_STORE, VERSION_TABLE, apply, migration_ids
 from backbone.restorecheck import SCHEMA as CHECKPOINT_SCHEMA
 from services.ledger.projection import DDL as LEDGER_DDL
 from services.rng.store import DDL as RNG_DDL
 from services.table.schema import DDL as TABLE_DDL
 from services.wallet.repo import SCHEMA as WALLET_SCHEMA
-from tools.migrate import DATABASES, folder, migrate
+from tools.migrate import DATABASES, FOLDERS, migrate
 
 pytestmark = pytest.mark.integration
 
@@ -33,6 +36,9 @@ ROOT = Path(__file__).resolve().parents[2]
 BIN = Path(sys.executable).parent
 BEFORE = Path(__file__).parent / "fixtures" / "schema_before_migrations"
 """Each database's DDL as the services ran it at every start before versioned migrations."""
+RELEASED = Path(__file__).parent / "fixtures" / "migrations_before_eventstore"
+"""Each database's migrations as released before the event store's schema moved to backbone: the event
+store in each 0001.baseline and the outbox's trace context in each 0002."""
 
 COMMON_ROWS = (
     "INSERT INTO events VALUES (7, 'b9f1b2d4-8f5e-4a53-9a4b-0c7f6a1d2e3f', 's-1', 1, 'Made', 'c-1', now(), '\\x01')",
@@ -50,7 +56,7 @@ OWN_ROWS = {
 }
 CODE_DDL = {
     "rng": RNG_DDL,
-    "table": TABLE_DDL,
+    "table": (*FAMILY_SCHEMA, *TABLE_DDL),
     "wallet": WALLET_SCHEMA,
     "ledger": LEDGER_DDL,
 }
@@ -146,13 +152,13 @@ def test_a_database_made_by_the_old_start_up_ddl_is_upgraded_with_its_rows(
     before = _rows(dsn, schema, tables)
     assert sum(len(rows) for rows in before.values()) >= len(COMMON_ROWS) + 1
 
-    assert migrate(database, dsn, schema) == migration_ids(folder(database))
+    assert migrate(database, dsn, schema) == migration_ids(FOLDERS[database])
     assert migrate(database, dsn, schema) == []  # once only
 
     assert _rows(dsn, schema, tables) == before
     with psycopg.connect(dsn) as conn:
         applied = conn.execute(sql.SQL("SELECT migration_id FROM {}").format(sql.Identifier(schema, VERSION_TABLE)))
-        assert sorted(str(r[0]) for r in applied.fetchall()) == migration_ids(folder(database))
+        assert sorted(str(r[0]) for r in applied.fetchall()) == sorted(migration_ids(FOLDERS[database]))
 
 
 @pytest.mark.parametrize("database", DATABASES)
@@ -169,10 +175,54 @@ def test_the_migrated_schema_is_the_one_the_code_describes(
     assert _shape(dsn, described) == _shape(dsn, migrated)
 
 
+@pytest.mark.parametrize("database", DATABASES)
+def test_a_database_migrated_before_the_event_store_was_backbones_upgrades_to_the_same_shape(
+    database: str, dsn: str, unique: str, schemas: list[str]
+) -> None:
+    """Its 0001 and 0002 stay applied (a migration's id is its file's name); the event store's own migrations
+    find what they make already there: no row changes, and the shape is the one a new database gets."""
+    upgraded, fresh = f"mig_u_{database}_{unique}", f"mig_f_{database}_{unique}"
+    schemas += [upgraded, fresh]
+    released = apply(dsn, [RELEASED / database], upgraded)
+    assert released == ["0001.baseline", "0002.trace-context-and-topic-checkpoints"]
+    _in_schema(dsn, upgraded, [*COMMON_ROWS, OWN_ROWS[database]])
+    tables = _columns(dsn, upgraded)
+    before, shape = _rows(dsn, upgraded, tables), _shape(dsn, upgraded)
+
+    assert migrate(database, dsn, upgraded) == [m for m in migration_ids(FOLDERS[database]) if m not in released]
+    assert _rows(dsn, upgraded, tables) == before
+    assert _shape(dsn, upgraded) == shape
+    assert migrate(database, dsn, fresh)[0] == "eventstore-0001.baseline"  # the event store first
+    assert _shape(dsn, fresh) == shape
+
+
+def test_the_services_migrations_leave_the_event_store_to_backbone() -> None:
+    """Only backbone names the event store's tables, sequence and functions; every database gets its migrations."""
+    store_sql = r'(FROM|JOIN|INTO|ON|TABLE|UPDATE)[[:space:]]+("[^"]*"\.)?"?(events|outbox)([^a-z_]|$)'
+    found = subprocess.run(
+        ["git", "grep", "-nE", f"{store_sql}|niuniu_append_|events_position_seq", "--", "services"],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+    )
+    assert found.returncode == 1, found.stdout  # git grep: 1 = nothing found
+    assert {database: folders[0] for database, folders in FOLDERS.items()} == dict.fromkeys(DATABASES, EVENT_STORE)
+
+
 def test_no_start_up_ddl_adds_columns_outside_the_migrations() -> None:
     phrase = " ".join(("ADD", "COLUMN", "IF", "NOT", "EXISTS"))  # spelled apart: this file is searched too
     found = subprocess.run(
-        ["git", "grep", "-n", phrase, "--", ".", ":!services/*/migrations/*", ":!tests/ops/fixtures/*"],
+        [
+            "git",
+            "grep",
+            "-n",
+            phrase,
+            "--",
+            ".",
+            ":!services/*/migrations/*",
+            ":!backbone/eventstore_migrations/*",
+            ":!tests/ops/fixtures/*",
+        ],
         cwd=ROOT,
         capture_output=True,
         text=True,

@@ -19,6 +19,7 @@ from psycopg_pool import AsyncConnectionPool
 
 from backbone.auth import Principal, Role
 from backbone.db import run_ddl
+from backbone.eventreads import FAMILY_SCHEMA
 from backbone.eventstore import EventStore
 from services.ledger.queries import RoundRecord
 from services.ledger.recompute import recompute
@@ -49,7 +50,7 @@ async def setup_schema(pool: AsyncConnectionPool) -> EventStore:
     events = event_store()
     async with pool.connection() as conn:
         await events.setup(conn)
-        await run_ddl(conn, DDL)
+        await run_ddl(conn, (*FAMILY_SCHEMA, *DDL))  # the table's database: the watch's index too
     return events
 
 

@@ -1,9 +1,7 @@
 -- depends: 0001.baseline
--- Expand only (docs/decisions/0012-versioned-migrations.md): two additions older code ignores.
--- The trace of the command that appended an event (backbone/tracing.py): the transaction's
--- niuniu.trace_context setting, set only while tracing is on; the relay sends it as a header.
-ALTER TABLE outbox ADD COLUMN IF NOT EXISTS trace_context TEXT
-    DEFAULT nullif(current_setting('niuniu.trace_context', true), '');
+-- Expand only (docs/decisions/0012-versioned-migrations.md): an addition older code ignores.
+-- (The outbox's trace context, released with this migration, is the event store's own
+-- eventstore-0002.trace-context, in backbone/eventstore_migrations.)
 
 -- How far the restore check has read this service's own topics (backbone/restorecheck.py).
 CREATE TABLE IF NOT EXISTS topic_checkpoints (
