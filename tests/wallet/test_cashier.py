@@ -17,9 +17,10 @@ from psycopg import sql
 from wallet_helpers import ADMIN, SYSTEM, TABLE, TOKENS, Wallet, expect_error, wallet_service
 
 from backbone.auth import Role, bearer
+from backbone.migrations import migration_ids
 from services.wallet import admin, events
 from services.wallet.domain import CASHIER
-from tools.migrate import migrate
+from tools.migrate import FOLDERS, migrate
 
 pytestmark = pytest.mark.integration
 
@@ -230,7 +231,7 @@ async def test_a_wallet_created_before_the_cashier_role_accepts_cashiers_after_m
         insert = "INSERT INTO wallet_users VALUES (%s, %s, 'x@example.org', 'h', %s, NULL, now())"
         with pytest.raises(psycopg.errors.CheckViolation):
             await conn.execute(insert, (uuid.uuid4(), "early", "cashier"))
-        assert (await asyncio.to_thread(migrate, "wallet", dsn, schema))[0] == "0001.baseline"
+        assert await asyncio.to_thread(migrate, "wallet", dsn, schema) == migration_ids(FOLDERS["wallet"])
         await conn.execute(insert, (uuid.uuid4(), "payments", "cashier"))
         with pytest.raises(psycopg.errors.CheckViolation):
             await conn.execute(insert, (uuid.uuid4(), "nobody", "croupier"))
