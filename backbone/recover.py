@@ -39,7 +39,8 @@ async def run_check(service: str) -> int:
     try:
         async with pool.connection() as conn:
             await restorecheck.setup(conn)
-        topics = own_topics(service, Topics.from_env())
+        every = Topics.from_env()
+        topics = restorecheck.checked_topics(own_topics(service, every), every)
         report = await restorecheck.refuse_if_behind(pool, settings.kafka_bootstrap_servers, topics, service)
     except restorecheck.BehindTopics as behind:
         print(f"{service}: {behind}")

@@ -33,6 +33,7 @@ from psycopg_pool import AsyncConnectionPool
 from backbone.config import ConfigError
 from backbone.db import run_ddl
 from backbone.kafka import make_consumer
+from backbone.topics import Topics
 
 SCHEMA: tuple[str, ...] = (
     """
@@ -69,6 +70,13 @@ class Report:
     missing: int = 0
     first: Missing | None = None
     ends: dict[tuple[str, int], int] = field(default_factory=dict)
+
+
+def checked_topics(written: Sequence[str], topics: Topics) -> list[str]:
+    """Of the topics a service writes, those its check reads: all but the rng's audit topic, which only
+    auditors may read (sealed deals); the rng's events topic carries every round it deals too, so a
+    database restored behind shows there."""
+    return [t for t in written if t != topics.rng_audit]
 
 
 class BehindTopics(ConfigError):

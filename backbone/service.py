@@ -232,10 +232,8 @@ def published_topics(spec: ServiceSpec, topics: Topics) -> list[str]:
 
 
 def restore_checked_topics(spec: ServiceSpec, topics: Topics) -> list[str]:
-    """The topics the restore check reads: the service's own, but for the rng's audit topic, which only
-    auditors may read (sealed deals); the rng's events topic carries every round it deals too, so a
-    database restored behind shows there."""
-    return [t for t in published_topics(spec, topics) if t != topics.rng_audit]
+    """The topics the restore check reads at start (``restorecheck.checked_topics``)."""
+    return restorecheck.checked_topics(published_topics(spec, topics), topics)
 
 
 def dependency_monitor(spec: ServiceSpec, settings: Settings) -> DependencyMonitor:

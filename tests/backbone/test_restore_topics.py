@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from backbone.recover import own_topics
+from backbone.restorecheck import checked_topics
 from backbone.service import published_topics, restore_checked_topics
 from backbone.topics import Topics
 from services.ledger.server import SPEC as LEDGER
@@ -16,6 +18,8 @@ def test_the_rng_checks_its_events_but_never_reads_the_sealed_deals() -> None:
     topics = Topics()
     assert topics.rng_audit in published_topics(RNG, topics)
     assert restore_checked_topics(RNG, topics) == [topics.rng_events]
+    # ``python -m backbone.recover check rng`` runs as the rng too: the same topics.
+    assert checked_topics(own_topics("rng", topics), topics) == [topics.rng_events]
 
 
 def test_every_other_service_checks_every_topic_it_publishes() -> None:
