@@ -7,6 +7,7 @@ In production ``evolve`` and ``view.py`` answer GetRound and ListRounds from the
 out of a round's events, and the settlement event is built here (``settlement.py``); the
 running machines (``round_base.py`` and its shapes) still decide their phases themselves, so
 ``decide`` is the executable specification of a round, held by the Hypothesis tests
-(tests/table/test_round_core.py), not yet the code the machines call. The import contract ``pure-round-core`` (pyproject.toml) keeps
-the store, the ports, the clock and the metrics out of this package.
+(tests/table/test_round_core.py), not yet the code the machines call. The import contract
+``pure-round-core`` (pyproject.toml) keeps the store, the ports, the clock and the metrics out
+of this package.
 """
