@@ -9,6 +9,8 @@ randomness.
 
 from __future__ import annotations
 
+from typing import Any
+
 from bull.rules.config import ConfigError
 from bull.variants.bai_buu import BAI_BUU
 from bull.variants.baibian_bull import BAIBIAN_BULL
@@ -26,14 +28,24 @@ from bull.variants.base import (
 from bull.variants.golden_bull import GOLDEN_BULL
 from bull.variants.red_envelope_bull import RED_ENVELOPE_BULL
 
-VARIANTS: dict[str, Variant] = {v.variant_id: v for v in (GOLDEN_BULL, BAI_BUU, BAIBIAN_BULL, RED_ENVELOPE_BULL)}
+VARIANTS: dict[str, Variant[Any]] = {v.variant_id: v for v in (GOLDEN_BULL, BAI_BUU, BAIBIAN_BULL, RED_ENVELOPE_BULL)}
+"""Every variant by its id.
+
+A ``Variant[Any]``: the registry holds games of different configurations, and
+which one a lookup returns is known only from the id at run time, so no one
+type parameter is true of them all. Each variant's own module types it by its
+configuration (``GOLDEN_BULL`` is a ``Variant[GoldenBullConfig]``) and mypy
+checks every method against it there. What mypy cannot check across a lookup
+is left to the caller: pass a variant only the configuration its own
+``parse_config`` returned (the table keeps the two together per round).
+"""
 
 
 class UnknownVariant(ValueError):
     pass
 
 
-def get(variant_id: str) -> Variant:
+def get(variant_id: str) -> Variant[Any]:
     """The variant of ``variant_id``; UnknownVariant (a ValueError) names the known ones."""
     variant = VARIANTS.get(variant_id)
     if variant is None:

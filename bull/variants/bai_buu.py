@@ -20,6 +20,7 @@ from bull.variants.base import (
     RoundShape,
     SeatHand,
     TableBet,
+    Variant,
     decimal_text,
     deck_of,
     fund_bets,
@@ -29,7 +30,7 @@ HEAD = "head"
 LAST = "last"
 
 
-class BaiBuu(CardGame):
+class BaiBuu(CardGame[bu.BaiBuuConfig]):
     variant_id = bu.VARIANT_ID
     shape = RoundShape.HOUSE_DEALER
     deck_size = 52
@@ -114,4 +115,4 @@ class BaiBuu(CardGame):
         return odds
 
 
-BAI_BUU = BaiBuu()
+BAI_BUU: Variant[bu.BaiBuuConfig] = BaiBuu()

@@ -35,6 +35,7 @@ from bull.variants.base import (
     RoundShape,
     SeatHand,
     TableBet,
+    Variant,
     deck_of,
     fund_bets,
 )
@@ -113,7 +114,7 @@ def bull_points(category: bb.Category) -> int:
     return 10
 
 
-class BaibianBull(CardGame, NoSideBets):
+class BaibianBull(CardGame[BaibianTableConfig], NoSideBets[BaibianTableConfig]):
     """One banker against Heaven, Earth, Mystic and Yellow (see the module docstring)."""
 
     variant_id = bb.VARIANT_ID
@@ -206,4 +207,4 @@ def dealt_prefix(
     return prefix
 
 
-BAIBIAN_BULL = BaibianBull()
+BAIBIAN_BULL: Variant[BaibianTableConfig] = BaibianBull()

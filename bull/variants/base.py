@@ -16,7 +16,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
 from enum import StrEnum
 from fractions import Fraction
-from typing import Any, Protocol
+from typing import Generic, Protocol, TypeVar
 
 from bull.cards import Card
 from bull.money import Settlement, Transfer
@@ -93,8 +93,19 @@ class EnvelopeSplit:
 
 DealInput = Sequence[Card] | EnvelopeSplit
 
+C = TypeVar("C")
+"""A variant's configuration: the frozen dataclass its ``parse_config`` returns and every other method takes."""
 
-class Variant(Protocol):
+
+class Variant(Protocol[C]):
+    """One game, typed by its configuration ``C``: what ``parse_config`` returns is what the rest take.
+
+    Each variant module pins its singleton to its own configuration
+    (``GOLDEN_BULL: Variant[GoldenBullConfig]``), so mypy checks every method of
+    that variant against that dataclass. Code that finds a variant by id holds a
+    ``Variant[Any]`` (see ``bull.variants.VARIANTS``).
+    """
+
     variant_id: str
     shape: RoundShape
     # Cards the rng shuffles (0: the round is dealt from an envelope split instead).
@@ -109,21 +120,21 @@ class Variant(Protocol):
     # The table's betting window when the table does not set one (None: the table's default).
     default_betting_seconds: int | None
 
-    def parse_config(self, settings: Mapping[str, str]) -> Any:
+    def parse_config(self, settings: Mapping[str, str]) -> C:
         """Validated, frozen configuration; raises ConfigError naming the key."""
 
-    def config_settings(self, config: Any) -> dict[str, str]:
+    def config_settings(self, config: C) -> dict[str, str]:
         """Every key of ``config`` as text (round-trips through ``parse_config``)."""
 
-    def hold_minor(self, stake_minor: int, config: Any) -> int:
+    def hold_minor(self, stake_minor: int, config: C) -> int:
         """Worst-case liability of a bet of ``stake_minor``."""
 
-    def hold_multiplier(self, config: Any) -> Fraction: ...
+    def hold_multiplier(self, config: C) -> Fraction: ...
 
-    def fixed_stake_minor(self, area: str, config: Any) -> int | None:
+    def fixed_stake_minor(self, area: str, config: C) -> int | None:
         """The one stake an area takes (a side bet at a fixed price), or None: the table's chips apply."""
 
-    def deal(self, drawn: DealInput, config: Any) -> dict[str, SeatHand]:
+    def deal(self, drawn: DealInput, config: C) -> dict[str, SeatHand]:
         """Seat -> evaluated hand, from the round's deck order or envelope split.
 
         Raises ValueError for an envelope split that is not one valid share per seat.
@@ -132,29 +143,29 @@ class Variant(Protocol):
     def reveal_plan(self, hands: Mapping[str, SeatHand]) -> tuple[tuple[str, str], ...]:
         """Every reveal of the round in order: (seat, group)."""
 
-    def reveal_part(self, hand: SeatHand, group: str, config: Any) -> SeatHand:
+    def reveal_part(self, hand: SeatHand, group: str, config: C) -> SeatHand:
         """What one reveal step shows of ``hand``: the hand itself for ``WHOLE_HAND``."""
 
-    def void_reason(self, hands: Mapping[str, SeatHand], config: Any) -> str:
+    def void_reason(self, hands: Mapping[str, SeatHand], config: C) -> str:
         """Why these hands void the round instead of settling it ("" when they settle)."""
 
-    def claims_jackpot_pool(self, hands: Mapping[str, SeatHand], bets: Sequence[TableBet], config: Any) -> bool:
+    def claims_jackpot_pool(self, hands: Mapping[str, SeatHand], bets: Sequence[TableBet], config: C) -> bool:
         """True when settling these bets pays from the progressive pool (it then needs the pool's balance)."""
 
     def settle(
-        self, hands: Mapping[str, SeatHand], bets: Sequence[TableBet], config: Any, funding: Funding
+        self, hands: Mapping[str, SeatHand], bets: Sequence[TableBet], config: C, funding: Funding
     ) -> Settlement:
         """Every bet's result and every transfer, each naming its real payer, payee and funding hold."""
 
     def area_outcomes(
-        self, hands: Mapping[str, SeatHand], config: Any, settlement: Settlement | None = None
+        self, hands: Mapping[str, SeatHand], config: C, settlement: Settlement | None = None
     ) -> dict[str, str]:
         """Each area's outcome, the same for every bet on it: what ``settle`` records for such a bet
         under ``config`` (``bull.money.outcome_of`` of what it nets), so the public result and the
         money cannot disagree. ``settlement`` is the round's own, for an area whose bets net what
         the round's other bets leave them (a Bai Buu four of a kind shares the jackpot pool)."""
 
-    def area_odds(self, hands: Mapping[str, SeatHand], config: Any) -> dict[str, str]:
+    def area_odds(self, hands: Mapping[str, SeatHand], config: C) -> dict[str, str]:
         """Each area's odds as a decimal, for variants with fixed odds ({} otherwise)."""
 
 
@@ -163,8 +174,12 @@ def card_reveal_plan(reveal_order: Sequence[str], groups: Sequence[str]) -> tupl
     return tuple((seat, group) for group in groups for seat in reveal_order)
 
 
-class CardGame:
-    """What the card variants share: a deck, reveals in a fixed seat order, no void after the deal."""
+class CardGame(Generic[C]):
+    """What the card variants share: a deck, reveals in a fixed seat order, no void after the deal.
+
+    Generic over the variant's configuration ``C`` so that, mixed into a variant, its methods
+    take that variant's configuration as the protocol does.
+    """
 
     commit_purpose = "deck"
     default_betting_seconds: int | None = None
@@ -180,20 +195,21 @@ class CardGame:
     def reveal_plan(self, hands: Mapping[str, SeatHand]) -> tuple[tuple[str, str], ...]:
         return card_reveal_plan(self.reveal_order, self.reveal_groups)
 
-    def void_reason(self, hands: Mapping[str, SeatHand], config: Any) -> str:
+    def void_reason(self, hands: Mapping[str, SeatHand], config: C) -> str:
         return ""
 
 
-class NoSideBets:
-    """What a variant without fixed-price side bets, a jackpot pool or fixed odds answers (most do)."""
+class NoSideBets(Generic[C]):
+    """What a variant without fixed-price side bets, a jackpot pool or fixed odds answers (most do);
+    generic over the variant's configuration ``C`` like ``CardGame``."""
 
-    def fixed_stake_minor(self, area: str, config: Any) -> int | None:
+    def fixed_stake_minor(self, area: str, config: C) -> int | None:
         return None
 
-    def claims_jackpot_pool(self, hands: Mapping[str, SeatHand], bets: Sequence[TableBet], config: Any) -> bool:
+    def claims_jackpot_pool(self, hands: Mapping[str, SeatHand], bets: Sequence[TableBet], config: C) -> bool:
         return False
 
-    def area_odds(self, hands: Mapping[str, SeatHand], config: Any) -> dict[str, str]:
+    def area_odds(self, hands: Mapping[str, SeatHand], config: C) -> dict[str, str]:
         return {}
 
 

@@ -15,6 +15,7 @@ from bull.variants.base import (
     RoundShape,
     SeatHand,
     TableBet,
+    Variant,
     deck_of,
     fund_bets,
 )
@@ -22,7 +23,7 @@ from bull.variants.base import (
 DEALER_SEAT = "dealer"
 
 
-class GoldenBull(CardGame, NoSideBets):
+class GoldenBull(CardGame[gb.GoldenBullConfig], NoSideBets[gb.GoldenBullConfig]):
     variant_id = gb.VARIANT_ID
     shape = RoundShape.HOUSE_DEALER
     deck_size = 52
@@ -77,4 +78,4 @@ class GoldenBull(CardGame, NoSideBets):
         return {area: str(o) for area, o in gb.area_outcomes(hands[DEALER_SEAT].cards, cards, config).items()}
 
 
-GOLDEN_BULL = GoldenBull()
+GOLDEN_BULL: Variant[gb.GoldenBullConfig] = GoldenBull()

@@ -37,6 +37,7 @@ from bull.variants.base import (
     RoundShape,
     SeatHand,
     TableBet,
+    Variant,
     fund_bets,
     pay_from_hold,
 )
@@ -113,7 +114,7 @@ def envelope_record(total_minor: int, amounts: Sequence[int], grab_order: Sequen
     )
 
 
-class RedEnvelopeBull(NoSideBets):
+class RedEnvelopeBull(NoSideBets[EnvelopeTableConfig]):
     variant_id = re_.VARIANT_ID
     shape = RoundShape.BIDDING_DEALER
     deck_size = 0
@@ -185,4 +186,4 @@ class RedEnvelopeBull(NoSideBets):
         return {}
 
 
-RED_ENVELOPE_BULL = RedEnvelopeBull()
+RED_ENVELOPE_BULL: Variant[EnvelopeTableConfig] = RedEnvelopeBull()

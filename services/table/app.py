@@ -86,7 +86,7 @@ class TableApp:
         self.envelope = EnvelopeCommands(self.ctx, self.bets)
         self.jackpot = JackpotPool(wallet)
 
-    def machine_for(self, variant: Variant) -> RoundMachine:
+    def machine_for(self, variant: Variant[Any]) -> RoundMachine:
         return self.machines[variant.shape]
 
     # ------------------------------------------------------------------ tables

@@ -201,7 +201,7 @@ def refused(refusal: Refusal) -> BetRefused:
 
 
 class Bets:
-    def __init__(self, ctx: TableContext, machine_for: Callable[[Variant], RoundMachine]) -> None:
+    def __init__(self, ctx: TableContext, machine_for: Callable[[Variant[Any]], RoundMachine]) -> None:
         self._ctx = ctx
         self._store = ctx.store
         self._machine_for = machine_for
@@ -328,7 +328,7 @@ class Bets:
             decided.append(outcome)
         return decided
 
-    def config_of(self, variant: Variant, current: Row) -> Any:
+    def config_of(self, variant: Variant[Any], current: Row) -> Any:
         """The round's parsed configuration, parsed once per (table, variant, config version).
 
         A round stores the table's configuration and its version as they were when it opened;

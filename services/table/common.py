@@ -8,6 +8,7 @@ import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
+from typing import Any
 
 from niuniu.table.v1 import events_pb2 as ev
 from prometheus_client import Counter, Histogram
@@ -126,14 +127,14 @@ def banker_stream(table_id: str) -> str:
     return f"table-{table_id}.banker"
 
 
-def variant_of(name: str) -> Variant:
+def variant_of(name: str) -> Variant[Any]:
     try:
         return variants.get(name)
     except variants.UnknownVariant as error:
         raise InvalidArgument("VARIANT_UNKNOWN", str(error)) from None
 
 
-def parse_config(variant: Variant, config: Mapping[str, str]) -> dict[str, str]:
+def parse_config(variant: Variant[Any], config: Mapping[str, str]) -> dict[str, str]:
     """The full configuration (defaults filled in) as text; INVALID_ARGUMENT naming a bad key."""
     try:
         return variant.config_settings(variant.parse_config(config))
@@ -141,7 +142,7 @@ def parse_config(variant: Variant, config: Mapping[str, str]) -> dict[str, str]:
         raise InvalidArgument("CONFIG_INVALID", str(error)) from None
 
 
-def check_limits(variant: Variant, limits: ev.TableLimits) -> ev.TableLimits:
+def check_limits(variant: Variant[Any], limits: ev.TableLimits) -> ev.TableLimits:
     """The table's limits over the defaults (the variant's own betting window first); INVALID_ARGUMENT if unusable."""
     merged = ev.TableLimits()
     merged.CopyFrom(DEFAULT_LIMITS)

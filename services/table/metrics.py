@@ -110,7 +110,7 @@ def bet_type(variant_id: str, area: str) -> str:
     return BET_TYPES.get(variant_id, {}).get(area, "other")
 
 
-def config_label(variant: Variant, config: Any) -> str:
+def config_label(variant: Variant[Any], config: Any) -> str:
     """``default`` when ``config`` is the variant's default configuration (what the reports' figures are for)."""
     default = _DEFAULT_SETTINGS.get(variant.variant_id)
     if default is None:
@@ -144,7 +144,7 @@ def tally(variant_id: str, settlement: Settlement) -> dict[str, Tally]:
     return out
 
 
-def round_settled(table_id: str, variant: Variant, config: Any, settlement: Settlement, at: datetime) -> None:
+def round_settled(table_id: str, variant: Variant[Any], config: Any, settlement: Settlement, at: datetime) -> None:
     """Count a committed settlement's bets and mark the table's round as ended."""
     labels = (variant.variant_id, config_label(variant, config))
     for kind, counts in tally(variant.variant_id, settlement).items():
@@ -171,7 +171,7 @@ def table_closed(table_id: str) -> None:
             gauge.remove(table_id)
 
 
-def round_opened(table: Mapping[str, Any], variant: Variant) -> None:
+def round_opened(table: Mapping[str, Any], variant: Variant[Any]) -> None:
     """The table's configured waits, from its row (limits and configuration)."""
     limits = ev.TableLimits.FromString(table["limits"])
     bidding = getattr(variant.parse_config(table["config"]), "bidding_seconds", 0)

@@ -144,7 +144,7 @@ class RoundMachine:
         """The round a new round re-deals ("" when it is not a re-deal)."""
         return ""
 
-    async def hands(self, conn: Conn, current: Row, variant: Variant, config: Any) -> dict[str, SeatHand]:
+    async def hands(self, conn: Conn, current: Row, variant: Variant[Any], config: Any) -> dict[str, SeatHand]:
         raise NotImplementedError
 
     async def funding(self, conn: Conn, current: Row) -> tuple[Funding, list[str]]:
@@ -273,7 +273,7 @@ class RoundMachine:
         conn: Conn,
         table_id: str,
         current: Row,
-        variant: Variant,
+        variant: Variant[Any],
         config: Any,
         hands: dict[str, SeatHand],
         reading: PoolReading | None = None,
@@ -324,7 +324,7 @@ class RoundMachine:
         bets: Sequence[Row],
         live: list[TableBet],
         hands: dict[str, SeatHand],
-        variant: Variant,
+        variant: Variant[Any],
         config: Any,
         funding: Funding,
         holds: Mapping[str, WalletHold],

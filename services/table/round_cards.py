@@ -42,7 +42,7 @@ class HouseDealerRound(RoundMachine):
     def steps(self) -> dict[str, Step]:
         return super().steps() | {Phase.DEALING: self.deal, Phase.REVEALING: self.reveal_next}
 
-    async def hands(self, conn: Conn, current: Row, variant: Variant, config: Any) -> dict[str, SeatHand]:
+    async def hands(self, conn: Conn, current: Row, variant: Variant[Any], config: Any) -> dict[str, SeatHand]:
         return variant.deal(parse_cards(current["deck"]), config)
 
     async def deal(self, table: Row, current: Row) -> float | None:
@@ -73,7 +73,7 @@ class HouseDealerRound(RoundMachine):
                 client_seed=client_seed,
             )
             if variant.variant_id == bbv.BAIBIAN_BULL.variant_id:  # the drawn card is shown and burned
-                config = variant.parse_config(current["config"])
+                config = bbv.BAIBIAN_BULL.parse_config(current["config"])  # the same variant, its config typed
                 dealt.drawn_card, dealt.first_seat = bbv.deal_facts(parse_cards(deck), config)
             await self.append(conn, table_id, "table.dealt", dealt, round_id)
         self.ctx.wake(table_id)

@@ -217,7 +217,7 @@ class BiddingDealerRound(RoundMachine):
 
     async def _split(
         self,
-        variant: Variant,
+        variant: Variant[Any],
         config: EnvelopeTableConfig,
         round_id: str,
         client_seed: str,
@@ -267,7 +267,7 @@ class BiddingDealerRound(RoundMachine):
 
     # ------------------------------------------------------------------ settlement
 
-    async def hands(self, conn: Conn, current: Row, variant: Variant, config: Any) -> dict[str, SeatHand]:
+    async def hands(self, conn: Conn, current: Row, variant: Variant[Any], config: Any) -> dict[str, SeatHand]:
         return variant.deal(split_of(await self.ctx.envelopes.grabs(conn, current["round_id"])), config)
 
     async def funding(self, conn: Conn, current: Row) -> tuple[Funding, list[str]]:

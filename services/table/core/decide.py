@@ -203,7 +203,7 @@ def _deal(state: RoundState, command: Deal, now: int) -> list[Event]:
         client_seed=client_seed,
     )
     if variant.variant_id == bbv.BAIBIAN_BULL.variant_id:  # the drawn card is shown and burned
-        config = variant.parse_config(state.settings)
+        config = bbv.BAIBIAN_BULL.parse_config(state.settings)  # the same variant, its config typed
         dealt.drawn_card, dealt.first_seat = bbv.deal_facts(parse_cards(command.deck), config)
     return [Sealed(deck=tuple(command.deck)), dealt, _next_reveal(state, now)]
 
@@ -247,7 +247,7 @@ def _rng_failed(state: RoundState, command: RngFailed, now: int) -> list[Event]:
 
 
 def _reveal_next(state: RoundState, now: int) -> list[Event]:
-    variant: Variant = get(state.variant)
+    variant: Variant[Any] = get(state.variant)
     done = state.reveals_done
     if not variant.deck_size:
         grabs = state.sealed.grabs
