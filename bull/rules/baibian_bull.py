@@ -27,15 +27,11 @@ from enum import StrEnum
 from fractions import Fraction
 from functools import lru_cache
 from itertools import combinations_with_replacement, product
-from math import comb
-
-import numpy as np
 
 from bull.cards import BIG_JOKER_RANK, DECK_54, SMALL_JOKER_RANK, Card, CardError, check_distinct
 from bull.money import BetResult, Outcome, Settlement, Transfer, TransferKind, outcome_of
 from bull.rules import config as cfg
 from bull.rules._bull import BULL_BULL, NO_BULL, bull_points
-from bull.rules.golden_bull import suit_ways
 
 VARIANT_ID = "baibian_bull"
 HAND_SIZE = 5
@@ -419,66 +415,3 @@ def _check_bet(bet: Bet, banker_party: str, seen: set[str]) -> None:
 
 def _ceil(value: Fraction) -> int:
     return -(-value.numerator // value.denominator)
-
-
-# --------------------------------------------------------------------------- census
-
-
-def census() -> dict[Category, int]:
-    """All C(54,5) = 3,162,510 hands by category, counted over (rank multiset, joker count).
-
-    A multiset with rank counts n_r and j jokers is dealt in prod C(4, n_r) * C(2, j) ways.
-    """
-    counts = dict.fromkeys(CATEGORIES, 0)
-    for (ranks, jokers), category in category_table().items():
-        counts[category] += suit_ways(ranks) * (1, 2, 1)[jokers]
-    return counts
-
-
-SMALL_JOKER_VALUE = SMALL_JOKER_RANK
-BIG_JOKER_VALUE = BIG_JOKER_RANK
-
-
-@lru_cache(maxsize=1)
-def pair_category_counts() -> tuple[tuple[int, ...], ...]:
-    """``counts[i][j]``: ordered pairs of disjoint hands from one 54-card deck whose categories are
-    ``CATEGORIES[i]`` and ``CATEGORIES[j]``; all C(54,5) x C(49,5) of them, counted exactly.
-
-    A hand's category depends only on its (rank multiset, joker count) type. Given the first
-    hand's type, the second is drawn from what is left: ``prod_r C(4 - a_r, b_r)`` ways for rank
-    counts ``b`` and ``C(2 - j, k)`` for its jokers, summed by the second hand's category.
-    """
-    types = list(category_table().items())
-    counts = np.zeros((len(types), 13), dtype=np.int64)
-    jokers = np.array([j for (_, j), _ in types], dtype=np.int64)
-    categories = np.array([CATEGORIES.index(c) for _, c in types], dtype=np.int64)
-    for t, ((ranks, _), _) in enumerate(types):
-        for rank in ranks:
-            counts[t, rank - 1] += 1
-    ways = np.array([[comb(n, k) for k in range(5)] for n in range(5)], dtype=np.int64)
-    joker_ways = np.array([[comb(n, k) for k in range(3)] for n in range(3)], dtype=np.int64)
-    joint = np.zeros((len(CATEGORIES), len(CATEGORIES)), dtype=np.int64)
-    for a in range(len(types)):
-        first = int(np.prod(ways[4, counts[a]])) * int(joker_ways[2, jokers[a]])
-        second = np.prod(ways[4 - counts[a][None, :], counts], axis=1) * joker_ways[2 - jokers[a], jokers]
-        # bincount sums in float64: exact, every sum stays far below 2**53.
-        joint[categories[a]] += first * np.bincount(categories, weights=second, minlength=len(CATEGORIES)).astype(
-            np.int64
-        )
-    return tuple(tuple(int(n) for n in row) for row in joint)
-
-
-def exact_bet_variance(config: BaibianBullConfig | None = None) -> Fraction:
-    """The exact variance of one area bet's net per unit staked.
-
-    Two hands from one deck never tie and the stronger one's category is the higher of the two,
-    so a bet nets + or - the multiplier of the higher category; the mean is 0 (the pair is
-    exchangeable), so the variance is the mean of that multiplier squared over every pair.
-    """
-    config = config or DEFAULT_CONFIG
-    joint = pair_category_counts()
-    total = sum(map(sum, joint))
-    second_moment = sum(
-        n * config.multipliers[min(i, j)] ** 2 for i, row in enumerate(joint) for j, n in enumerate(row)
-    )
-    return Fraction(second_moment) / total

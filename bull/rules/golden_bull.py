@@ -5,7 +5,7 @@ Everything here is a pure function of cards, bets and a frozen config:
 - ``evaluate(cards, config)`` -> ``GoldenBullHand`` with its category, bull
   points and a single integer ``strength``; comparing strengths *is* the rule
   (category, then bull points, then highest card by rank, then that card's
-  suit), so hands sort, compare and vectorise (see ``fast.py``) with one key.
+  suit), so hands sort, compare and vectorise (see ``bull/analysis/fast.py``) with one key.
 - ``settle(dealer, areas, bets, config)`` -> ``money.Settlement``.
 - ``hold_minor(stake, config)``: the reservation made when a bet is confirmed.
 
@@ -22,7 +22,7 @@ from dataclasses import dataclass, field
 from enum import StrEnum
 from fractions import Fraction
 from functools import lru_cache
-from itertools import combinations, combinations_with_replacement
+from itertools import combinations_with_replacement
 
 from bull.cards import DECK_52, Card, CardError, check_distinct
 from bull.money import (
@@ -519,28 +519,7 @@ def _ceil(value: Fraction) -> int:
     return -(-value.numerator // value.denominator)
 
 
-# --------------------------------------------------------------------------- census and deal
-
-
-def census(config: GoldenBullConfig | None = None) -> dict[Category, int]:
-    """How many of the C(52,5) hands fall in each category, counted over rank multisets.
-
-    A multiset with rank counts n_r is dealt in prod C(4, n_r) ways (suits), and
-    the category depends on ranks only, so 6,175 multisets cover 2,598,960 hands.
-    """
-    lookup = (config or DEFAULT_CONFIG)._lookup
-    counts = dict.fromkeys(CATEGORIES, 0)
-    for code, (category, _points, _base) in lookup.by_multiset.items():
-        counts[category] += suit_ways(lookup.ranks_by_multiset[code])
-    return counts
-
-
-def suit_ways(ranks: Sequence[int]) -> int:
-    """Number of distinct hands with these ranks: prod over ranks of C(4, count)."""
-    ways = 1
-    for rank in set(ranks):
-        ways *= len(list(combinations(range(4), ranks.count(rank))))
-    return ways
+# --------------------------------------------------------------------------- deal
 
 
 @dataclass(frozen=True, slots=True)

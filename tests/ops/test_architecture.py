@@ -96,6 +96,18 @@ INJECTIONS = [
     Injection("pure-kernel", "bull.rules.golden_bull", "import secrets", "bull is not allowed to import secrets"),
     Injection("pure-kernel", "bull.money", "import backbone.errors", "bull is not allowed to import backbone"),
     Injection(
+        "runtime-without-analysis",
+        "services.table.metrics",
+        "from bull.analysis import exact",
+        "services is not allowed to import bull.analysis",
+    ),
+    Injection(
+        "runtime-without-analysis",
+        "backbone.errors",
+        "from bull.analysis import report",
+        "backbone is not allowed to import bull.analysis",
+    ),
+    Injection(
         "independent-services",
         "services.table.ports",
         "from services.wallet import domain",

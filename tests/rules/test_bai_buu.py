@@ -14,9 +14,9 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from bull import money
+from bull.analysis import bai_buu_math as bm
 from bull.cards import DECK_52, Card, CardError, parse_cards
 from bull.rules import bai_buu
-from bull.rules import bai_buu_math as bm
 from bull.rules.config import ConfigError
 from bull.variants import Funding, SeatHand, TableBet
 from bull.variants.bai_buu import BAI_BUU

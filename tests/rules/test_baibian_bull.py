@@ -13,10 +13,11 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from bull.analysis import baibian_bull_math as bbm
+from bull.analysis import fast
 from bull.cards import BIG_JOKER, DECK_54, SMALL_JOKER, Card, CardError, parse_card, parse_cards
 from bull.money import Outcome
 from bull.rules import baibian_bull as bb
-from bull.rules import fast
 from bull.rules.baibian_bull import BaibianBullConfig, Bet, Category
 from bull.rules.config import ConfigError
 
@@ -93,7 +94,7 @@ def test_bad_hands() -> None:
 
 def test_census_matches_brute_force(hands_54: Array, baibian_reference: Callable[[Array], Array]) -> None:
     expected = np.bincount(baibian_reference(hands_54), minlength=len(bb.CATEGORIES))
-    counts = bb.census()
+    counts = bbm.census()
     assert sum(counts.values()) == comb(54, 5)
     assert [counts[c] for c in bb.CATEGORIES] == expected.tolist()
 
@@ -107,7 +108,7 @@ def test_census_specials_by_formula() -> None:
     """
     bombs = 13 * 48 + 2 * (13 * comb(4, 3) * 48 + 13) + (comb(52, 3) - comb(13, 3) * 4**3)
     face_bombs = 3 * 8 + 2 * (3 * comb(4, 3) * 8 + 3) + (comb(12, 3) - 4**3)
-    counts = bb.census()
+    counts = bbm.census()
     assert counts[Category.BOMB] == bombs
     assert counts[Category.GOLD] == comb(14, 5) - face_bombs
 
@@ -298,16 +299,12 @@ def test_monte_carlo_is_seeded_and_near_one() -> None:
 def test_exact_variance_counts_every_pair_of_disjoint_hands() -> None:
     """Each row of the pair counts is its category's census times the C(49,5) hands left to pair with,
     the table is symmetric, and the variance agrees with the report's Monte Carlo estimate."""
-    from math import comb
-
-    from bull.rules import baibian_bull as rules
-
-    joint = rules.pair_category_counts()
-    census = rules.census()
-    assert [sum(row) for row in joint] == [census[c] * comb(49, 5) for c in rules.CATEGORIES]
+    joint = bbm.pair_category_counts()
+    census = bbm.census()
+    assert [sum(row) for row in joint] == [census[c] * comb(49, 5) for c in bb.CATEGORIES]
     assert all(joint[i][j] == joint[j][i] for i in range(len(joint)) for j in range(len(joint)))
-    variance = rules.exact_bet_variance()
+    variance = bbm.exact_bet_variance()
     assert abs(float(variance) - 59.7776) < 1e-4
-    assert rules.exact_bet_variance(rules.BaibianBullConfig(bomb_order=rules.BombOrder.RANK_OF_FOUR)) == variance
-    flat = rules.BaibianBullConfig(multipliers=tuple(Fraction(1) for _ in rules.CATEGORIES))
-    assert rules.exact_bet_variance(flat) == 1  # every bet nets +1 or -1
+    assert bbm.exact_bet_variance(BaibianBullConfig(bomb_order=bb.BombOrder.RANK_OF_FOUR)) == variance
+    flat = BaibianBullConfig(multipliers=tuple(Fraction(1) for _ in bb.CATEGORIES))
+    assert bbm.exact_bet_variance(flat) == 1  # every bet nets +1 or -1

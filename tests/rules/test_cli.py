@@ -10,6 +10,7 @@ from pathlib import Path
 
 import pytest
 
+from bull import variants
 from tools.rules import cli, registry
 
 
@@ -19,10 +20,28 @@ def run(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, str, str]:
     return code, out, err
 
 
-def test_registry_lists_both_variants() -> None:
-    assert {"golden_bull", "baibian_bull"} <= set(registry.VARIANTS)
-    for variant_id in ("golden_bull", "baibian_bull"):
+def test_every_variant_of_bull_variants_has_its_adapter() -> None:
+    """The CLI's variants are ``bull.variants``': each id finds the adapter of that same variant."""
+    assert set(registry.ADAPTERS) == set(variants.VARIANTS)
+    for variant_id in variants.VARIANTS:
         assert registry.get(variant_id).variant_id == variant_id
+    with pytest.raises(variants.UnknownVariant):
+        registry.get("nope")
+
+
+def test_a_variant_added_without_its_analysis_stops_the_cli() -> None:
+    """A game in ``bull.variants`` with no adapter (or an adapter with no game) fails the registry's import."""
+    add = "from bull import variants; variants.VARIANTS['new_bull'] = variants.VARIANTS['golden_bull']"
+    remove = "from bull import variants; del variants.VARIANTS['bai_buu']"
+    for change, message in ((add, "without one ['new_bull']"), (remove, "unknown ['bai_buu']")):
+        done = subprocess.run(
+            [sys.executable, "-c", f"{change}; import tools.rules.cli"],
+            capture_output=True,
+            text=True,
+            check=False,
+            cwd=Path(__file__).resolve().parents[2],
+        )
+        assert done.returncode != 0 and "LookupError" in done.stderr and message in done.stderr, done.stderr
 
 
 def test_eval_json(capsys: pytest.CaptureFixture[str]) -> None:
@@ -147,7 +166,7 @@ def test_rtp_exact_and_monte_carlo(capsys: pytest.CaptureFixture[str]) -> None:
 def test_report_writes_markdown(
     capsys: pytest.CaptureFixture[str], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setattr("bull.rules.report.BAIBIAN_MC_ROUNDS", 20_000)
+    monkeypatch.setattr("bull.analysis.report.BAIBIAN_MC_ROUNDS", 20_000)
     target = tmp_path / "math" / "baibian.md"
     code, out, _ = run(capsys, "report", "--variant", "baibian_bull", "--out", str(target))
     text = target.read_text(encoding="utf-8")
@@ -170,7 +189,7 @@ def test_report_writes_markdown(
         (["eval", "--variant", "golden_bull", "--set", "multipliers.bomb=1e400", "AS AH AC AD 2S"], "not '1e400'"),
         (["eval", "--variant", "red_envelope_bull", "1e400"], "not an amount: '1e400'"),
         (["eval", "--variant", "red_envelope_bull", "1e3"], "not an amount: '1e3'"),
-        (["eval", "--variant", "nope", "AS"], "unknown variant"),
+        (["eval", "--variant", "nope", "AS"], "variant must be one of bai_buu, baibian_bull, golden_bull"),
         (["compare", "--variant", "golden_bull", "AS", "AH"], "HAND_A -- HAND_B"),
         (["rtp", "--variant", "golden_bull", "--rounds", "0"], "positive"),
     ],

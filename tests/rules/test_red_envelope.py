@@ -13,8 +13,8 @@ from hypothesis import strategies as st
 
 from bull import fairness as fair
 from bull import money
+from bull.analysis import red_envelope_math as rm
 from bull.rules import red_envelope as re_
-from bull.rules import red_envelope_math as rm
 from bull.rules.config import ConfigError
 
 Outcome = money.Outcome

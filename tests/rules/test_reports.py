@@ -11,9 +11,10 @@ import re
 
 import pytest
 
-from tools.rules import registry, reports
+from bull import variants
+from tools.rules import reports
 
-VARIANTS = sorted(registry.VARIANTS)
+VARIANTS = sorted(variants.VARIANTS)
 
 
 @pytest.mark.parametrize("variant_id", VARIANTS)

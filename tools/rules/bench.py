@@ -17,10 +17,10 @@ from typing import TypeVar
 
 import numpy as np
 
+from bull.analysis import baibian_bull_math, fast, golden_bull_math
+from bull.analysis import exact as _exact
 from bull.cards import DECK_52, DECK_54
 from bull.rules import baibian_bull as bb
-from bull.rules import exact as _exact
-from bull.rules import fast
 from bull.rules import golden_bull as gb
 
 T = TypeVar("T")
@@ -35,6 +35,7 @@ def _timed(function: Callable[[], T]) -> tuple[T, float]:
 def _clear_caches() -> None:
     """Cold start: measured figures include building every lookup table."""
     gb._rank_tables.cache_clear()
+    golden_bull_math._census.cache_clear()
     fast._base_table.cache_clear()
     _exact._counts.cache_clear()
     bb.category_table.cache_clear()
@@ -43,9 +44,9 @@ def _clear_caches() -> None:
 def golden_figures(rounds: int, batch: int, seed: int) -> dict[str, float]:
     rng = np.random.default_rng(seed)
     _clear_caches()
-    counts, census_cold = _timed(lambda: gb.census(gb.GoldenBullConfig()))
+    counts, census_cold = _timed(lambda: golden_bull_math.census(gb.GoldenBullConfig()))
     assert sum(counts.values()) == 2_598_960
-    _, census_warm = _timed(gb.census)
+    _, census_warm = _timed(golden_bull_math.census)
     hands = [tuple(DECK_52[i] for i in rng.choice(52, 5, replace=False)) for _ in range(1000)]
     loops = 200
     per_hand = timeit.timeit(lambda: [gb.evaluate(h) for h in hands], number=loops) / (loops * len(hands))
@@ -67,7 +68,7 @@ def golden_figures(rounds: int, batch: int, seed: int) -> dict[str, float]:
 
 def baibian_figures(rounds: int, seed: int) -> dict[str, float]:
     rng = np.random.default_rng(seed)
-    counts, census_cold = _timed(bb.census)
+    counts, census_cold = _timed(baibian_bull_math.census)
     assert sum(counts.values()) == 3_162_510
     hands = [tuple(DECK_54[i] for i in rng.choice(54, 5, replace=False)) for _ in range(1000)]
     loops = 100

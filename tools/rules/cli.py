@@ -1,9 +1,10 @@
 """``niuniu-rules``: the operator's command line for the rules engine.
 
 Subcommands: ``eval``, ``compare``, ``census``, ``rtp``, ``report``; every one
-takes ``--variant`` and dispatches through ``registry.VARIANTS``. Input errors
-(a bad card, a bad config key or value, an unknown variant) print one line on
-stderr and exit with status 2, never a traceback.
+takes ``--variant``, an id of ``bull.variants``, and dispatches to that variant's
+adapter (``registry.get``). Input errors (a bad card, a bad config key or value,
+an unknown variant) print one line on stderr and exit with status 2, never a
+traceback.
 
     niuniu-rules eval --variant golden_bull AS AH AC AD 2S --json
     niuniu-rules compare --variant golden_bull KS KH KD KC QS -- AS AH AC AD 2S
@@ -23,9 +24,10 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import TextIO
 
+from bull import variants
 from bull.rules import config as cfg
 from tools.rules import registry
-from tools.rules._adapter import CommandResult
+from tools.rules.adapter import CommandResult
 
 EXIT_USAGE = 2
 PROG = "niuniu-rules"
@@ -37,7 +39,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     def command(name: str, help_text: str) -> argparse.ArgumentParser:
         sub = commands.add_parser(name, help=help_text, description=help_text)
-        sub.add_argument("--variant", required=True, help=f"one of: {', '.join(sorted(registry.VARIANTS))}")
+        sub.add_argument("--variant", required=True, help=f"one of: {', '.join(sorted(variants.VARIANTS))}")
         sub.add_argument("--config", metavar="FILE", help="settings file (.json or .toml)")
         sub.add_argument("--set", dest="sets", action="append", default=[], metavar="KEY=VALUE", help="override")
         return sub

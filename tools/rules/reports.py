@@ -16,6 +16,7 @@ import sys
 from collections.abc import Sequence
 from pathlib import Path
 
+from bull import variants
 from tools.rules import registry
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -45,9 +46,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     action = parser.add_mutually_exclusive_group(required=True)
     action.add_argument("--write", action="store_true", help="regenerate the reports")
     action.add_argument("--check", action="store_true", help="exit 1 if a committed report differs")
-    parser.add_argument("--variant", action="append", choices=sorted(registry.VARIANTS), help="default: all")
+    parser.add_argument("--variant", action="append", choices=sorted(variants.VARIANTS), help="default: all")
     args = parser.parse_args(argv)
-    variant_ids = args.variant or list(registry.VARIANTS)
+    variant_ids = args.variant or list(variants.VARIANTS)
     if args.write:
         for variant_id in variant_ids:
             report_path(variant_id).write_text(generate(variant_id), encoding="utf-8")

@@ -1,4 +1,4 @@
-"""``baibian_bull`` behind the registry's ``VariantAdapter`` protocol (text in, results out)."""
+"""``baibian_bull`` behind the ``adapter.VariantAdapter`` protocol (text in, results out)."""
 
 from __future__ import annotations
 
@@ -6,13 +6,13 @@ from collections.abc import Sequence
 
 import numpy as np
 
+from bull.analysis import baibian_bull_math, fast
+from bull.analysis.report import baibian_report
 from bull.cards import check_distinct, format_cards, parse_cards
 from bull.rules import baibian_bull as bb
-from bull.rules import fast
 from bull.rules.config import Settings
-from bull.rules.report import baibian_report
-from tools.rules._adapter import CommandResult, ProgressFn
-from tools.rules._golden_adapter import fraction_text, monte_carlo_result
+from tools.rules.adapter import CommandResult, ProgressFn
+from tools.rules.golden_adapter import fraction_text, monte_carlo_result
 
 DEFAULT_MC_ROUNDS = 1_000_000
 
@@ -41,7 +41,7 @@ class BaibianBullAdapter:
 
     def census(self, settings: Settings) -> CommandResult:
         bb.BaibianBullConfig.from_settings(settings)  # validates; categories do not depend on it
-        counts = bb.census()
+        counts = baibian_bull_math.census()
         data = {"counts": {str(c): n for c, n in counts.items()}, "total": sum(counts.values())}
         lines = [f"{c:<10} {n:>9}" for c, n in counts.items()]
         return CommandResult(data, "\n".join([*lines, f"{'total':<10} {data['total']:>9}"]))

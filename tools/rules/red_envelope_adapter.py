@@ -17,10 +17,10 @@ from typing import Any
 
 import numpy as np
 
+from bull.analysis import red_envelope_math as rm
 from bull.rules import red_envelope as re_
-from bull.rules import red_envelope_math as rm
 from bull.rules.config import ConfigError, Settings, as_int, flatten
-from tools.rules._adapter import CommandResult, ProgressFn
+from tools.rules.adapter import CommandResult, ProgressFn
 
 DEFAULT_MC_ROUNDS = 500_000
 DEFAULT_PARTICIPANTS = 5
@@ -47,7 +47,7 @@ def _pct(value: Fraction | float) -> str:
 
 
 class RedEnvelopeAdapter:
-    """Implements ``registry.VariantAdapter`` for ``red_envelope_bull``."""
+    """Implements ``adapter.VariantAdapter`` for ``red_envelope_bull``."""
 
     @property
     def variant_id(self) -> str:
@@ -144,7 +144,7 @@ class RedEnvelopeAdapter:
         return CommandResult(data, text)
 
     def report(self) -> str:
-        from bull.rules.red_envelope_report import render
+        from bull.analysis.red_envelope_report import render
 
         return render(REPORT_SEED)
 

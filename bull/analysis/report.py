@@ -13,9 +13,9 @@ from math import comb
 
 import numpy as np
 
+from bull.analysis import baibian_bull_math, fast, golden_bull_math
+from bull.analysis import exact as _exact
 from bull.rules import baibian_bull as bb
-from bull.rules import exact as _exact
-from bull.rules import fast
 from bull.rules import golden_bull as gb
 
 MC_SEED = 20_240_601
@@ -87,7 +87,7 @@ def golden_report() -> str:
 
 
 def _golden_census(config: gb.GoldenBullConfig) -> list[str]:
-    counts = gb.census(config)
+    counts = golden_bull_math.census(config)
     total = sum(counts.values())
     rows = [f"| {c} | {n:,} | {pct(Fraction(n, total), 4)} | x{config.multiplier(c)} |" for c, n in counts.items()]
     return [
@@ -232,8 +232,8 @@ def baibian_report() -> str:
     by_four = fast.simulate_baibian(by_four_config, BAIBIAN_MC_ROUNDS, np.random.default_rng(MC_SEED))
     low, high = result.ci95
     four_low, four_high = by_four.ci95
-    exact_variance = bb.exact_bet_variance(config)
-    counts = bb.census()
+    exact_variance = baibian_bull_math.exact_bet_variance(config)
+    counts = baibian_bull_math.census()
     total = sum(counts.values())
     rows = [f"| {c} | {n:,} | {pct(Fraction(n, total), 4)} | x{config.multiplier(c)} |" for c, n in counts.items()]
     lines = [

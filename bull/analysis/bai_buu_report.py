@@ -9,8 +9,8 @@ from __future__ import annotations
 from collections.abc import Mapping
 from fractions import Fraction
 
+from bull.analysis import bai_buu_math as bm
 from bull.rules import bai_buu
-from bull.rules import bai_buu_math as bm
 
 
 def _pct(value: Fraction | float, places: int = 4) -> str:

@@ -1,4 +1,4 @@
-"""``golden_bull`` behind the registry's ``VariantAdapter`` protocol (text in, results out)."""
+"""``golden_bull`` behind the ``adapter.VariantAdapter`` protocol (text in, results out)."""
 
 from __future__ import annotations
 
@@ -7,13 +7,13 @@ from fractions import Fraction
 
 import numpy as np
 
+from bull.analysis import exact as _exact
+from bull.analysis import fast, golden_bull_math
+from bull.analysis.report import golden_report
 from bull.cards import check_distinct, format_cards, parse_cards
-from bull.rules import exact as _exact
-from bull.rules import fast
 from bull.rules import golden_bull as gb
 from bull.rules.config import Settings
-from bull.rules.report import golden_report
-from tools.rules._adapter import CommandResult, ProgressFn
+from tools.rules.adapter import CommandResult, ProgressFn
 
 DEFAULT_MC_ROUNDS = 1_000_000
 
@@ -49,7 +49,7 @@ class GoldenBullAdapter:
         return CommandResult(data, f"{'A wins' if winner == 'a' else 'B wins' if winner == 'b' else 'tie'}: {reason}")
 
     def census(self, settings: Settings) -> CommandResult:
-        counts = gb.census(gb.GoldenBullConfig.from_settings(settings))
+        counts = golden_bull_math.census(gb.GoldenBullConfig.from_settings(settings))
         data = {"counts": {str(c): n for c, n in counts.items()}, "total": sum(counts.values())}
         lines = [f"{c:<11} {n:>9}" for c, n in counts.items()]
         return CommandResult(data, "\n".join([*lines, f"{'total':<11} {data['total']:>9}"]))

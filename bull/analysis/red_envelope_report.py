@@ -10,8 +10,8 @@ from fractions import Fraction
 
 import numpy as np
 
+from bull.analysis import red_envelope_math as rm
 from bull.rules import red_envelope as re_
-from bull.rules import red_envelope_math as rm
 
 MAIN_ROUNDS = 100_000
 VARIATION_ROUNDS = 40_000

@@ -24,7 +24,7 @@ from math import comb, sqrt
 import numpy as np
 import numpy.typing as npt
 
-from bull.cards import DECK_54
+from bull.cards import BIG_JOKER_RANK, DECK_54, SMALL_JOKER_RANK
 from bull.money import BPS_DENOMINATOR
 from bull.rules import baibian_bull as bb
 from bull.rules.golden_bull import (
@@ -41,7 +41,7 @@ from bull.rules.golden_bull import (
     rank_multisets,
 )
 
-# Called as progress(done, total); the CLI draws a bar (same shape as tools.rules._adapter.ProgressFn).
+# Called as progress(done, total); the CLI draws a bar (same shape as tools.rules.adapter.ProgressFn).
 ProgressFn = Callable[[int, int], None]
 IntArray = npt.NDArray[np.int64]
 I32Array = npt.NDArray[np.int32]
@@ -252,7 +252,7 @@ def baibian_tables(bomb_order: bb.BombOrder = bb.BombOrder.GENERAL) -> BatchTabl
     """
     card_key = np.array([bb.card_key(card) for card in DECK_54], dtype=np.uint8)
     base = np.full(MULTISET_SLOTS, _NO_HAND, dtype=np.int32)
-    joker_sets = ((), (bb.SMALL_JOKER_VALUE,), (bb.BIG_JOKER_VALUE,), (bb.SMALL_JOKER_VALUE, bb.BIG_JOKER_VALUE))
+    joker_sets = ((), (SMALL_JOKER_RANK,), (BIG_JOKER_RANK,), (SMALL_JOKER_RANK, BIG_JOKER_RANK))
     for (ranks, jokers), category in bb.category_table().items():
         four = bb.four_rank(ranks, jokers) if category is bb.Category.BOMB else 0
         four = four if bomb_order is bb.BombOrder.RANK_OF_FOUR else 0

@@ -11,11 +11,11 @@ from collections.abc import Sequence
 from fractions import Fraction
 from typing import Any
 
+from bull.analysis import bai_buu_math as bm
 from bull.cards import Card, format_cards, parse_cards
 from bull.rules import bai_buu
-from bull.rules import bai_buu_math as bm
 from bull.rules.config import Settings
-from tools.rules._adapter import CommandResult, ProgressFn
+from tools.rules.adapter import CommandResult, ProgressFn
 
 DEFAULT_MC_ROUNDS = 50_000
 REPORT_SEED = 20_240_602
@@ -39,7 +39,7 @@ def _pct(value: Fraction | float) -> str:
 
 
 class BaiBuuAdapter:
-    """Implements ``registry.VariantAdapter`` for ``bai_buu``."""
+    """Implements ``adapter.VariantAdapter`` for ``bai_buu``."""
 
     @property
     def variant_id(self) -> str:
@@ -155,7 +155,7 @@ class BaiBuuAdapter:
         return CommandResult(data, text)
 
     def report(self) -> str:
-        from bull.rules.bai_buu_report import render
+        from bull.analysis.bai_buu_report import render
 
         return render(REPORT_SEED, REPORT_MC_ROUNDS)
 
