@@ -273,7 +273,7 @@ def baibian_report() -> str:
         "minus the multiplier of the higher category whichever way Bombs compare. With the mean 0",
         "the variance is that multiplier squared, averaged over all C(54,5) x C(49,5) ordered pairs",
         "of disjoint hands, counted exactly by (rank multiset, joker count) type",
-        "(`baibian_bull.exact_bet_variance`).",
+        "(`baibian_bull_math.exact_bet_variance`).",
         "",
         "Expected value: exactly 100%. Settlement is bet x the winner's multiplier in both",
         "directions, two hands from one deck never tie (different high cards, or suits, or",
