@@ -27,9 +27,11 @@ from enum import StrEnum
 from fractions import Fraction
 from functools import lru_cache
 from itertools import combinations_with_replacement, product
+from math import ceil
 
 from bull.cards import BIG_JOKER_RANK, DECK_54, SMALL_JOKER_RANK, Card, CardError, check_distinct
-from bull.money import BetResult, Outcome, Settlement, Transfer, TransferKind, outcome_of
+from bull.money import Outcome, Settlement, outcome_of
+from bull.rules import against_dealer
 from bull.rules import config as cfg
 from bull.rules._bull import BULL_BULL, NO_BULL, bull_points
 
@@ -339,7 +341,7 @@ class Bet:
 
 def hold_minor(stake_minor: int, config: BaibianBullConfig | None = None) -> int:
     """A bet's worst case: stake x the highest multiplier (x10 by default), rounded up."""
-    return _ceil(stake_minor * (config or DEFAULT_CONFIG).max_multiplier)
+    return ceil(stake_minor * (config or DEFAULT_CONFIG).max_multiplier)
 
 
 def net_exact(area: BaibianHand, banker: BaibianHand, stake: Fraction, config: BaibianBullConfig) -> Fraction:
@@ -364,6 +366,15 @@ def area_outcomes(
     }
 
 
+AGAINST_DEALER: against_dealer.AgainstDealer[BaibianHand, BaibianBullConfig] = against_dealer.AgainstDealer(
+    areas=AREAS,
+    counterparty="banker",
+    evaluate=evaluate,
+    net_exact=net_exact,
+    hold_minor=hold_minor,
+)
+
+
 def settle(
     banker_cards: Sequence[Card],
     area_cards: Sequence[Sequence[Card]],
@@ -378,40 +389,4 @@ def settle(
     table's house rule (winnings down, losses up) with the remainder recorded.
     """
     config = config or DEFAULT_CONFIG
-    if len(area_cards) != len(AREAS):
-        raise ValueError(f"expected {len(AREAS)} area hands, got {len(area_cards)}")
-    check_distinct([*banker_cards, *(card for hand in area_cards for card in hand)])
-    banker = evaluate(banker_cards, config)
-    hands = {area: evaluate(cards, config) for area, cards in zip(AREAS, area_cards, strict=True)}
-    results, transfers, remainders = [], [], []
-    seen: set[str] = set()
-    for bet in bets:
-        _check_bet(bet, banker_party, seen)
-        exact = net_exact(hands[bet.area], banker, Fraction(bet.stake_minor), config)
-        net = int(exact) if exact >= 0 else -_ceil(-exact)
-        if net > 0:
-            transfers.append(Transfer(banker_party, bet.player, net, TransferKind.WIN, bet.bet_id))
-        elif net < 0:
-            transfers.append(Transfer(bet.player, banker_party, -net, TransferKind.LOSS, bet.bet_id))
-        hold = hold_minor(bet.stake_minor, config)
-        results.append(BetResult(bet.bet_id, bet.player, bet.area, bet.stake_minor, hold, outcome_of(exact), net))
-        if exact != net:
-            remainder = abs(exact - net)
-            remainders.append((bet.bet_id, remainder.numerator, remainder.denominator))
-    return Settlement(tuple(results), tuple(transfers), tuple(remainders)).check()
-
-
-def _check_bet(bet: Bet, banker_party: str, seen: set[str]) -> None:
-    if bet.area not in AREAS:
-        raise ValueError(f"bet {bet.bet_id}: unknown area {bet.area!r} (areas: {', '.join(AREAS)})")
-    if type(bet.stake_minor) is not int or bet.stake_minor <= 0:
-        raise ValueError(f"bet {bet.bet_id}: stake must be a positive integer of minor units")
-    if bet.player == banker_party:
-        raise ValueError(f"bet {bet.bet_id}: the banker cannot bet against itself")
-    if bet.bet_id in seen:
-        raise ValueError(f"duplicate bet id {bet.bet_id}")
-    seen.add(bet.bet_id)
-
-
-def _ceil(value: Fraction) -> int:
-    return -(-value.numerator // value.denominator)
+    return against_dealer.settle(AGAINST_DEALER, config, banker_cards, area_cards, bets, banker_party)

@@ -23,19 +23,17 @@ from enum import StrEnum
 from fractions import Fraction
 from functools import lru_cache
 from itertools import combinations_with_replacement
+from math import ceil
 
 from bull.cards import DECK_52, Card, CardError, check_distinct
 from bull.money import (
     BPS_DENOMINATOR,
-    COMMISSION_REVENUE,
     HOUSE,
-    BetResult,
     Outcome,
     Settlement,
-    Transfer,
-    TransferKind,
     outcome_of,
 )
+from bull.rules import against_dealer
 from bull.rules import config as cfg
 from bull.rules._bull import BULL_BULL, NO_BULL, bull_points
 
@@ -408,7 +406,7 @@ def hold_minor(stake_minor: int, config: GoldenBullConfig | None = None) -> int:
     config = config or DEFAULT_CONFIG
     if config.mode is Mode.STAKE_CAPPED:
         return stake_minor
-    return _ceil(stake_minor * config.max_multiplier)
+    return ceil(stake_minor * config.max_multiplier)
 
 
 def outcome(area: GoldenBullHand, dealer: GoldenBullHand, config: GoldenBullConfig | None = None) -> Outcome:
@@ -444,6 +442,21 @@ def area_outcomes(
     }
 
 
+def _gross_win(area: GoldenBullHand, dealer: GoldenBullHand, stake: Fraction, config: GoldenBullConfig) -> Fraction:
+    """What the dealer pays a winning bet before commission: stake x the area's multiplier."""
+    return stake * config.multiplier(area.category) if outcome(area, dealer, config) is Outcome.WIN else Fraction(0)
+
+
+AGAINST_DEALER: against_dealer.AgainstDealer[GoldenBullHand, GoldenBullConfig] = against_dealer.AgainstDealer(
+    areas=AREAS,
+    counterparty="dealer",
+    evaluate=evaluate,
+    net_exact=net_exact,
+    hold_minor=hold_minor,
+    gross_win=_gross_win,
+)
+
+
 def settle(
     dealer_cards: Sequence[Card],
     area_cards: Sequence[Sequence[Card]],
@@ -460,63 +473,7 @@ def settle(
     minor unit that rounding moved is recorded in ``remainders``.
     """
     config = config or DEFAULT_CONFIG
-    if len(area_cards) != len(AREAS):
-        raise ValueError(f"expected {len(AREAS)} area hands, got {len(area_cards)}")
-    check_distinct([*dealer_cards, *(card for hand in area_cards for card in hand)])
-    dealer = evaluate(dealer_cards, config)
-    hands = {area: evaluate(cards, config) for area, cards in zip(AREAS, area_cards, strict=True)}
-    results, transfers, remainders = [], [], []
-    for bet in _checked(bets, dealer_party):
-        result, moves, remainder = _settle_bet(bet, hands[bet.area], dealer, config, dealer_party)
-        results.append(result)
-        transfers.extend(moves)
-        if remainder:
-            remainders.append((bet.bet_id, remainder.numerator, remainder.denominator))
-    return Settlement(tuple(results), tuple(transfers), tuple(remainders)).check()
-
-
-def _checked(bets: Iterable[Bet], dealer_party: str) -> list[Bet]:
-    checked, seen = [], set()
-    for bet in bets:
-        if bet.area not in AREAS:
-            raise ValueError(f"bet {bet.bet_id}: unknown area {bet.area!r} (areas: {', '.join(AREAS)})")
-        if type(bet.stake_minor) is not int or bet.stake_minor <= 0:
-            raise ValueError(f"bet {bet.bet_id}: stake must be a positive integer of minor units")
-        if bet.player == dealer_party:
-            raise ValueError(f"bet {bet.bet_id}: the dealer cannot bet against itself")
-        if bet.bet_id in seen:
-            raise ValueError(f"duplicate bet id {bet.bet_id}")
-        seen.add(bet.bet_id)
-        checked.append(bet)
-    return checked
-
-
-def _settle_bet(
-    bet: Bet, area: GoldenBullHand, dealer: GoldenBullHand, config: GoldenBullConfig, dealer_party: str
-) -> tuple[BetResult, list[Transfer], Fraction]:
-    """One bet -> (result, transfers, fraction of a minor unit rounded toward the house)."""
-    result = outcome(area, dealer, config)
-    exact = net_exact(area, dealer, Fraction(bet.stake_minor), config)
-    transfers = []
-    if result is Outcome.WIN:
-        gross = int(bet.stake_minor * config.multiplier(area.category))  # floor; 0 if below one minor unit
-        net = int(exact)
-        if gross > 0:
-            transfers.append(Transfer(dealer_party, bet.player, gross, TransferKind.WIN, bet.bet_id))
-        if gross > net:
-            transfers.append(Transfer(bet.player, COMMISSION_REVENUE, gross - net, TransferKind.COMMISSION, bet.bet_id))
-    elif result is Outcome.LOSS:
-        net = -_ceil(-exact)
-        transfers.append(Transfer(bet.player, dealer_party, -net, TransferKind.LOSS, bet.bet_id))
-    else:
-        net = 0
-    hold = hold_minor(bet.stake_minor, config)
-    recorded = outcome_of(exact)  # by what the bettor nets, as ``area_outcomes`` announces it
-    return BetResult(bet.bet_id, bet.player, bet.area, bet.stake_minor, hold, recorded, net), transfers, exact - net
-
-
-def _ceil(value: Fraction) -> int:
-    return -(-value.numerator // value.denominator)
+    return against_dealer.settle(AGAINST_DEALER, config, dealer_cards, area_cards, bets, dealer_party)
 
 
 # --------------------------------------------------------------------------- deal
