@@ -1,5 +1,6 @@
 """The table's wallet port (``services.table.ports.GrpcWallet``): holds asked at the same moment go to
-the wallet in one PlaceHolds call, and each bet still gets its own answer."""
+the wallet in one PlaceHolds call, and each bet still gets its own answer; a round's holds are read
+back in GetHolds calls, not hold by hold."""
 
 from __future__ import annotations
 
@@ -10,10 +11,10 @@ import grpc
 import pytest
 from niuniu.wallet.v1 import wallet_pb2 as pb
 from prometheus_client import REGISTRY
-from wallet_helpers import TOKENS, Wallet, wallet_service
+from wallet_helpers import TABLE, TOKENS, Wallet, wallet_service
 
 from backbone.errors import FailedPrecondition, InvalidArgument, Unavailable
-from services.table.ports import GrpcWallet
+from services.table.ports import HOLD_IDS_PER_READ, GrpcWallet, WalletHold
 
 
 def started(method: str) -> float:
@@ -48,6 +49,26 @@ async def test_holds_asked_together_go_in_few_calls_and_each_bet_gets_its_own_an
     calls = started("PlaceHolds") - calls_before
     assert 1 <= calls < 32 / 2  # two calls under way at once; the 32 holds in a few calls, not one each
     assert started("PlaceHold") == singles_before
+
+
+@pytest.mark.integration
+async def test_a_rounds_holds_are_read_in_calls_of_the_wallets_bound_not_one_by_one(wallet: Wallet) -> None:
+    """``read_holds``: GetHolds in chunks of ``HOLD_IDS_PER_READ`` (no GetHold per hold); the holds found
+    by id, an unknown one left out, an open and a voided one told apart."""
+    player = await wallet.player(deposit_minor=1_000)
+    first, last = await wallet.hold(player.account, 100, round_id="r1"), await wallet.hold(player.account, 200)
+    await wallet.stub.VoidHold(pb.VoidHoldRequest(hold_id=last.hold_id), metadata=TABLE)
+    unknown = [f"h-none-{i}" for i in range(HOLD_IDS_PER_READ + 200)]
+    ids = [first.hold_id, *unknown[:HOLD_IDS_PER_READ], last.hold_id, *unknown[HOLD_IDS_PER_READ:], first.hold_id]
+    bulk_before, singles_before = started("GetHolds"), started("GetHold")
+    async with grpc.aio.insecure_channel(f"127.0.0.1:{wallet.running.port}") as channel:
+        found = await GrpcWallet(channel, TOKENS).read_holds(ids)
+    assert found == {
+        first.hold_id: WalletHold(first.hold_id, player.account, 100, "r1", True),
+        last.hold_id: WalletHold(last.hold_id, player.account, 200, "", False),
+    }
+    assert started("GetHolds") - bulk_before == 2  # 1 202 distinct ids: two calls of at most 1 000
+    assert started("GetHold") == singles_before
 
 
 class DownWallet:
