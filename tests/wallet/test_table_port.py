@@ -111,3 +111,49 @@ async def test_a_failed_call_answers_each_of_its_holds_once_without_asking_hold_
     assert all(isinstance(o, Unavailable) and o.reason == "WALLET_UNAVAILABLE" for o in outcomes), outcomes
     assert down.holds == 20  # each hold asked once: a failed group is not asked again hold by hold
     assert down.calls < 20
+
+
+class WalletBeforeGetHolds:
+    """A wallet of the release before GetHolds: GetHold only (GetHolds is UNIMPLEMENTED), counting calls."""
+
+    def __init__(self, holds: list[pb.Hold]) -> None:
+        self.holds = {h.hold_id: h for h in holds}
+        self.calls = 0
+
+    async def get_hold(
+        self, request: pb.GetHoldRequest, context: grpc.aio.ServicerContext[pb.GetHoldRequest, None]
+    ) -> pb.Hold:
+        self.calls += 1
+        if request.hold_id not in self.holds:
+            await context.abort(grpc.StatusCode.NOT_FOUND, "HOLD_NOT_FOUND: no such hold")
+        return self.holds[request.hold_id]
+
+    def handler(self) -> grpc.GenericRpcHandler:
+        method = grpc.unary_unary_rpc_method_handler(
+            self.get_hold,
+            request_deserializer=pb.GetHoldRequest.FromString,
+            response_serializer=pb.Hold.SerializeToString,
+        )
+        return grpc.method_handlers_generic_handler("niuniu.wallet.v1.Wallet", {"GetHold": method})
+
+
+async def test_a_wallet_without_get_holds_is_read_hold_by_hold() -> None:
+    """While a rolling update or a rollback mixes releases, a wallet that answers GetHolds UNIMPLEMENTED
+    is read with one GetHold per hold, an unknown hold left out, rather than settling rounds unchecked."""
+    open_hold = pb.Hold(hold_id="h.1", account="player:p1", amount_minor=100, round_id="r1", status=pb.HOLD_STATUS_OPEN)
+    posted = pb.Hold(hold_id="h.2", account="player:p2", amount_minor=50, round_id="r1", status=pb.HOLD_STATUS_POSTED)
+    old = WalletBeforeGetHolds([open_hold, posted])
+    server = grpc.aio.server()
+    server.add_generic_rpc_handlers((old.handler(),))
+    port_number = server.add_insecure_port("127.0.0.1:0")
+    await server.start()
+    try:
+        async with grpc.aio.insecure_channel(f"127.0.0.1:{port_number}") as channel:
+            found = await GrpcWallet(channel, TOKENS).read_holds(["h.1", "h.2", "h.none", "h.1"])
+    finally:
+        await server.stop(0)
+    assert found == {
+        "h.1": WalletHold("h.1", "player:p1", 100, "r1", True),
+        "h.2": WalletHold("h.2", "player:p2", 50, "r1", False),
+    }
+    assert old.calls == 3  # each distinct id once
