@@ -272,6 +272,18 @@ class WalletServicer(wallet_pb2_grpc.WalletServicer):
             raise NotFound("HOLD_NOT_FOUND", f"no hold {request.hold_id}")
         return hold_pb(hold)
 
+    async def GetHolds(self, request: pb.GetHoldsRequest, context: Context) -> pb.GetHoldsResponse:
+        """GetHold for many ids at once: a player's own holds only (another's left out as an unknown
+        one is, so ids cannot be probed); any for staff and the table."""
+        caller = self._caller(context)
+        if caller.role is not Role.PLAYER:
+            _require_one_of(caller, (Role.ADMIN, Role.AUDITOR), (TABLE,))
+        holds = await self._app.holds_by_id(request.hold_ids)
+        if caller.role is Role.PLAYER:
+            own = domain.player_account(caller.subject)
+            holds = [h for h in holds if h.account == own]
+        return pb.GetHoldsResponse(holds=[hold_pb(h) for h in holds])
+
     # ------------------------------------------------------------------- queries
 
     def _readable(self, context: Context, account: str) -> str:

@@ -37,6 +37,8 @@ MAX_HOLDS_PER_CALL = 64
 """Bound on the holds of one PlaceHolds call."""
 MAX_HOLDS_WAITING = 1024
 """Bound on PlaceHold calls waiting for a group; one more is refused UNAVAILABLE WALLET_BUSY."""
+MAX_HOLD_READS = 1000
+"""Bound on the hold ids of one GetHolds call."""
 
 
 def _malformed(request: HoldRequest) -> DomainError | None:
@@ -283,3 +285,16 @@ class Holds(AppBase):
         if found is None:
             raise NotFound("HOLD_NOT_FOUND", f"no hold {hold_id}")
         return found
+
+    async def holds_by_id(self, hold_ids: Sequence[str]) -> list[Hold]:
+        """The holds found of ``hold_ids`` (at most ``MAX_HOLD_READS``, each checked before anything is
+        read), in one statement; an unknown id is left out."""
+        if len(hold_ids) > MAX_HOLD_READS:
+            raise InvalidArgument("HOLD_IDS_COUNT", f"ask for at most {MAX_HOLD_READS} holds in one call")
+        for hold_id in hold_ids:
+            domain.check_id(hold_id, "HOLD_ID")
+        if not hold_ids:
+            return []
+        async with self._pool.connection() as conn:
+            found = await repo_holds.holds(conn, hold_ids)
+        return list(found.values())

@@ -114,7 +114,7 @@ def test_only_player_calls_are_exposed() -> None:
     )
     assert "/niuniu.wallet.v1.Wallet/Login" in paths
     staff = {"CreateTable", "UpdateConfig", "CloseTable", "Deposit", "Withdraw", "PlaceHold", "PlaceHolds", "PostHold"}
-    staff |= {"VoidHold", "ResizeHold", "ListBalances", "GetRoundSettlement"}
+    staff |= {"VoidHold", "ResizeHold", "GetHolds", "ListBalances", "GetRoundSettlement"}
     assert not {p.rsplit("/", 1)[1] for p in paths} & staff
 
 

@@ -170,6 +170,32 @@ async def test_a_players_get_hold_answers_alike_for_another_players_hold_and_for
     assert ledger[0].details() == ledger[1].details()
 
 
+async def test_a_players_get_holds_leaves_out_another_players_holds_as_unknown_ones(wallet: Wallet) -> None:
+    """GetHolds for a player: their own holds only; another player's is left out exactly as an id
+    that does not exist, so the answer says nothing of which ids exist. Staff and the table read any."""
+    alice, bob = await wallet.player(deposit_minor=1_000), await wallet.player(deposit_minor=1_000)
+    mine, theirs = await wallet.hold(alice.account, 100), await wallet.hold(bob.account, 100)
+    missing = f"h-{uuid.uuid4().hex}"
+
+    async def read(metadata: Any, *ids: str) -> list[tuple[str, str]]:
+        reply = await wallet.stub.GetHolds(pb.GetHoldsRequest(hold_ids=list(ids)), metadata=metadata)
+        return sorted((h.hold_id, h.account) for h in reply.holds)
+
+    assert await read(alice.metadata, mine.hold_id, theirs.hold_id) == [(mine.hold_id, alice.account)]
+    assert await read(alice.metadata, mine.hold_id, theirs.hold_id) == await read(alice.metadata, mine.hold_id, missing)
+    assert await read(alice.metadata, theirs.hold_id) == []
+    for staff in (ADMIN, AUDITOR, TABLE):
+        assert await read(staff, mine.hold_id, theirs.hold_id, missing) == sorted(
+            [(mine.hold_id, alice.account), (theirs.hold_id, bob.account)]
+        )
+    for refused in (LEDGER, bearer(TOKENS.service_token("rng"))):
+        await expect_error(
+            wallet.stub.GetHolds(pb.GetHoldsRequest(hold_ids=[theirs.hold_id]), metadata=refused),
+            DENIED,
+            "ROLE_NOT_ALLOWED",
+        )
+
+
 async def test_services_and_staff_reach_only_what_their_role_allows(wallet: Wallet) -> None:
     player = await wallet.player(deposit_minor=1_000)
     rng = bearer(TOKENS.service_token("rng"))

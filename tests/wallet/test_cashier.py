@@ -174,6 +174,7 @@ async def test_a_cashier_token_opens_no_other_wallet_call_and_players_cannot_fun
         "ListHolds": pb.ListHoldsRequest(account=player.account),
         "ListMovements": pb.ListMovementsRequest(account=player.account),
         "GetHold": pb.GetHoldRequest(hold_id=hold.hold_id),
+        "GetHolds": pb.GetHoldsRequest(hold_ids=[hold.hold_id]),
         "ListBalances": pb.ListBalancesRequest(),
         "GetResponsiblePlay": pb.GetResponsiblePlayRequest(account=player.account),
         "SetLimit": pb.SetLimitRequest(account=player.account, kind=pb.LIMIT_KIND_DAILY_DEPOSIT, value=1),

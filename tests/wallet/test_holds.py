@@ -343,3 +343,33 @@ async def test_the_sweeper_expires_holds_past_their_time(wallet: Wallet) -> None
         metadata=ADMIN,
     )
     assert [h.hold_id for h in [*every.holds, *rest.holds]] == [lasting.hold_id, "short"]
+
+
+async def test_get_holds_answers_the_holds_found_in_one_call_and_refuses_bad_ids_whole(wallet: Wallet) -> None:
+    """GetHolds: every hold found, as GetHold has it (resolved ones too), an unknown id simply absent,
+    a repeated id answered once; too many ids, or one malformed id among good ones, refuse the call."""
+    alice, bob = await wallet.player(deposit_minor=1_000), await wallet.player(deposit_minor=1_000)
+    kept, voided, theirs = (
+        await wallet.hold(alice.account, 100, round_id="r-1"),
+        await wallet.hold(alice.account, 200),
+        await wallet.hold(bob.account, 300),
+    )
+    await wallet.stub.VoidHold(pb.VoidHoldRequest(hold_id=voided.hold_id), metadata=TABLE)
+    ids = [kept.hold_id, "h-nowhere", voided.hold_id, theirs.hold_id, kept.hold_id]
+    reply = await wallet.stub.GetHolds(pb.GetHoldsRequest(hold_ids=ids), metadata=TABLE)
+    got = {h.hold_id: h for h in reply.holds}
+    assert len(reply.holds) == 3 and set(got) == {kept.hold_id, voided.hold_id, theirs.hold_id}
+    for hold_id, hold in got.items():
+        assert hold == await wallet.stub.GetHold(pb.GetHoldRequest(hold_id=hold_id), metadata=TABLE)
+    assert (got[kept.hold_id].status, got[kept.hold_id].round_id) == (pb.HOLD_STATUS_OPEN, "r-1")
+    assert got[voided.hold_id].status == pb.HOLD_STATUS_VOIDED and got[theirs.hold_id].account == bob.account
+    assert not (await wallet.stub.GetHolds(pb.GetHoldsRequest(), metadata=TABLE)).holds
+
+    at_most = pb.GetHoldsRequest(hold_ids=[kept.hold_id] + [f"h-{i}" for i in range(999)])
+    assert len((await wallet.stub.GetHolds(at_most, metadata=TABLE)).holds) == 1
+    too_many = pb.GetHoldsRequest(hold_ids=[kept.hold_id] + [f"h-{i}" for i in range(1000)])
+    await expect_error(wallet.stub.GetHolds(too_many, metadata=TABLE), INVALID, "HOLD_IDS_COUNT")
+    for bad in ("", "a/b", "x" * 129):
+        request = pb.GetHoldsRequest(hold_ids=[kept.hold_id, bad])
+        await expect_error(wallet.stub.GetHolds(request, metadata=ADMIN), INVALID, "HOLD_ID_INVALID")
+    assert await wallet.balance(alice.account) == (900, 100)  # reading changed nothing

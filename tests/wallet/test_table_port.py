@@ -1,5 +1,6 @@
 """The table's wallet port (``services.table.ports.GrpcWallet``): holds asked at the same moment go to
-the wallet in one PlaceHolds call, and each bet still gets its own answer."""
+the wallet in one PlaceHolds call, and each bet still gets its own answer; a round's holds are read
+back in GetHolds calls, not hold by hold."""
 
 from __future__ import annotations
 
@@ -10,10 +11,10 @@ import grpc
 import pytest
 from niuniu.wallet.v1 import wallet_pb2 as pb
 from prometheus_client import REGISTRY
-from wallet_helpers import TOKENS, Wallet, wallet_service
+from wallet_helpers import TABLE, TOKENS, Wallet, wallet_service
 
 from backbone.errors import FailedPrecondition, InvalidArgument, Unavailable
-from services.table.ports import GrpcWallet
+from services.table.ports import HOLD_IDS_PER_READ, GrpcWallet, WalletHold
 
 
 def started(method: str) -> float:
@@ -48,6 +49,26 @@ async def test_holds_asked_together_go_in_few_calls_and_each_bet_gets_its_own_an
     calls = started("PlaceHolds") - calls_before
     assert 1 <= calls < 32 / 2  # two calls under way at once; the 32 holds in a few calls, not one each
     assert started("PlaceHold") == singles_before
+
+
+@pytest.mark.integration
+async def test_a_rounds_holds_are_read_in_calls_of_the_wallets_bound_not_one_by_one(wallet: Wallet) -> None:
+    """``read_holds``: GetHolds in chunks of ``HOLD_IDS_PER_READ`` (no GetHold per hold); the holds found
+    by id, an unknown one left out, an open and a voided one told apart."""
+    player = await wallet.player(deposit_minor=1_000)
+    first, last = await wallet.hold(player.account, 100, round_id="r1"), await wallet.hold(player.account, 200)
+    await wallet.stub.VoidHold(pb.VoidHoldRequest(hold_id=last.hold_id), metadata=TABLE)
+    unknown = [f"h-none-{i}" for i in range(HOLD_IDS_PER_READ + 200)]
+    ids = [first.hold_id, *unknown[:HOLD_IDS_PER_READ], last.hold_id, *unknown[HOLD_IDS_PER_READ:], first.hold_id]
+    bulk_before, singles_before = started("GetHolds"), started("GetHold")
+    async with grpc.aio.insecure_channel(f"127.0.0.1:{wallet.running.port}") as channel:
+        found = await GrpcWallet(channel, TOKENS).read_holds(ids)
+    assert found == {
+        first.hold_id: WalletHold(first.hold_id, player.account, 100, "r1", True),
+        last.hold_id: WalletHold(last.hold_id, player.account, 200, "", False),
+    }
+    assert started("GetHolds") - bulk_before == 2  # 1 202 distinct ids: two calls of at most 1 000
+    assert started("GetHold") == singles_before
 
 
 class DownWallet:
@@ -90,3 +111,49 @@ async def test_a_failed_call_answers_each_of_its_holds_once_without_asking_hold_
     assert all(isinstance(o, Unavailable) and o.reason == "WALLET_UNAVAILABLE" for o in outcomes), outcomes
     assert down.holds == 20  # each hold asked once: a failed group is not asked again hold by hold
     assert down.calls < 20
+
+
+class WalletBeforeGetHolds:
+    """A wallet of the release before GetHolds: GetHold only (GetHolds is UNIMPLEMENTED), counting calls."""
+
+    def __init__(self, holds: list[pb.Hold]) -> None:
+        self.holds = {h.hold_id: h for h in holds}
+        self.calls = 0
+
+    async def get_hold(
+        self, request: pb.GetHoldRequest, context: grpc.aio.ServicerContext[pb.GetHoldRequest, None]
+    ) -> pb.Hold:
+        self.calls += 1
+        if request.hold_id not in self.holds:
+            await context.abort(grpc.StatusCode.NOT_FOUND, "HOLD_NOT_FOUND: no such hold")
+        return self.holds[request.hold_id]
+
+    def handler(self) -> grpc.GenericRpcHandler:
+        method = grpc.unary_unary_rpc_method_handler(
+            self.get_hold,
+            request_deserializer=pb.GetHoldRequest.FromString,
+            response_serializer=pb.Hold.SerializeToString,
+        )
+        return grpc.method_handlers_generic_handler("niuniu.wallet.v1.Wallet", {"GetHold": method})
+
+
+async def test_a_wallet_without_get_holds_is_read_hold_by_hold() -> None:
+    """While a rolling update or a rollback mixes releases, a wallet that answers GetHolds UNIMPLEMENTED
+    is read with one GetHold per hold, an unknown hold left out, rather than settling rounds unchecked."""
+    open_hold = pb.Hold(hold_id="h.1", account="player:p1", amount_minor=100, round_id="r1", status=pb.HOLD_STATUS_OPEN)
+    posted = pb.Hold(hold_id="h.2", account="player:p2", amount_minor=50, round_id="r1", status=pb.HOLD_STATUS_POSTED)
+    old = WalletBeforeGetHolds([open_hold, posted])
+    server = grpc.aio.server()
+    server.add_generic_rpc_handlers((old.handler(),))
+    port_number = server.add_insecure_port("127.0.0.1:0")
+    await server.start()
+    try:
+        async with grpc.aio.insecure_channel(f"127.0.0.1:{port_number}") as channel:
+            found = await GrpcWallet(channel, TOKENS).read_holds(["h.1", "h.2", "h.none", "h.1"])
+    finally:
+        await server.stop(0)
+    assert found == {
+        "h.1": WalletHold("h.1", "player:p1", 100, "r1", True),
+        "h.2": WalletHold("h.2", "player:p2", 50, "r1", False),
+    }
+    assert old.calls == 3  # each distinct id once
