@@ -1,12 +1,15 @@
 """Group commit: concurrent calls of one operation worked on together, one transaction per group.
 
 ``Grouped(work, ...)`` is called like the operation itself (``await grouped(request)``).
-A call made while fewer than ``max_in_flight`` groups are being worked on starts a group
-on the loop's next turn, with every other call made in the same turn (alone, when nothing
-else is waiting: no added latency); calls made while the groups are busy wait and go
-together in the next group, up to ``max_group`` of them. So under load a group's
-fixed costs (a transaction, its commit, the statements it shares) are paid once for many
-calls, and without load nothing changes.
+A call made while no group is being worked on starts one on the loop's next turn, with
+every other call made in the same turn (alone, when nothing else is waiting: no added
+latency); calls made while a group is busy wait and go together in the next group, up
+to ``max_group`` of them. A further group overlaps the busy ones (up to ``max_in_flight``)
+only once ``overlap_at`` calls wait: a call or two arriving at a calm rate wait for the
+running group and share the next instead of paying a transaction each, while a backlog
+still has more than one group at work. So a group's fixed costs (a transaction, its
+commit, the statements it shares) are paid once for many calls, and without load nothing
+changes.
 
 ``work(requests)`` returns one outcome per request, in order: its result, or the
 exception that request alone raises (a refusal). Two requests that share one of their
@@ -31,6 +34,10 @@ from typing import Generic, TypeVar
 Req = TypeVar("Req")
 Res = TypeVar("Res")
 
+# Calls waiting before a group starts beside a busy one: a lone call (or two) at a calm rate waits for the
+# running group instead of paying a transaction of its own.
+OVERLAP_AT = 4
+
 Work = Callable[[list[Req]], Awaitable[Sequence[Res | BaseException]]]
 
 log = logging.getLogger(__name__)
@@ -46,16 +53,18 @@ class Grouped(Generic[Req, Res]):
         max_group: int = 64,
         max_in_flight: int = 2,
         max_waiting: int = 1024,
+        overlap_at: int = OVERLAP_AT,
         on_group: Callable[[int], None] | None = None,
     ) -> None:
-        if not (1 <= max_group <= max_waiting and max_in_flight >= 1):
-            raise ValueError("need 1 <= max_group <= max_waiting and max_in_flight >= 1")
+        if not (1 <= max_group <= max_waiting and max_in_flight >= 1 and overlap_at >= 1):
+            raise ValueError("need 1 <= max_group <= max_waiting, max_in_flight >= 1 and overlap_at >= 1")
         self._work = work
         self._keys = keys
         self._busy = busy
         self._max_group = max_group
         self._max_in_flight = max_in_flight
         self._max_waiting = max_waiting
+        self._overlap_at = overlap_at
         self._on_group = on_group
         self._waiting: deque[tuple[Req, asyncio.Future[Res]]] = deque()
         self._in_flight = 0
@@ -106,8 +115,11 @@ class Grouped(Generic[Req, Res]):
     def _start(self) -> None:
         """Start a group if calls wait, a group may start and none is about to: a group takes its calls
         when its task first runs, so every call made in the same turn of the loop goes in it (a burst of
-        callers woken together: one group, not one alone and the rest after it)."""
-        if self._waiting and self._starting is None and self._in_flight < self._max_in_flight:
+        callers woken together: one group, not one alone and the rest after it). While groups are busy,
+        another starts only when ``overlap_at`` calls wait."""
+        if not self._waiting or self._starting is not None or self._in_flight >= self._max_in_flight:
+            return
+        if self._in_flight == 0 or len(self._waiting) >= self._overlap_at:
             self._in_flight += 1
             task = self._starting = asyncio.create_task(self._run())
             self._tasks.add(task)

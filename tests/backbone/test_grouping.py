@@ -38,7 +38,7 @@ class Recorder:
 
 
 def grouped(
-    work: Recorder, *, max_group: int = 64, max_in_flight: int = 2, max_waiting: int = 1024
+    work: Recorder, *, max_group: int = 64, max_in_flight: int = 2, max_waiting: int = 1024, overlap_at: int = 1
 ) -> Grouped[int, int]:
     return Grouped(
         work,
@@ -47,6 +47,7 @@ def grouped(
         max_group=max_group,
         max_in_flight=max_in_flight,
         max_waiting=max_waiting,
+        overlap_at=overlap_at,
     )
 
 
@@ -94,6 +95,26 @@ async def test_a_lone_call_is_worked_on_at_once_and_groups_are_bounded() -> None
     work.release.set()
     await asyncio.gather(started, *waiting)
     assert work.groups == [[0], [1, 2, 3, 4], [5, 6, 7, 8], [9]]
+
+
+async def test_a_few_calls_wait_for_the_busy_group_and_a_backlog_overlaps_it() -> None:
+    """At a calm rate a call or two arriving while a group is worked on wait for it and share the next
+    group (not a transaction each); once ``overlap_at`` calls wait, a second group starts beside it."""
+    work = Recorder()
+    work.release.clear()
+    calls = grouped(work, max_in_flight=2, overlap_at=3)
+    first = asyncio.ensure_future(calls(1))
+    await asyncio.sleep(0)
+    second = asyncio.ensure_future(calls(2))
+    await asyncio.sleep(0)
+    await asyncio.sleep(0)
+    assert work.groups == [[1]]  # one call waiting: below overlap_at, no second group
+    backlog = [asyncio.ensure_future(calls(r)) for r in (3, 4)]
+    await asyncio.sleep(0)
+    await asyncio.sleep(0)
+    assert work.groups == [[1], [2, 3, 4]]  # three waiting: a second group overlaps the first
+    work.release.set()
+    assert await asyncio.gather(first, second, *backlog) == [2, 4, 6, 8]
 
 
 async def test_requests_sharing_a_key_never_share_a_group() -> None:
@@ -199,3 +220,5 @@ def test_bounds_are_checked() -> None:
         grouped(Recorder(), max_group=8, max_waiting=4)
     with pytest.raises(ValueError):
         grouped(Recorder(), max_in_flight=0)
+    with pytest.raises(ValueError):
+        grouped(Recorder(), overlap_at=0)
