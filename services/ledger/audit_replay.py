@@ -5,6 +5,7 @@ alongside, ``services/ledger/settlements.py``); the report printed."""
 from __future__ import annotations
 
 import asyncio
+import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TextIO
@@ -32,6 +33,9 @@ from services.ledger.reconcile import (
     compare_with_wallet,
 )
 from services.ledger.settlements import SettlementReconciler, SettlementReconciliation
+
+CUT_POLL_S = 0.2
+"""How often the audit asks the wallet how far its events have reached Kafka."""
 
 PartitionKey = tuple[str, int]
 
@@ -144,7 +148,7 @@ async def audit_replay(
     archived, checked = (
         open_archive(config.archive, config.archive_head, topic_names) if config.archive else (None, None)
     )
-    await _wait_for_cut(config, cut, checked)
+    await _wait_for_cut(config, cut, checked, wallet if listed is not None else None)
     partitions = await asyncio.to_thread(partition_counts, config.kafka, topic_names)
     settlements = SettlementReconciler(config.topics.wallet_events, config.topics.table_events, partitions)
     async with scratch_store(config) as (scratch_dsn, scratch_label):
@@ -173,13 +177,25 @@ async def audit_replay(
     return report
 
 
-async def _wait_for_cut(config: AuditConfig, cut: int, checked: Verified | None) -> None:
+async def _wait_for_cut(config: AuditConfig, cut: int, checked: Verified | None, wallet: BalanceSource | None) -> None:
     """Wait until Kafka holds every wallet event up to the wallet's snapshot at ``cut``, but those in the
-    archive (``checked``); ``AuditError`` if it does not within ``config.cut_timeout_s``."""
+    archive (``checked``); ``AuditError`` if it does not within ``config.cut_timeout_s``.
+
+    The wallet's relays publish partition by partition (each replica its own share), so the last record
+    of each partition says nothing of an earlier event still on its way to another one: the wallet's own
+    ``published_below`` is the watermark. A wallet that does not give it is judged by the partitions."""
     # Every wallet event below the archive's ``archived_below`` is in the archive (Kafka may have deleted them).
     floor = max((h.archived_below.get("wallet", 1) - 1 for h in checked.headers), default=0) if checked else 0
     if cut <= floor:
         return
+    below = await _wait_for_published(wallet, cut, config.cut_timeout_s) if wallet is not None else 0
+    if below > cut:
+        return
+    if below:
+        raise AuditError(
+            f"the wallet has published its events below position {below} only, {config.cut_timeout_s:.0f} s"
+            f" after its snapshot at position {cut}: is the wallet's relay publishing?"
+        )
     reached = await asyncio.to_thread(
         wait_for_wallet_position, config.kafka, config.topics.wallet_events, cut, config.cut_timeout_s
     )
@@ -188,6 +204,16 @@ async def _wait_for_cut(config: AuditConfig, cut: int, checked: Verified | None)
             f"Kafka holds wallet events up to position {reached} only, {config.cut_timeout_s:.0f} s after the"
             f" wallet's snapshot at position {cut}: is the wallet's relay publishing?"
         )
+
+
+async def _wait_for_published(wallet: BalanceSource, cut: int, timeout_s: float) -> int:
+    """The wallet's ``published_below`` once it passes ``cut`` (or at the deadline; 0: not given)."""
+    deadline = time.monotonic() + timeout_s
+    while True:
+        below = await wallet.published_below()
+        if below > cut or below == 0 or time.monotonic() >= deadline:
+            return below
+        await asyncio.sleep(CUT_POLL_S)
 
 
 async def _reconcile(

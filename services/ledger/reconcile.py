@@ -164,6 +164,10 @@ class BalanceSource(Protocol):
         """Every account the wallet knows, by ledger account name."""
         ...
 
+    async def published_below(self) -> int:
+        """Every wallet event with a smaller position is in Kafka now (0: the wallet does not say)."""
+        ...
+
 
 class WalletUnavailable(Exception):
     """The wallet's balances cannot be fetched (no generated stubs, or the service did not answer)."""
@@ -259,9 +263,7 @@ class GrpcWalletBalances:
                 try:
                     response = await call(request, metadata=bearer(self._token), timeout=WALLET_TIMEOUT_S)
                 except grpc.aio.AioRpcError as error:
-                    raise WalletUnavailable(
-                        f"ListBalances at {self._address}: {error.code().name}: {error.details()}"
-                    ) from None
+                    raise self._unavailable(error) from None
                 position = int(getattr(response, "store_position", 0))
                 for item in _balance_items(response):
                     found[ledger_account(item.account)] = WalletBalance(
@@ -271,6 +273,22 @@ class GrpcWalletBalances:
                 if not page_token:
                     return found
         raise WalletUnavailable(f"ListBalances returned more than {MAX_WALLET_PAGES} pages")
+
+    async def published_below(self) -> int:
+        """The wallet's ``published_below`` of a one-account page (0 from a wallet without the field)."""
+        path, request_type, response_type = self._method()
+        async with tls.aio_channel(self._address, None) as channel:
+            call = channel.unary_unary(
+                path, request_serializer=request_type.SerializeToString, response_deserializer=response_type.FromString
+            )
+            try:
+                response = await call(request_type(page_size=1), metadata=bearer(self._token), timeout=WALLET_TIMEOUT_S)
+            except grpc.aio.AioRpcError as error:
+                raise self._unavailable(error) from None
+        return int(getattr(response, "published_below", 0))
+
+    def _unavailable(self, error: grpc.aio.AioRpcError) -> WalletUnavailable:
+        return WalletUnavailable(f"ListBalances at {self._address}: {error.code().name}: {error.details()}")
 
 
 def _balance_items(response: Any) -> list[Any]:

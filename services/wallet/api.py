@@ -317,9 +317,12 @@ class WalletServicer(wallet_pb2_grpc.WalletServicer):
 
     async def ListBalances(self, request: pb.ListBalancesRequest, context: Context) -> pb.ListBalancesResponse:
         _require_one_of(self._caller(context), (Role.ADMIN, Role.AUDITOR), (LEDGER,))
-        page, position = await self._app.balances(request.page_token, request.page_size)
+        page, position, published_below = await self._app.balances(request.page_token, request.page_size)
         return pb.ListBalancesResponse(
-            balances=[balance_pb(a) for a in page.items], next_page_token=page.next_page_token, store_position=position
+            balances=[balance_pb(a) for a in page.items],
+            next_page_token=page.next_page_token,
+            store_position=position,
+            published_below=published_below,
         )
 
     # ------------------------------------------------------------------- responsible play

@@ -147,16 +147,18 @@ class WalletApp(Users, Settlement):
             raise NotFound("ACCOUNT_NOT_FOUND", f"no account {account}")
         return found
 
-    async def balances(self, page_token: str, size: int) -> tuple[Page[AccountState], int]:
-        """One page of every account's balance, with the event-store position it reflects."""
+    async def balances(self, page_token: str, size: int) -> tuple[Page[AccountState], int, int]:
+        """One page of every account's balance, with the event-store position it reflects and the position
+        below which every event was in Kafka when it was read."""
         limit = page_size(size)
         after = _decode_name_token(page_token)
         async with self._pool.connection() as conn, conn.transaction():
             await repo.hold_appends(conn)  # no append in flight: the page is exactly as of the position
             rows = await repo.balances_page(conn, after, limit)
             position = await repo.store_position(conn)
+            published_below = await repo.kafka_has_below(conn)
         token = _encode_name_token(rows[-1].account) if len(rows) == limit else ""
-        return Page(rows, token), position
+        return Page(rows, token), position, published_below
 
     async def movements(self, account: str, page_token: str, size: int) -> Page[repo.Entry]:
         await self.balance(account)
