@@ -6,6 +6,7 @@
 import { Code, ConnectError, createClient, type Client, type Interceptor, type Transport } from "@connectrpc/connect";
 import { createConnectTransport, createGrpcWebTransport } from "@connectrpc/connect-web";
 
+import { abortableFetch } from "./fetch.js";
 import { Table } from "./gen/niuniu/table/v1/table_pb.js";
 import { Wallet, type LoginResponse } from "./gen/niuniu/wallet/v1/wallet_pb.js";
 
@@ -25,7 +26,8 @@ export interface ClientOptions {
   fetch?: typeof globalThis.fetch;
   /**
    * A transport of your own instead of one built from baseUrl/protocol; it must install
-   * the interceptors it is given (they add the token).
+   * the interceptors it is given (they add the token) and close a response whose request
+   * is aborted (see fetch.ts: the SDK's own transports do).
    */
   transport?: (interceptors: Interceptor[]) => Transport;
   /**
@@ -99,11 +101,13 @@ export class NiuniuClient {
     this.refreshMarginMs = options.refreshMarginMs ?? 60_000;
     this.customRefresh = options.refresh;
     const interceptors = [this.authInterceptor()];
+    // Looked up at each call, as the transports do, so a fetch installed later is used.
+    const fetch = abortableFetch(() => options.fetch ?? globalThis.fetch);
     this.transport =
       options.transport?.(interceptors) ??
       (options.protocol === "grpc-web"
-        ? createGrpcWebTransport({ baseUrl: options.baseUrl ?? "", interceptors, fetch: options.fetch, useBinaryFormat: true })
-        : createConnectTransport({ baseUrl: options.baseUrl ?? "", interceptors, fetch: options.fetch }));
+        ? createGrpcWebTransport({ baseUrl: options.baseUrl ?? "", interceptors, fetch, useBinaryFormat: true })
+        : createConnectTransport({ baseUrl: options.baseUrl ?? "", interceptors, fetch }));
     this.table = createClient(Table, this.transport);
     this.wallet = createClient(Wallet, this.transport);
   }
