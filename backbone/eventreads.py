@@ -77,17 +77,6 @@ async def last_position(conn: psycopg.AsyncConnection) -> int:
     return int(row[0]) if row else 0
 
 
-async def published_below(conn: psycopg.AsyncConnection) -> int:
-    """Every event with a smaller position has been acknowledged by Kafka: the outbox's first unpublished
-    position, or the store's last position + 1 when the relays have published everything."""
-    cur = await conn.execute(
-        "SELECT coalesce((SELECT position FROM outbox WHERE published_at IS NULL ORDER BY position LIMIT 1),"
-        " (SELECT coalesce(max(position), 0) + 1 FROM events))"
-    )
-    row = await cur.fetchone()
-    return int(row[0]) if row else 1
-
-
 async def read_correlated_many(conn: psycopg.AsyncConnection, correlation_ids: Sequence[str]) -> list[StoredEvent]:
     """The events of several correlation ids (a table's rounds, say) in one read, in position order."""
     cur = await conn.execute(

@@ -23,12 +23,14 @@ import time
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 
+import psycopg
 from kafka import KafkaProducer
 from kafka.errors import MessageSizeTooLargeError
 from psycopg_pool import AsyncConnectionPool
 
 from backbone import metrics
 from backbone.db import framed
+from backbone.eventreads import last_position
 from backbone.eventstore import key_hash, with_store_position
 from backbone.kafka import MAX_RECORD_BYTES
 from backbone.lease import Part, PartitionLeases, StalePartitions
@@ -73,6 +75,14 @@ PENDING = (
     " WHERE o.published_at IS NULL"
 )
 """(unpublished events, age in seconds of the oldest one)."""
+
+
+async def published_below(conn: psycopg.AsyncConnection) -> int:
+    """Every event with a smaller position is in Kafka (acknowledged to the relays): the first unpublished
+    position of the outbox, or the store's last position + 1 when everything is published."""
+    cur = await conn.execute(FIRST_UNPUBLISHED.format(owned=""))
+    row = await cur.fetchone()
+    return int(row[0]) if row else await last_position(conn) + 1
 
 
 @dataclass(frozen=True, slots=True)

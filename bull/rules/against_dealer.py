@@ -24,7 +24,7 @@ from math import floor
 from typing import Generic, Protocol, TypeVar
 
 from bull.cards import Card, check_distinct
-from bull.money import COMMISSION_REVENUE, BetResult, Settlement, Transfer, TransferKind, outcome_of
+from bull.money import COMMISSION_REVENUE, BetResult, Outcome, Settlement, Transfer, TransferKind, outcome_of
 
 Hand = TypeVar("Hand")
 Config = TypeVar("Config")
@@ -87,6 +87,21 @@ def settle(
         if remainder:
             remainders.append((bet.bet_id, remainder.numerator, remainder.denominator))
     return Settlement(tuple(results), tuple(transfers), tuple(remainders)).check()
+
+
+def area_outcomes(
+    game: AgainstDealer[Hand, Config],
+    config: Config,
+    dealer_cards: Sequence[Card],
+    area_cards: Sequence[Sequence[Card]],
+) -> dict[str, Outcome]:
+    """Each area's outcome: the sign of what a bet on it nets, ``settle``'s own rule (so a win the
+    commission takes whole is a push); ``area_cards`` in ``game.areas`` order."""
+    dealer = game.evaluate(dealer_cards, config)
+    return {
+        area: outcome_of(game.net_exact(game.evaluate(cards, config), dealer, Fraction(1), config))
+        for area, cards in zip(game.areas, area_cards, strict=True)
+    }
 
 
 def _checked(game: AgainstDealer[Hand, Config], bets: Iterable[AreaBet], dealer_party: str) -> list[AreaBet]:

@@ -30,7 +30,7 @@ from itertools import combinations_with_replacement, product
 from math import ceil
 
 from bull.cards import BIG_JOKER_RANK, DECK_54, SMALL_JOKER_RANK, Card, CardError, check_distinct
-from bull.money import Outcome, Settlement, outcome_of
+from bull.money import Outcome, Settlement
 from bull.rules import against_dealer
 from bull.rules import config as cfg
 from bull.rules._bull import BULL_BULL, NO_BULL, bull_points
@@ -358,12 +358,7 @@ def area_outcomes(
     banker_cards: Sequence[Card], area_cards: Sequence[Sequence[Card]], config: BaibianBullConfig | None = None
 ) -> dict[str, Outcome]:
     """Each area's outcome under ``config``: the sign of what a bet on it nets (``settle``'s own rule)."""
-    config = config or DEFAULT_CONFIG
-    banker = evaluate(banker_cards, config)
-    return {
-        area: outcome_of(net_exact(evaluate(cards, config), banker, Fraction(1), config))
-        for area, cards in zip(AREAS, area_cards, strict=True)
-    }
+    return against_dealer.area_outcomes(AGAINST_DEALER, config or DEFAULT_CONFIG, banker_cards, area_cards)
 
 
 AGAINST_DEALER: against_dealer.AgainstDealer[BaibianHand, BaibianBullConfig] = against_dealer.AgainstDealer(

@@ -31,7 +31,6 @@ from bull.money import (
     HOUSE,
     Outcome,
     Settlement,
-    outcome_of,
 )
 from bull.rules import against_dealer
 from bull.rules import config as cfg
@@ -434,12 +433,7 @@ def area_outcomes(
     dealer_cards: Sequence[Card], area_cards: Sequence[Sequence[Card]], config: GoldenBullConfig | None = None
 ) -> dict[str, Outcome]:
     """Each area's outcome: the sign of what a bet on it nets (a win the commission takes whole is a push)."""
-    config = config or DEFAULT_CONFIG
-    dealer = evaluate(dealer_cards, config)
-    return {
-        area: outcome_of(net_exact(evaluate(cards, config), dealer, Fraction(1), config))
-        for area, cards in zip(AREAS, area_cards, strict=True)
-    }
+    return against_dealer.area_outcomes(AGAINST_DEALER, config or DEFAULT_CONFIG, dealer_cards, area_cards)
 
 
 def _gross_win(area: GoldenBullHand, dealer: GoldenBullHand, stake: Fraction, config: GoldenBullConfig) -> Fraction:

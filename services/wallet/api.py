@@ -10,6 +10,7 @@ Domain errors become status codes in backbone.grpcserver's interceptor.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 import grpc
@@ -262,27 +263,29 @@ class WalletServicer(wallet_pb2_grpc.WalletServicer):
         return pb.HoldResult(hold=hold_pb(decision.hold), replayed=decision.replayed)
 
     async def GetHold(self, request: pb.GetHoldRequest, context: Context) -> pb.Hold:
-        """A player's own hold; any hold for staff and the table. Another player's hold is answered
-        exactly as one that does not exist, so hold ids cannot be probed for existence."""
-        caller = self._caller(context)
-        if caller.role is not Role.PLAYER:
-            _require_one_of(caller, (Role.ADMIN, Role.AUDITOR), (TABLE,))
+        """A hold the caller may read (``_hold_reader``); any other is answered exactly as one that does
+        not exist, so hold ids cannot be probed for existence."""
+        readable = self._hold_reader(context)
         hold = await self._app.hold(request.hold_id)
-        if caller.role is Role.PLAYER and hold.account != domain.player_account(caller.subject):
+        if not readable(hold):
             raise NotFound("HOLD_NOT_FOUND", f"no hold {request.hold_id}")
         return hold_pb(hold)
 
     async def GetHolds(self, request: pb.GetHoldsRequest, context: Context) -> pb.GetHoldsResponse:
-        """GetHold for many ids at once: a player's own holds only (another's left out as an unknown
-        one is, so ids cannot be probed); any for staff and the table."""
+        """GetHold for many ids at once: the holds the caller may read, any other left out as an unknown
+        one is."""
+        readable = self._hold_reader(context)
+        holds = await self._app.holds_by_id(request.hold_ids)
+        return pb.GetHoldsResponse(holds=[hold_pb(h) for h in holds if readable(h)])
+
+    def _hold_reader(self, context: Context) -> Callable[[Hold], bool]:
+        """Which holds the caller may read: a player their own; staff and the table any (others refused)."""
         caller = self._caller(context)
         if caller.role is not Role.PLAYER:
             _require_one_of(caller, (Role.ADMIN, Role.AUDITOR), (TABLE,))
-        holds = await self._app.holds_by_id(request.hold_ids)
-        if caller.role is Role.PLAYER:
-            own = domain.player_account(caller.subject)
-            holds = [h for h in holds if h.account == own]
-        return pb.GetHoldsResponse(holds=[hold_pb(h) for h in holds])
+            return lambda hold: True
+        own = domain.player_account(caller.subject)
+        return lambda hold: hold.account == own
 
     # ------------------------------------------------------------------- queries
 

@@ -156,7 +156,7 @@ class WalletApp(Users, Settlement):
             await repo.hold_appends(conn)  # no append in flight: the page is exactly as of the position
             rows = await repo.balances_page(conn, after, limit)
             position = await repo.store_position(conn)
-            published_below = await repo.kafka_has_below(conn)
+            published_below = await repo.published_below(conn)
         token = _encode_name_token(rows[-1].account) if len(rows) == limit else ""
         return Page(rows, token), position, published_below
 

@@ -19,8 +19,9 @@ from typing import Any
 import psycopg
 
 from backbone.db import run_ddl
-from backbone.eventreads import last_position, published_below
+from backbone.eventreads import last_position
 from backbone.eventstore import wait_for_appends
+from backbone.relay import published_below as relays_published_below
 from bull.accounts import OPENING_ACCOUNTS
 from services.wallet.domain import AccountKind, AccountState, Movement, net_by_account
 
@@ -290,9 +291,9 @@ async def store_position(conn: psycopg.AsyncConnection) -> int:
     return await last_position(conn)
 
 
-async def kafka_has_below(conn: psycopg.AsyncConnection) -> int:
+async def published_below(conn: psycopg.AsyncConnection) -> int:
     """Every wallet event with a smaller position is in Kafka (acknowledged to the wallet's relays)."""
-    return await published_below(conn)
+    return await relays_published_below(conn)
 
 
 @dataclass(frozen=True, slots=True)

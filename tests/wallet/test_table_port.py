@@ -5,6 +5,7 @@ back in GetHolds calls, not hold by hold."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 from collections.abc import AsyncIterator
 
 import grpc
@@ -20,6 +21,20 @@ from services.table.ports import HOLD_IDS_PER_READ, GrpcWallet, WalletHold
 def started(method: str) -> float:
     labels = {"grpc_service": "niuniu.wallet.v1.Wallet", "grpc_method": method, "grpc_type": "unary"}
     return REGISTRY.get_sample_value("grpc_server_started_total", labels) or 0.0
+
+
+@contextlib.asynccontextmanager
+async def fake_wallet(handler: grpc.GenericRpcHandler) -> AsyncIterator[GrpcWallet]:
+    """The table's port to an in-process fake wallet serving ``handler``."""
+    server = grpc.aio.server()
+    server.add_generic_rpc_handlers((handler,))
+    port_number = server.add_insecure_port("127.0.0.1:0")
+    await server.start()
+    try:
+        async with grpc.aio.insecure_channel(f"127.0.0.1:{port_number}") as channel:
+            yield GrpcWallet(channel, TOKENS)
+    finally:
+        await server.stop(0)
 
 
 @pytest.fixture
@@ -97,17 +112,9 @@ class DownWallet:
 
 async def test_a_failed_call_answers_each_of_its_holds_once_without_asking_hold_by_hold() -> None:
     down = DownWallet()
-    server = grpc.aio.server()
-    server.add_generic_rpc_handlers((down.handler(),))
-    port_number = server.add_insecure_port("127.0.0.1:0")
-    await server.start()
-    try:
-        async with grpc.aio.insecure_channel(f"127.0.0.1:{port_number}") as channel:
-            port = GrpcWallet(channel, TOKENS)
-            asks = [port.place_hold(f"h.{i}", f"player:p{i}", 100, "bet", "r1", 0) for i in range(20)]
-            outcomes = await asyncio.gather(*asks, return_exceptions=True)
-    finally:
-        await server.stop(0)
+    async with fake_wallet(down.handler()) as port:
+        asks = [port.place_hold(f"h.{i}", f"player:p{i}", 100, "bet", "r1", 0) for i in range(20)]
+        outcomes = await asyncio.gather(*asks, return_exceptions=True)
     assert all(isinstance(o, Unavailable) and o.reason == "WALLET_UNAVAILABLE" for o in outcomes), outcomes
     assert down.holds == 20  # each hold asked once: a failed group is not asked again hold by hold
     assert down.calls < 20
@@ -143,15 +150,8 @@ async def test_a_wallet_without_get_holds_is_read_hold_by_hold() -> None:
     open_hold = pb.Hold(hold_id="h.1", account="player:p1", amount_minor=100, round_id="r1", status=pb.HOLD_STATUS_OPEN)
     posted = pb.Hold(hold_id="h.2", account="player:p2", amount_minor=50, round_id="r1", status=pb.HOLD_STATUS_POSTED)
     old = WalletBeforeGetHolds([open_hold, posted])
-    server = grpc.aio.server()
-    server.add_generic_rpc_handlers((old.handler(),))
-    port_number = server.add_insecure_port("127.0.0.1:0")
-    await server.start()
-    try:
-        async with grpc.aio.insecure_channel(f"127.0.0.1:{port_number}") as channel:
-            found = await GrpcWallet(channel, TOKENS).read_holds(["h.1", "h.2", "h.none", "h.1"])
-    finally:
-        await server.stop(0)
+    async with fake_wallet(old.handler()) as port:
+        found = await port.read_holds(["h.1", "h.2", "h.none", "h.1"])
     assert found == {
         "h.1": WalletHold("h.1", "player:p1", 100, "r1", True),
         "h.2": WalletHold("h.2", "player:p2", 50, "r1", False),
