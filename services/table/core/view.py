@@ -1,4 +1,5 @@
-"""The round's read model: the RoundView GetRound and ListRounds answer, from the state ``evolve`` folds."""
+"""The round's read model: the RoundView GetRound and ListRounds answer and the area totals WatchTable
+sends, from the state ``evolve`` folds."""
 
 from __future__ import annotations
 
@@ -51,6 +52,15 @@ def area_totals(bets: tuple[Bet, ...]) -> dict[str, int]:
         if bet.status != "cancelled":
             totals[bet.area] = totals.get(bet.area, 0) + bet.stake_minor
     return totals
+
+
+def watched_area_totals(state: RoundState) -> table_pb2.AreaTotals:
+    """The AreaTotals a watcher is sent after a bet event: the stakes by area (``area_totals``) and the
+    number of bets not cancelled. Unlike the RoundView's, every area bet on in the round is listed: an
+    area whose bets were all cancelled stays, at 0, so a client replacing its totals shows it emptied."""
+    totals = dict.fromkeys((bet.area for bet in state.bets), 0) | area_totals(state.bets)
+    live = sum(1 for bet in state.bets if bet.status != "cancelled")
+    return table_pb2.AreaTotals(totals_minor=totals, bets=live)
 
 
 def counted(client_seed: str, status: str, round_client_seed: str) -> bool:
