@@ -297,15 +297,14 @@ def _heartbeat(table_id: str) -> table_pb2.TableUpdate:
 async def watch(
     pool: AsyncConnectionPool,
     notifier: Notifier | None,
-    watcher: Principal,
-    table: Mapping[str, Any],
+    state: WatchState,
     start: int,
     heartbeat_s: float = HEARTBEAT_S,
 ) -> AsyncIterator[table_pb2.TableUpdate]:
     """Every update of the events after ``start`` (each with its event's position), and a
-    heartbeat whenever nothing was sent for ``heartbeat_s``."""
+    heartbeat whenever nothing was sent for ``heartbeat_s``. ``state`` has folded an event
+    before its updates are yielded."""
     position = start
-    state = WatchState(watcher, table)
     table_id = state.table_id
     last_sent = time.monotonic()
     while True:
@@ -338,13 +337,14 @@ async def watch_table(
     """The WatchTable stream: numbered updates after ``after_position`` (module docstring)."""
     table_id = str(table["table_id"])
     start = await resume_start(ctx.store.pool, table_id, after_position)
-    updates = watch(ctx.store.pool, notifier, watcher, table, start, HEARTBEAT_S)
-    if is_banked(table["variant"]):
-        updates = with_allowance(ctx, updates, watcher, table)  # BetAllowance after openings and bets
+    state = WatchState(watcher, table)
+    updates = watch(ctx.store.pool, notifier, state, start, HEARTBEAT_S)
+    if is_banked(table["variant"]):  # BetAllowance after openings and bets
+        updates = with_allowance(ctx, updates, watcher, table, lambda: state.round)
     event, index, last = -1, 0, after_position
     async for source in updates:
         update = table_pb2.TableUpdate()
-        update.CopyFrom(source)  # the allowance folds the source after it is sent: leave its position alone
+        update.CopyFrom(source)  # the allowance reads the source after it is sent: leave its position alone
         if update.WhichOneof("update") == "heartbeat":
             update.position = last
         else:
