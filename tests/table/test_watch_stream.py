@@ -22,7 +22,7 @@ from bull.cards import parse_cards
 from bull.variants.baibian_bull import dealt_prefix
 from services.table import watch
 from services.table.api import TableServicer
-from services.table.common import Phase, unix_ms
+from services.table.common import Phase, unix_ms, variant_of
 from services.table.core.evolve import EVENT_TYPES, fold_round
 from services.table.core.state import RoundState
 from services.table.core.view import round_view
@@ -268,6 +268,22 @@ async def test_the_watch_folds_the_read_model_get_round_answers_from(rig: Rig, v
     assert checked > 10 and state.round is not None
     current = await rig.app.round_row(state.round.round_id)
     assert [state.round] == await rig.app.round_states(variant, [current])
+
+
+async def test_an_earlier_rounds_event_leaves_the_allowance_of_the_round_in_play(rig: Rig) -> None:
+    """An event of an earlier round read mid-round (an operator's void of a settled round) is relayed,
+    and the allowance stays the round in play's: each of the watcher's stakes is counted once."""
+    await play_baibian(rig, "bv")
+    earlier = (await rig.current("bv"))["round_id"]
+    await rig.next_round("bv")
+    await rig.app.place_bet(BETTOR, "v1", "bv", "heaven", 1_000)
+    machine = rig.app.machine_for(variant_of("baibian_bull"))
+    assert await machine.void_rejected("bv", earlier, "REPAIRED: a test") is not None
+    await rig.app.place_bet(BETTOR, "v2", "bv", "earth", 2_000)
+    updates = await collect(rig, BETTOR, "bv", 0)
+    assert [u.round_id for u in updates if kind(u) == "result"] == [earlier]
+    allowances = [u.bet_allowance for u in updates if kind(u) == "bet_allowance"]
+    assert [(a.my_staked_minor, a.table_staked_minor) for a in allowances] == [(0, 0), (1_000, 1_000), (3_000, 3_000)]
 
 
 async def test_the_balance_waits_for_the_wallet_to_apply_the_settlement(rig: Rig) -> None:
