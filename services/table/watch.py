@@ -182,27 +182,30 @@ class WatchState:
         self.watcher = player_account(watcher)
         self.table_id = str(table["table_id"])
         self._variant = str(table["variant"])
-        # A round takes the table's settings at its opening; ConfigChanged events read later update them.
+        # The settings the next round opened takes, as its row records them for GetRound; the round in
+        # play at the start takes the table's as they are then (its own unless changed since). No update
+        # carries them.
         self._config = tuple(sorted(table["config"].items()))
         self._limits = ev.TableLimits.FromString(table["limits"])
         self.round: RoundState | None = None
 
     def updates(self, event: StoredEvent) -> list[table_pb2.TableUpdate]:
+        """The updates ``event`` gives this watcher, read after the round in play has folded it."""
         payload_type = EVENT_TYPES.get(event.event_type)
-        handler = getattr(self, "_" + event.event_type.removeprefix("table."), None)
         if payload_type is None:
             return []
         payload = event.unpack(payload_type())
         round_id = event.envelope.correlation_id
         self._fold(payload, round_id)
-        if handler is None:
-            return []
+        handler = getattr(self, "_" + event.event_type.removeprefix("table."), None)
         return [
             table_pb2.TableUpdate(position=event.position, table_id=self.table_id, round_id=round_id, **fields)
-            for fields in handler(payload)
+            for fields in (handler(payload) if handler is not None else [])
         ]
 
     def _fold(self, event: Message, round_id: str) -> None:
+        """A round opened starts the round in play; an event of that round evolves it; a config change
+        gives the rounds opened after it their settings."""
         if isinstance(event, ev.ConfigChanged):
             self._config, self._limits = tuple(sorted(event.config.items())), event.limits
         elif isinstance(event, ev.RoundOpened):

@@ -58,8 +58,14 @@ def watched_area_totals(state: RoundState) -> table_pb2.AreaTotals:
     """The AreaTotals a watcher is sent after a bet event: the stakes by area (``area_totals``) and the
     number of bets not cancelled. Unlike the RoundView's, every area bet on in the round is listed: an
     area whose bets were all cancelled stays, at 0, so a client replacing its totals shows it emptied."""
-    totals = dict.fromkeys((bet.area for bet in state.bets), 0) | area_totals(state.bets)
-    live = sum(1 for bet in state.bets if bet.status != "cancelled")
+    totals: dict[str, int] = {}
+    live = 0
+    for bet in state.bets:  # one pass: a watch sends this after every bet event of the round
+        if bet.status == "cancelled":
+            totals.setdefault(bet.area, 0)
+        else:
+            totals[bet.area] = totals.get(bet.area, 0) + bet.stake_minor
+            live += 1
     return table_pb2.AreaTotals(totals_minor=totals, bets=live)
 
 
