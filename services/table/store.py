@@ -281,16 +281,6 @@ class TableStore:
         row = await cur.fetchone()
         return int(row[0]) if row else 0
 
-    async def player_totals(self, conn: Conn, round_id: str, player: str) -> tuple[int, int]:
-        """(stakes, holds) of the player's open bets of the round."""
-        cur = await conn.execute(
-            "SELECT coalesce(sum(stake_minor), 0), coalesce(sum(hold_minor), 0) FROM bets"
-            " WHERE round_id = %s AND player = %s AND status = 'placed'",
-            (round_id, player),
-        )
-        row = await cur.fetchone()
-        return (int(row[0]), int(row[1])) if row else (0, 0)
-
     async def betting_totals(self, conn: Conn, round_id: str) -> tuple[int, int]:
         """(open bets, their total stake) of the round."""
         cur = await conn.execute(

@@ -1,11 +1,13 @@
 """Live table updates for frontends, redacted for the watcher.
 
 A watcher reads the table's events from the service's own event store (its
-stream and its bets' streams) after a position, and turns each into the update
-this watcher may see: everyone sees phases, area totals, revealed hands and area
-results; only the bettor sees their own bets and amounts. No event of the table
-carries a card before its reveal, so no update can. Redis pub/sub wakes watchers
-when a table moves; without it they poll, so Redis stays a convenience.
+stream and its bets' streams) after a position, folds the round in play with
+``evolve`` into the read model GetRound and ListRounds answer from (``core/``),
+and turns each event into the updates this watcher may see: everyone sees phases,
+area totals, revealed hands and area results; only the bettor sees their own bets
+and amounts. No event of the table carries a card before its reveal, so neither
+the folded round nor any update can. Redis pub/sub wakes watchers when a table
+moves; without it they poll, so Redis stays a convenience.
 
 The stream contract (docs/api/frontend/stream.md):
 
@@ -33,6 +35,7 @@ from collections.abc import AsyncGenerator, AsyncIterator, Mapping
 from typing import Any
 
 import grpc
+from google.protobuf.message import Message
 from niuniu.table.v1 import events_pb2 as ev
 from niuniu.table.v1 import table_pb2
 from psycopg_pool import AsyncConnectionPool
@@ -46,6 +49,9 @@ from services.table.allowance import with_allowance
 from services.table.banker import is_banked
 from services.table.common import player_account, table_stream, unix_ms
 from services.table.context import TableContext
+from services.table.core.evolve import EVENT_TYPES, evolve
+from services.table.core.state import RoundState
+from services.table.core.view import watched_area_totals
 
 log = logging.getLogger(__name__)
 
@@ -163,119 +169,106 @@ async def resume_start(pool: AsyncConnectionPool, table_id: str, after_position:
 
 
 class WatchState:
-    """Folds the table's events into what one watcher may see."""
+    """Turns the table's events into what one watcher may see, from the round's read model.
 
-    def __init__(self, watcher: Principal, table_id: str) -> None:
+    The round in play is the ``RoundState`` that ``evolve`` folds from its events, the read model
+    GetRound and ListRounds answer from (``core/view.py``): the area totals sent and whether the
+    watcher has money in the round are read from it, and the rest of an update is the event's
+    public payload. An event of another round (a late seed reveal, an operator's void of an
+    earlier round) is relayed and folds into nothing: ``round`` stays the round in play.
+    """
+
+    def __init__(self, watcher: Principal, table: Mapping[str, Any]) -> None:
         self.watcher = player_account(watcher)
-        self.table_id = table_id
-        self.totals: dict[str, int] = defaultdict(int)
-        self.bets = 0
-        self.stakes: dict[str, tuple[str, int]] = {}
-        self.involved = False  # the watcher has money in the round: a bet, a bid, the banker or dealer seat
+        self.table_id = str(table["table_id"])
+        self._variant = str(table["variant"])
+        # The settings the next round opened takes, as its row records them for GetRound; the round in
+        # play at the start takes the table's as they are then (its own unless changed since). No update
+        # carries them.
+        self._config = tuple(sorted(table["config"].items()))
+        self._limits = ev.TableLimits.FromString(table["limits"])
+        self.round: RoundState | None = None
 
     def updates(self, event: StoredEvent) -> list[table_pb2.TableUpdate]:
-        kind = event.event_type
-        handler = getattr(self, "_" + kind.removeprefix("table."), None)
-        if handler is None:
+        """The updates ``event`` gives this watcher, read after the round in play has folded it."""
+        payload_type = EVENT_TYPES.get(event.event_type)
+        if payload_type is None:
             return []
-        made: list[table_pb2.TableUpdate] = []
-        for fields in handler(event):
-            update = table_pb2.TableUpdate(
-                position=event.position, table_id=self.table_id, round_id=event.envelope.correlation_id, **fields
-            )
-            made.append(update)
-        return made
+        payload = event.unpack(payload_type())
+        round_id = event.envelope.correlation_id
+        self._fold(payload, round_id)
+        handler = getattr(self, "_" + event.event_type.removeprefix("table."), None)
+        return [
+            table_pb2.TableUpdate(position=event.position, table_id=self.table_id, round_id=round_id, **fields)
+            for fields in (handler(payload) if handler is not None else [])
+        ]
 
-    def _round_opened(self, event: StoredEvent) -> list[dict[str, Any]]:
-        opened = ev.RoundOpened()
-        event.unpack(opened)
-        self.totals.clear()
-        self.stakes.clear()
-        self.bets = 0
-        self.involved = opened.banker == self.watcher
+    def _fold(self, event: Message, round_id: str) -> None:
+        """A round opened starts the round in play; an event of that round evolves it; a config change
+        gives the rounds opened after it their settings."""
+        if isinstance(event, ev.ConfigChanged):
+            self._config, self._limits = tuple(sorted(event.config.items())), event.limits
+        elif isinstance(event, ev.RoundOpened):
+            start = RoundState(self.table_id, round_id, self._variant, self._config, self._limits)
+            self.round = evolve(start, event)
+        elif self.round is not None and round_id == self.round.round_id:
+            self.round = evolve(self.round, event)
+
+    def _involved(self) -> bool:
+        """The watcher has money in the round in play: a bet (even cancelled), a bid, the banker or dealer seat."""
+        state = self.round
+        if state is None:
+            return False
+        players = {bet.player for bet in state.bets} | {bid.player for bid in state.bids}
+        return state.dealer == self.watcher or self.watcher in players
+
+    def _totals(self) -> dict[str, Any]:
+        return {"area_totals": watched_area_totals(self.round) if self.round else table_pb2.AreaTotals()}
+
+    def _round_opened(self, opened: ev.RoundOpened) -> list[dict[str, Any]]:
         if opened.bidding_closes_at_unix_ms:  # red envelope: the dealer seat is bid for first
             phase = table_pb2.PhaseChanged(phase="bidding", deadline_unix_ms=opened.bidding_closes_at_unix_ms)
         else:
             phase = table_pb2.PhaseChanged(phase="betting", deadline_unix_ms=opened.betting_closes_at_unix_ms)
         return [{"round_opened": opened}, {"phase_changed": phase}]
 
-    def _bet_placed(self, event: StoredEvent) -> list[dict[str, Any]]:
-        placed = ev.BetPlaced()
-        event.unpack(placed)
-        self.totals[placed.area] += placed.stake_minor
-        self.stakes[placed.bet_id] = (placed.area, placed.stake_minor)
-        self.bets += 1
-        made: list[dict[str, Any]] = []
-        if placed.player == self.watcher:
-            self.involved = True
-            made.append({"my_bet_placed": placed})
-        made.append({"area_totals": table_pb2.AreaTotals(totals_minor=self.totals, bets=self.bets)})
-        return made
+    def _bet_placed(self, placed: ev.BetPlaced) -> list[dict[str, Any]]:
+        mine = [{"my_bet_placed": placed}] if placed.player == self.watcher else []
+        return [*mine, self._totals()]
 
-    def _bet_cancelled(self, event: StoredEvent) -> list[dict[str, Any]]:
-        cancelled = ev.BetCancelled()
-        event.unpack(cancelled)
-        area, stake = self.stakes.pop(cancelled.bet_id, ("", 0))
-        if area:
-            self.totals[area] -= stake
-            self.bets -= 1
-        made: list[dict[str, Any]] = []
-        if cancelled.player == self.watcher:
-            made.append({"my_bet_cancelled": cancelled})
-        made.append({"area_totals": table_pb2.AreaTotals(totals_minor=self.totals, bets=self.bets)})
-        return made
+    def _bet_cancelled(self, cancelled: ev.BetCancelled) -> list[dict[str, Any]]:
+        mine = [{"my_bet_cancelled": cancelled}] if cancelled.player == self.watcher else []
+        return [*mine, self._totals()]
 
-    def _bet_changed(self, event: StoredEvent) -> list[dict[str, Any]]:
-        changed = ev.BetChanged()
-        event.unpack(changed)
-        area, stake = self.stakes.get(changed.bet_id, (changed.area, changed.previous_stake_minor))
-        self.totals[area] += changed.stake_minor - stake
-        self.stakes[changed.bet_id] = (area, changed.stake_minor)
-        made: list[dict[str, Any]] = []
-        if changed.player == self.watcher:
-            made.append({"my_bet_changed": changed})
-        made.append({"area_totals": table_pb2.AreaTotals(totals_minor=self.totals, bets=self.bets)})
-        return made
+    def _bet_changed(self, changed: ev.BetChanged) -> list[dict[str, Any]]:
+        mine = [{"my_bet_changed": changed}] if changed.player == self.watcher else []
+        return [*mine, self._totals()]
 
-    def _bid_placed(self, event: StoredEvent) -> list[dict[str, Any]]:
-        bid = ev.BidPlaced()
-        event.unpack(bid)  # bids are public: everyone sees the amount to beat
-        self.involved = self.involved or bid.player == self.watcher
-        return [{"bid_placed": bid}]
+    def _bid_placed(self, bid: ev.BidPlaced) -> list[dict[str, Any]]:
+        return [{"bid_placed": bid}]  # bids are public: everyone sees the amount to beat
 
-    def _dealer_chosen(self, event: StoredEvent) -> list[dict[str, Any]]:
-        chosen = ev.DealerChosen()
-        event.unpack(chosen)
-        self.involved = self.involved or chosen.dealer == self.watcher
+    def _dealer_chosen(self, chosen: ev.DealerChosen) -> list[dict[str, Any]]:
         phase = table_pb2.PhaseChanged(phase="betting", deadline_unix_ms=chosen.betting_closes_at_unix_ms)
         return [{"phase_changed": phase}, {"dealer_chosen": chosen}]
 
-    def _envelope_sent(self, event: StoredEvent) -> list[dict[str, Any]]:
-        sent = ev.EnvelopeSent()
-        event.unpack(sent)  # who takes part and the total; each amount only in its grab
+    def _envelope_sent(self, sent: ev.EnvelopeSent) -> list[dict[str, Any]]:
+        # who takes part and the total; each amount only in its grab
         return [{"phase_changed": table_pb2.PhaseChanged(phase="revealing")}, {"envelope_sent": sent}]
 
-    def _envelope_grabbed(self, event: StoredEvent) -> list[dict[str, Any]]:
-        grabbed = ev.EnvelopeGrabbed()
-        event.unpack(grabbed)
+    def _envelope_grabbed(self, grabbed: ev.EnvelopeGrabbed) -> list[dict[str, Any]]:
         return [{"envelope_grabbed": grabbed}]
 
-    def _betting_closed(self, event: StoredEvent) -> list[dict[str, Any]]:
+    def _betting_closed(self, closed: ev.BettingClosed) -> list[dict[str, Any]]:
         return [{"phase_changed": table_pb2.PhaseChanged(phase="dealing")}]
 
-    def _dealt(self, event: StoredEvent) -> list[dict[str, Any]]:
-        dealt = ev.Dealt()
-        event.unpack(dealt)  # public facts only: no hand's card (百變牛牛's drawn card is shown and burned)
+    def _dealt(self, dealt: ev.Dealt) -> list[dict[str, Any]]:
+        # public facts only: no hand's card (百變牛牛's drawn card is shown and burned)
         return [{"phase_changed": table_pb2.PhaseChanged(phase="revealing")}, {"dealt": dealt}]
 
-    def _hand_revealed(self, event: StoredEvent) -> list[dict[str, Any]]:
-        hand = ev.HandRevealed()
-        event.unpack(hand)
+    def _hand_revealed(self, hand: ev.HandRevealed) -> list[dict[str, Any]]:
         return [{"hand_revealed": hand}]
 
-    def _round_settled(self, event: StoredEvent) -> list[dict[str, Any]]:
-        settled = ev.RoundSettled()
-        event.unpack(settled)
+    def _round_settled(self, settled: ev.RoundSettled) -> list[dict[str, Any]]:
         mine = [b for b in settled.bets if b.player == self.watcher]
         net = sum(b.net_minor for b in mine)
         result = table_pb2.RoundResult(
@@ -283,24 +276,20 @@ class WatchState:
         )
         paid = any(self.watcher in (t.payer, t.payee) for t in settled.transfers)
         made: list[dict[str, Any]] = [{"phase_changed": table_pb2.PhaseChanged(phase="settled")}, {"result": result}]
-        return made + self._balance(net) if self.involved or mine or paid else made
+        return made + self._balance(net) if self._involved() or mine or paid else made
 
-    def _round_voided(self, event: StoredEvent) -> list[dict[str, Any]]:
-        voided = ev.RoundVoided()
-        event.unpack(voided)
+    def _round_voided(self, voided: ev.RoundVoided) -> list[dict[str, Any]]:
         made: list[dict[str, Any]] = [
             {"phase_changed": table_pb2.PhaseChanged(phase="voided")},
             {"result": table_pb2.RoundResult(status="voided", void_reason=voided.reason)},
         ]
-        return made + self._balance(0) if self.involved else made
+        return made + self._balance(0) if self._involved() else made
 
     def _balance(self, net_minor: int) -> list[dict[str, Any]]:
         # Filled in (the wallet's balance once it has applied the settlement) only if it is sent.
         return [{"balance": table_pb2.BalanceChanged(account=self.watcher, net_minor=net_minor)}]
 
-    def _seed_revealed(self, event: StoredEvent) -> list[dict[str, Any]]:
-        seed = ev.SeedRevealed()
-        event.unpack(seed)
+    def _seed_revealed(self, seed: ev.SeedRevealed) -> list[dict[str, Any]]:
         return [{"seed_revealed": seed}]
 
 
@@ -311,15 +300,15 @@ def _heartbeat(table_id: str) -> table_pb2.TableUpdate:
 async def watch(
     pool: AsyncConnectionPool,
     notifier: Notifier | None,
-    watcher: Principal,
-    table_id: str,
+    state: WatchState,
     start: int,
     heartbeat_s: float = HEARTBEAT_S,
 ) -> AsyncIterator[table_pb2.TableUpdate]:
     """Every update of the events after ``start`` (each with its event's position), and a
-    heartbeat whenever nothing was sent for ``heartbeat_s``."""
+    heartbeat whenever nothing was sent for ``heartbeat_s``. ``state`` has folded an event
+    before its updates are yielded."""
     position = start
-    state = WatchState(watcher, table_id)
+    table_id = state.table_id
     last_sent = time.monotonic()
     while True:
         events = await read_table_events(pool, table_id, position, READ_BATCH)
@@ -351,13 +340,14 @@ async def watch_table(
     """The WatchTable stream: numbered updates after ``after_position`` (module docstring)."""
     table_id = str(table["table_id"])
     start = await resume_start(ctx.store.pool, table_id, after_position)
-    updates = watch(ctx.store.pool, notifier, watcher, table_id, start, HEARTBEAT_S)
-    if is_banked(table["variant"]):
-        updates = with_allowance(ctx, updates, watcher, table)  # BetAllowance after openings and bets
+    state = WatchState(watcher, table)
+    updates = watch(ctx.store.pool, notifier, state, start, HEARTBEAT_S)
+    if is_banked(table["variant"]):  # BetAllowance after openings and bets
+        updates = with_allowance(ctx, updates, watcher, table, lambda: state.round)
     event, index, last = -1, 0, after_position
     async for source in updates:
         update = table_pb2.TableUpdate()
-        update.CopyFrom(source)  # the allowance folds the source after it is sent: leave its position alone
+        update.CopyFrom(source)  # the allowance reads the source after it is sent: leave its position alone
         if update.WhichOneof("update") == "heartbeat":
             update.position = last
         else:

@@ -240,6 +240,16 @@ class RoundCore(RuleBasedStateMachine):
             assert not any(f.name in ("deck", "amounts", "grab_order") for f, _ in event.ListFields())
 
     @invariant()
+    def the_kept_area_stakes_add_up(self) -> None:
+        """``staked`` and ``live_bets``, kept by ``evolve`` as bets move, are what the bets add up to."""
+        state, totals = self.state, dict[str, int]()
+        for bet in state.bets:
+            totals.setdefault(bet.area, 0)
+            totals[bet.area] += bet.stake_minor if bet.status != "cancelled" else 0
+        assert dict(state.staked) == totals
+        assert state.live_bets == sum(bet.status != "cancelled" for bet in state.bets)
+
+    @invariant()
     def a_settled_round_balances(self) -> None:
         state = self.state
         if state.phase != Phase.SETTLED:

@@ -12,6 +12,7 @@ from __future__ import annotations
 from collections.abc import Awaitable, Callable, Iterator
 
 import pytest
+from niuniu.table.v1 import events_pb2 as ev
 from niuniu.table.v1 import table_pb2
 from psycopg_pool import AsyncConnectionPool
 
@@ -21,7 +22,10 @@ from bull.cards import parse_cards
 from bull.variants.baibian_bull import dealt_prefix
 from services.table import watch
 from services.table.api import TableServicer
-from services.table.common import Phase, unix_ms
+from services.table.common import Phase, unix_ms, variant_of
+from services.table.core.evolve import EVENT_TYPES, fold_round
+from services.table.core.state import RoundState
+from services.table.core.view import round_view
 from tests.table.table_rig import AuditorTokens, Rig, player, setup_schema
 
 BALANCES = {f"player:p{i}": 10_000_000 for i in range(6)} | {"house": 0}
@@ -223,6 +227,63 @@ async def test_seed_revealed_carries_the_client_seed_the_round_was_played_with(r
         revealed.commitment, seed, revealed.round_id, revealed.client_seed, size, parse_cards(cards)
     )
     assert verdict.ok, verdict
+
+
+async def folded_until(rig: Rig, variant: str, round_id: str, position: int) -> RoundState:
+    """The round as ``evolve`` folds its events up to ``position``, read as GetRound reads them (by round)."""
+    row = await rig.app.round_row(round_id)
+    config, limits = tuple(sorted(row["config"].items())), ev.TableLimits.FromString(row["limits"])
+    start = RoundState(row["table_id"], round_id, variant, config, limits)
+    events = [e for e in await rig.app.round_events(round_id) if e.position <= position]
+    return fold_round(start, [e.unpack(EVENT_TYPES[e.event_type]()) for e in events if e.event_type in EVENT_TYPES])
+
+
+@pytest.mark.parametrize("variant", sorted(PLAYS))
+async def test_the_watch_folds_the_read_model_get_round_answers_from(rig: Rig, variant: str) -> None:
+    """One read model: after every event of the round in play, the watcher's state is the RoundState
+    ``evolve`` folds from that round's events so far, the area totals sent are its view's, and it holds
+    only the hands and grabs the watcher was sent; at the end it is the state GetRound answers from."""
+    table_id = variant.replace("_", "-")
+    await PLAYS[variant](rig, table_id)
+    await rig.next_round(table_id, Phase.BETTING if variant != "red_envelope_bull" else Phase.BIDDING)
+    table, _ = await rig.app.get_table(table_id)
+    state = watch.WatchState(BETTOR, table)
+    revealed: list[table_pb2.TableUpdate] = []
+    checked = 0
+    for event in await watch.read_table_events(rig.pool, table_id, 0, watch.READ_BATCH):
+        sent = state.updates(event)
+        if state.round is None or event.envelope.correlation_id != state.round.round_id:
+            continue
+        assert state.round == await folded_until(rig, variant, state.round.round_id, event.position)
+        view = round_view(state.round, "player:p0", privileged=True)
+        live = [b for b in view.my_bets if b.outcome != "cancelled"]
+        for totals in (u.area_totals for u in sent if kind(u) == "area_totals"):
+            assert {area: minor for area, minor in totals.totals_minor.items() if minor} == view.area_totals_minor
+            assert totals.bets == len(live)
+        revealed = [] if event.event_type == "table.round_opened" else revealed
+        revealed += [u for u in sent if kind(u) in ("hand_revealed", "envelope_grabbed")]
+        assert [u.hand_revealed for u in revealed if kind(u) == "hand_revealed"] == list(state.round.hands)
+        assert [u.envelope_grabbed for u in revealed if kind(u) == "envelope_grabbed"] == list(state.round.grabs)
+        checked += 1
+    assert checked > 10 and state.round is not None
+    current = await rig.app.round_row(state.round.round_id)
+    assert [state.round] == await rig.app.round_states(variant, [current])
+
+
+async def test_an_earlier_rounds_event_leaves_the_allowance_of_the_round_in_play(rig: Rig) -> None:
+    """An event of an earlier round read mid-round (an operator's void of a settled round) is relayed,
+    and the allowance stays the round in play's: each of the watcher's stakes is counted once."""
+    await play_baibian(rig, "bv")
+    earlier = (await rig.current("bv"))["round_id"]
+    await rig.next_round("bv")
+    await rig.app.place_bet(BETTOR, "v1", "bv", "heaven", 1_000)
+    machine = rig.app.machine_for(variant_of("baibian_bull"))
+    assert await machine.void_rejected("bv", earlier, "REPAIRED: a test") is not None
+    await rig.app.place_bet(BETTOR, "v2", "bv", "earth", 2_000)
+    updates = await collect(rig, BETTOR, "bv", 0)
+    assert [u.round_id for u in updates if kind(u) == "result"] == [earlier]
+    allowances = [u.bet_allowance for u in updates if kind(u) == "bet_allowance"]
+    assert [(a.my_staked_minor, a.table_staked_minor) for a in allowances] == [(0, 0), (1_000, 1_000), (3_000, 3_000)]
 
 
 async def test_the_balance_waits_for_the_wallet_to_apply_the_settlement(rig: Rig) -> None:

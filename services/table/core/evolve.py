@@ -108,11 +108,28 @@ def _dealer_chosen(state: RoundState, e: ev.DealerChosen) -> RoundState:
 
 def _bet(state: RoundState, e: ev.BetPlaced) -> RoundState:
     bet = Bet(e.bet_id, e.player, e.area, e.stake_minor, e.hold_minor, e.hold_id, e.client_seed)
-    return replace(state, bets=(*state.bets, bet))
+    staked = _restaked(state.staked, e.area, e.stake_minor)
+    return replace(state, bets=(*state.bets, bet), staked=staked, live_bets=state.live_bets + 1)
+
+
+def _restaked(staked: tuple[tuple[str, int], ...], area: str, delta: int) -> tuple[tuple[str, int], ...]:
+    totals = dict(staked)
+    totals[area] = totals.get(area, 0) + delta
+    return tuple(totals.items())
 
 
 def _with_bet(state: RoundState, bet_id: str, **changes: Any) -> RoundState:
-    return replace(state, bets=tuple(replace(b, **changes) if b.bet_id == bet_id else b for b in state.bets))
+    """The bet ``bet_id`` changed as ``changes`` say, the area stakes with it (a cancelled bet counts no more)."""
+    bets, staked, live = [], state.staked, state.live_bets
+    for bet in state.bets:
+        if bet.bet_id == bet_id and bet.status != "cancelled":
+            after = replace(bet, **changes)
+            counted = after.stake_minor if after.status != "cancelled" else 0
+            staked = _restaked(staked, bet.area, counted - bet.stake_minor)
+            live -= after.status == "cancelled"
+            bet = after
+        bets.append(bet)
+    return replace(state, bets=tuple(bets), staked=staked, live_bets=live)
 
 
 def _cancelled(state: RoundState, e: ev.BetCancelled) -> RoundState:

@@ -106,6 +106,12 @@ class RoundState:
     next_step_at_ms: int = 0
     redeal_of: str = ""
     bets: tuple[Bet, ...] = ()
+    staked: tuple[tuple[str, int], ...] = ()
+    """The stakes by area of the bets not cancelled, areas in the order first bet on; an area whose bets were
+    all cancelled stays, at 0. ``evolve`` keeps it as bets move, so a reader after every bet (WatchTable)
+    does not add up the round's bets each time."""
+    live_bets: int = 0
+    """How many of ``bets`` are not cancelled."""
     bids: tuple[Bid, ...] = ()
     dealer: str = ""
     dealer_hold_id: str = ""

@@ -1,4 +1,5 @@
-"""The round's read model: the RoundView GetRound and ListRounds answer, from the state ``evolve`` folds."""
+"""The round's read model: the RoundView GetRound and ListRounds answer and the area totals WatchTable
+sends, from the state ``evolve`` folds."""
 
 from __future__ import annotations
 
@@ -24,7 +25,7 @@ def round_view(state: RoundState, viewer: str, *, privileged: bool) -> table_pb2
         commitment=state.commitment,
         betting_closes_at_unix_ms=state.betting_closes_at_ms,
         hands=hands,
-        area_totals_minor=area_totals(state.bets),
+        area_totals_minor={area: stake for area, stake in state.staked if stake},
         my_bets=[_outcome(b, settled) for b in state.bets if privileged or b.player == viewer],
         server_seed=state.server_seed,
         client_seed=state.client_seed if state.server_seed else "",
@@ -44,13 +45,11 @@ def round_view(state: RoundState, viewer: str, *, privileged: bool) -> table_pb2
     )
 
 
-def area_totals(bets: tuple[Bet, ...]) -> dict[str, int]:
-    """The stakes of a round's bets by area, cancelled bets left out."""
-    totals: dict[str, int] = {}
-    for bet in bets:
-        if bet.status != "cancelled":
-            totals[bet.area] = totals.get(bet.area, 0) + bet.stake_minor
-    return totals
+def watched_area_totals(state: RoundState) -> table_pb2.AreaTotals:
+    """The AreaTotals a watcher is sent after a bet event: the stakes by area and the number of bets not
+    cancelled. Unlike the RoundView's, every area bet on in the round is listed: an area whose bets were all
+    cancelled stays, at 0, so a client replacing its totals shows it emptied."""
+    return table_pb2.AreaTotals(totals_minor=dict(state.staked), bets=state.live_bets)
 
 
 def counted(client_seed: str, status: str, round_client_seed: str) -> bool:
