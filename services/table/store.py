@@ -16,6 +16,7 @@ from typing import Any, NamedTuple
 
 import psycopg
 from google.protobuf.message import Message
+from niuniu.table.v1 import events_pb2 as ev
 from psycopg.rows import dict_row
 from psycopg_pool import AsyncConnectionPool
 
@@ -23,7 +24,6 @@ from backbone.db import each_by_key, sent_together
 from backbone.errors import NotFound, clip
 from backbone.eventreads import read_correlated_many
 from backbone.eventstore import ORDER_AFTER_LOCKS, EventStore, NewEvent, StoredEvent, ordering_domain
-from bull.money import BetResult
 
 Conn = psycopg.AsyncConnection
 Row = dict[str, Any]
@@ -449,7 +449,7 @@ class TableStore:
             (round_id,),
         )
 
-    async def save_outcomes(self, conn: Conn, results: Sequence[BetResult]) -> None:
+    async def save_outcomes(self, conn: Conn, results: Sequence[ev.BetOutcome]) -> None:
         """The settled bets' outcomes, in one statement whatever their number."""
         if not results:
             return

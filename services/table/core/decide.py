@@ -31,6 +31,7 @@ from services.table.core.commands import (
     Settle,
     Split,
     Tick,
+    Void,
 )
 from services.table.core.evolve import Event
 from services.table.core.settlement import funding_of, hands_of, settled_event
@@ -241,9 +242,16 @@ def _split(state: RoundState, command: Split, now: int) -> list[Event]:
 
 
 def _rng_failed(state: RoundState, command: RngFailed, now: int) -> list[Event]:
-    if state.phase != Phase.DEALING or now < state.betting_closes_at_ms + RNG_PATIENCE_MS:
+    deals = bool(get(state.variant).deck_size)
+    if state.phase != Phase.DEALING:
         return []
-    return [voided(state, RNG_DOWN if get(state.variant).deck_size else ENVELOPE_ERROR)]
+    if now < state.betting_closes_at_ms + RNG_PATIENCE_MS and (deals or not command.refused):
+        return []
+    return [voided(state, RNG_DOWN if deals else ENVELOPE_ERROR)]
+
+
+def _void(state: RoundState, command: Void, now: int) -> list[Event]:
+    return [voided(state, command.reason)]
 
 
 def _reveal_next(state: RoundState, now: int) -> list[Event]:
@@ -295,4 +303,5 @@ _HANDLERS: dict[type, Callable[[RoundState, Any, int], list[Event]]] = {
     Split: _split,
     RngFailed: _rng_failed,
     Settle: _settle,
+    Void: _void,
 }
