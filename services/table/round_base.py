@@ -2,13 +2,16 @@
 
 A round moves through phases (``Phase``); each shape (``round_cards.py``: the
 house dealer and the banker seat; ``round_envelope.py``: the bidding dealer)
-maps its phases to steps. ``step`` runs at most one step: it re-reads the round
-under its row lock, checks the phase it expects, writes the new phase with the
-events that announce it in one transaction, so a restarted or competing owner can
-never apply a step twice, and every deadline is stored, so a restart resumes
-where the round was. The Variant (``bull.variants``) decides everything about
-the game: the deal, the reveal plan, whether the hands void the round, the
-settlement and who funds it; a machine decides only when and what is stored.
+maps its phases to steps. ``step`` runs at most one step, as load -> decide ->
+save (``decided``): it loads the round under its row lock, asks the pure core's
+``decide`` (``services/table/core``) what the step's command does, and saves
+exactly the events it returns with the rows they change in one transaction, so a
+restarted or competing owner can never apply a step twice, and every deadline is
+stored, so a restart resumes where the round was. What ``decide`` cannot do, the
+machine does and hands it the answer: the rng's deal or split (``Deal``,
+``Split``, ``RngFailed``), the wallet's hold check and the jackpot pool's balance
+(``Settle``). The Variant (``bull.variants``) decides the game, ``decide`` when;
+a machine decides only what to ask and what is stored.
 """
 
 from __future__ import annotations
@@ -203,15 +206,21 @@ class RoundMachine:
 
     async def load(self, conn: Conn, table: Row, current: Row) -> RoundState:
         """The round's state: folded from its events (``evolve``), with its bets as the store holds them (in
-        its order) and what the row keeps private: the deck or the grabs, and when the next reveal is due."""
+        its order) and what the row keeps: the deck or the grabs (private), when the next reveal is due, and
+        the betting deadline as ``step`` waits for it (the event's, to the millisecond)."""
         round_id = current["round_id"]
         start = RoundState(table["table_id"], round_id, table["variant"], tuple(sorted(current["config"].items())),
                            limits_of(current))  # fmt: skip
         stored = await self.ctx.store.read_rounds_events(conn, [round_id])
         state = fold_round(start, [e.unpack(kind()) for e in stored if (kind := EVENT_TYPES.get(e.event_type))])
         bets = tuple(bet_of(b) for b in await self.ctx.store.round_bets(conn, round_id))
-        return replace(state, bets=bets, sealed=await self.sealed(conn, current),
-                       next_step_at_ms=unix_ms(current["next_step_at"]))  # fmt: skip
+        return replace(
+            state,
+            bets=bets,
+            sealed=await self.sealed(conn, current),
+            betting_closes_at_ms=unix_ms(current["betting_closes_at"]),
+            next_step_at_ms=unix_ms(current["next_step_at"]),
+        )
 
     async def sealed(self, conn: Conn, current: Row) -> Sealed:
         """What the round's row keeps private: its deck (a shape without one reads its own rows)."""

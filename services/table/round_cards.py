@@ -3,6 +3,8 @@
     betting --close_betting--> dealing --deal--> revealing --reveal_next x N--> settling --settle--> settled
        any phase --void_round--> voided (the rng cannot deal)
 
+Each arrow is a step that asks ``decide`` (``round_base.RoundMachine.decided``).
+
 The deck is drawn from the rng when betting has closed and stored with the round;
 each reveal is one step of the variant's reveal plan (``HandRevealed``), so no
 card leaves the server before its reveal. A banker-seat round additionally seats

@@ -6,6 +6,9 @@
     dealing: the rng fails or its split is not one share each -> voided and re-dealt (ENVELOPE_ERROR);
     settling: the dealer grabbed 0.01 -> voided and re-dealt (the variant's void reason)
 
+Each arrow is a step that asks ``decide`` (``round_base.RoundMachine.decided``); this shape adds
+what its rows keep (the dealer seated, the grabs, the re-deal mark) to what ``decide`` returns.
+
 1. **Bidding** (``bidding.seconds``, 18 s): players bid for the dealer seat
    (``bidding.py``); each bid is held with the dealer's three fees.
 2. At the deadline the highest bid wins (``DealerChosen``): the bid is the dealer

@@ -5,6 +5,12 @@ out; a command the round's phase does not take causes none. The wire events are 
 machines append to the table's stream; ``Sealed`` and ``Scheduled`` are what they store with
 the round's row. The Variant (``bull.variants``) decides the game (the deal, the reveal plan,
 whether the hands void the round, the settlement); ``decide`` decides when.
+
+The live machines (``round_base.RoundMachine.decided``) call it for every step of a round once
+it has opened: ``Tick``, ``Deal``, ``Split``, ``RngFailed``, ``Settle`` and ``Void``. The players'
+commands (``PlaceBet``, ``CancelBet``, ``ChangeBet``, ``PlaceBid``) are not yet sent here by the
+table: ``bets.py`` and ``envelope_commands.py`` admit and record them under the same rules,
+which these handlers state for the Hypothesis tests (tests/table/test_round_core.py).
 """
 
 from __future__ import annotations
