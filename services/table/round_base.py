@@ -205,13 +205,14 @@ class RoundMachine:
         return events
 
     async def load(self, conn: Conn, table: Row, current: Row) -> RoundState:
-        """The round's state: folded from its events (``evolve``), with its bets as the store holds them (in
-        its order) and what the row keeps: the deck or the grabs (private), when the next reveal is due, and
-        the betting deadline as ``step`` waits for it (the event's, to the millisecond)."""
+        """The round's state: folded from its events on the table's stream (``evolve``), with its bets as the
+        store holds them (in its order; their events are on their own streams) and what the row keeps: the
+        deck or the grabs (private), when the next reveal is due, and the betting deadline as ``step`` waits
+        for it (the event's, to the millisecond)."""
         round_id = current["round_id"]
         start = RoundState(table["table_id"], round_id, table["variant"], tuple(sorted(current["config"].items())),
                            limits_of(current))  # fmt: skip
-        stored = await self.ctx.store.read_rounds_events(conn, [round_id])
+        stored = await self.ctx.store.read_round_events(conn, round_id, table_stream(table["table_id"]))
         state = fold_round(start, [e.unpack(kind()) for e in stored if (kind := EVENT_TYPES.get(e.event_type))])
         bets = tuple(bet_of(b) for b in await self.ctx.store.round_bets(conn, round_id))
         return replace(
