@@ -171,10 +171,10 @@ class RoundCore(RuleBasedStateMachine):
         order = tuple(data.draw(st.permutations(range(shares))))
         self.send(cmd.Split(amounts, order))
 
-    @rule(ms=st.integers(0, 8_000))
-    def rng_fails(self, ms: int) -> None:
+    @rule(ms=st.integers(0, 8_000), refused=st.sampled_from((False, False, False, True)))
+    def rng_fails(self, ms: int, refused: bool) -> None:
         self.now += ms
-        self.send(cmd.RngFailed())
+        self.send(cmd.RngFailed(refused=refused))  # refused: an envelope error at once (a card round waits)
 
     @rule(pool=st.integers(0, 10**9))
     def settle(self, pool: int) -> None:
