@@ -55,7 +55,7 @@ from niuniu.table.v1 import table_pb2
 from backbone.auth import Principal, Role, require
 from backbone.errors import AlreadyExists, DomainError, FailedPrecondition, InvalidArgument, NotFound
 from backbone.lease import check_fence
-from bull.variants import Funding, RoundShape, get
+from bull.variants import RoundShape, get
 from bull.variants.baibian_bull import BaibianTableConfig
 from services.table.banker_store import RoundBanker, Seat
 from services.table.common import HOLD_GRACE, banker_stream, player_account, unix_ms
@@ -404,15 +404,6 @@ class BankerSeats:
         await self._seats.release(conn, round_id, amount)
 
     # ------------------------------------------------------------------ settlement
-
-    async def funding(self, conn: Conn, round_id: str) -> tuple[Funding, list[str]]:
-        """Who banks the round, from which hold; and the holds the round releases besides its bets'."""
-        plan = await self._seats.round_banker(conn, round_id)
-        if plan is None or plan.banker is None:
-            return Funding(), []
-        return Funding(dealer=plan.banker, dealer_hold_id=plan.hold_id, dealer_hold_minor=plan.capital_minor), [
-            plan.hold_id
-        ]
 
     async def round_banker(self, conn: Conn, round_id: str) -> RoundBanker | None:
         return await self._seats.round_banker(conn, round_id)

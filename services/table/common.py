@@ -175,16 +175,6 @@ def check_client_seed(client_seed: str) -> str:
     return client_seed
 
 
-def round_client_seed(bets: Sequence[Mapping[str, object]]) -> tuple[str, list[str]]:
-    """The round's client seed when betting has closed: its placed bets' contributions, combined.
-
-    Returns the client seed and the contributions (docs/fairness.md, section 10); no
-    contribution gives the empty client seed.
-    """
-    contributions = [str(b["client_seed"]) for b in bets if b["status"] == "placed" and b["client_seed"]]
-    return fair.combine_client_seeds(contributions), contributions
-
-
 def contribution_counted(bet: Mapping[str, object], round_client_seed: str) -> bool:
     """Whether a bet's client seed contribution entered its round's client seed (``core.view.counted``)."""
     return counted(str(bet["client_seed"] or ""), str(bet["status"]), round_client_seed)

@@ -3,23 +3,14 @@
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
 from psycopg.rows import dict_row
 
 from backbone.errors import NotFound
+from services.table.core.state import Grab
 from services.table.store import Conn, Row, TableStore
-
-
-@dataclass(frozen=True, slots=True)
-class Grab:
-    grab_no: int
-    position: int
-    participant: str
-    bet_id: str
-    amount_minor: int
 
 
 class EnvelopeStore:
@@ -57,9 +48,9 @@ class EnvelopeStore:
             row = await cur.fetchone()
         return bool(row and row[0])
 
-    async def mark_redeal(self, round_id: str) -> None:
-        async with self._store.read() as conn:
-            await conn.execute("UPDATE envelope_rounds SET redeal = true WHERE round_id = %s", (round_id,))
+    async def mark_redeal(self, conn: Conn, round_id: str) -> None:
+        """The round is voided to be re-dealt (in the void's transaction): the next round names it."""
+        await conn.execute("UPDATE envelope_rounds SET redeal = true WHERE round_id = %s", (round_id,))
 
     # ------------------------------------------------------------------ bids
 

@@ -31,15 +31,15 @@ dies in between loses that round's increments (never counts one twice).
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Any
+from typing import Any, Protocol
 
 from niuniu.table.v1 import events_pb2 as ev
 from prometheus_client import Counter, Gauge
 
-from bull.money import Outcome, Settlement
+from bull.money import Outcome
 from bull.rules import bai_buu as bu
 from bull.rules import baibian_bull as bb
 from bull.rules import golden_bull as gb
@@ -131,11 +131,31 @@ class Tally:
         return self.stake_minor * self.stake_minor
 
 
-def tally(variant_id: str, settlement: Settlement) -> dict[str, Tally]:
+class SettledBet(Protocol):
+    """A settled bet: a ``BetResult`` of the kernel's ``Settlement``, or a ``BetOutcome`` of ``RoundSettled``."""
+
+    @property
+    def area(self) -> str: ...
+    @property
+    def stake_minor(self) -> int: ...
+    @property
+    def net_minor(self) -> int: ...
+    @property
+    def outcome(self) -> str: ...
+
+
+class Settled(Protocol):
+    """A settlement's bets: the kernel's ``Settlement`` or the ``RoundSettled`` event."""
+
+    @property
+    def bets(self) -> Sequence[SettledBet]: ...
+
+
+def tally(variant_id: str, settlement: Settled) -> dict[str, Tally]:
     """Bet type -> what the round's settled bets add (refunds are not play and count nowhere)."""
     out: dict[str, Tally] = {}
     for bet in settlement.bets:
-        if bet.outcome is Outcome.REFUND:
+        if bet.outcome == Outcome.REFUND:
             continue
         counts = out.setdefault(bet_type(variant_id, bet.area), Tally())
         counts.stake_minor += bet.stake_minor
@@ -144,7 +164,7 @@ def tally(variant_id: str, settlement: Settlement) -> dict[str, Tally]:
     return out
 
 
-def round_settled(table_id: str, variant: Variant[Any], config: Any, settlement: Settlement, at: datetime) -> None:
+def round_settled(table_id: str, variant: Variant[Any], config: Any, settlement: Settled, at: datetime) -> None:
     """Count a committed settlement's bets and mark the table's round as ended."""
     labels = (variant.variant_id, config_label(variant, config))
     for kind, counts in tally(variant.variant_id, settlement).items():

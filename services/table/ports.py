@@ -41,7 +41,7 @@ HOLD_READS_IN_FLIGHT = 16
 """GetHold calls under way at once when a wallet without GetHolds is read hold by hold."""
 CALL_TIMEOUT_S = 3.0
 """The deadline of every call to the wallet and the rng. A round step makes at most one try of a
-call (``round_base.RNG_PATIENCE``), so a step ends well inside the table's 5 s lease
+call (``core.decide.RNG_PATIENCE_MS``), so a step ends well inside the table's 5 s lease
 (``runner.LEASE_TTL_MS``, renewed every 1.5 s in the background)."""
 
 

@@ -2,13 +2,16 @@
 
 A round moves through phases (``Phase``); each shape (``round_cards.py``: the
 house dealer and the banker seat; ``round_envelope.py``: the bidding dealer)
-maps its phases to steps. ``step`` runs at most one step: it re-reads the round
-under its row lock, checks the phase it expects, writes the new phase with the
-events that announce it in one transaction, so a restarted or competing owner can
-never apply a step twice, and every deadline is stored, so a restart resumes
-where the round was. The Variant (``bull.variants``) decides everything about
-the game: the deal, the reveal plan, whether the hands void the round, the
-settlement and who funds it; a machine decides only when and what is stored.
+maps its phases to steps. ``step`` runs at most one step, as load -> decide ->
+save (``decided``): it loads the round under its row lock, asks the pure core's
+``decide`` (``services/table/core``) what the step's command does, and saves
+exactly the events it returns with the rows they change in one transaction, so a
+restarted or competing owner can never apply a step twice, and every deadline is
+stored, so a restart resumes where the round was. What ``decide`` cannot do, the
+machine does and hands it the answer: the rng's deal or split (``Deal``,
+``Split``, ``RngFailed``), the wallet's hold check and the jackpot pool's balance
+(``Settle``). The Variant (``bull.variants``) decides the game, ``decide`` when;
+a machine decides only what to ask and what is stored.
 """
 
 from __future__ import annotations
@@ -16,26 +19,24 @@ from __future__ import annotations
 import logging
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, replace
-from datetime import datetime, timedelta
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
+from google.protobuf.message import Message
 from niuniu.table.v1 import events_pb2 as ev
 
 from backbone.errors import FailedPrecondition, Unavailable
 from backbone.lease import check_fence
-from bull.money import JACKPOT_POOL, Settlement
-from bull.variants import Funding, SeatHand, TableBet, Variant
+from bull.money import JACKPOT_POOL
 from services.table import metrics
-from services.table.common import (
-    ROUNDS,
-    SETTLEMENT_SECONDS,
-    Phase,
-    settlement_event,
-    table_stream,
-    unix_ms,
-    variant_of,
-)
+from services.table.common import ROUNDS, SETTLEMENT_SECONDS, Phase, table_stream, unix_ms, variant_of
 from services.table.context import TableContext
+from services.table.core import commands as cmd
+from services.table.core.commands import Command
+from services.table.core.decide import decide, voided
+from services.table.core.evolve import EVENT_TYPES, Event, fold_round, with_bets
+from services.table.core.settlement import funding_of, hands_of, live_bets
+from services.table.core.state import Bet, RoundState, Sealed
 from services.table.coverage import Need, covered_settlement
 from services.table.jackpot import JackpotPool, PoolReading
 from services.table.ports import WalletHold
@@ -44,14 +45,11 @@ from services.table.store import Conn, Row
 Step = Callable[[Row, Row], Awaitable[float | None]]
 """A step of the round: None when it ran, or seconds to wait before trying it again (a call failed)."""
 
-RNG_PATIENCE = timedelta(seconds=20)
-"""How long after betting closed a round waits for the rng to deal (or split) before it is voided.
-
-The rng is tried once per step (each call has its deadline, ``ports.CALL_TIMEOUT_S``), never in a
-loop inside a step, so a step stays well within the table's lease, and the round deals as soon
-as the rng answers again.
-"""
 RNG_RETRY_S = 0.5
+"""Seconds before a step tries the rng again. It is tried once per step (each call has its deadline,
+``ports.CALL_TIMEOUT_S``), never in a loop inside a step, so a step stays well within the table's
+lease, and the round deals as soon as the rng answers; ``decide`` voids it once it has waited
+``RNG_PATIENCE_MS`` (``RngFailed``)."""
 SETTLE_CHECK_PATIENCE = timedelta(seconds=20)
 """How long a round ready to settle waits for the wallet to answer its hold check (``settle``).
 
@@ -60,13 +58,11 @@ did not answer applies the settlement from Kafka later, and a settlement it then
 the operator's repair path (docs/runbooks/NiuniuWalletSettlementRejected.md).
 """
 WALLET_RETRY_S = 0.5
+EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
+EVENT_NAMES = {kind: name for name, kind in EVENT_TYPES.items()}
+"""The stored type of each wire event ``decide`` returns."""
 
 log = logging.getLogger(__name__)
-
-
-def rng_patience_left(current: Mapping[str, Any], now: datetime) -> bool:
-    """May the round still wait for the rng (else it is voided)?"""
-    return bool(now < current["betting_closes_at"] + RNG_PATIENCE)
 
 
 def settling_since(current: Mapping[str, Any]) -> datetime:
@@ -92,10 +88,6 @@ def check_not_closing(table: Mapping[str, Any]) -> None:
     """Refuse a bet or bid at a table an admin closed (CloseTable): its last round takes no new stakes."""
     if table.get("closing_at") is not None:
         raise FailedPrecondition("TABLE_CLOSED", f"table {table['table_id']} is closed")
-
-
-def reveal_interval(row: Mapping[str, Any]) -> timedelta:
-    return timedelta(milliseconds=limits_of(row).reveal_interval_ms)
 
 
 class RoundMachine:
@@ -143,13 +135,6 @@ class RoundMachine:
     async def redeal_of(self, table: Row) -> str:
         """The round a new round re-deals ("" when it is not a re-deal)."""
         return ""
-
-    async def hands(self, conn: Conn, current: Row, variant: Variant[Any], config: Any) -> dict[str, SeatHand]:
-        raise NotImplementedError
-
-    async def funding(self, conn: Conn, current: Row) -> tuple[Funding, list[str]]:
-        """Who deals or banks the round, from which hold; and the holds it releases besides its bets'."""
-        return Funding(), []
 
     async def check_bet(self, conn: Conn, config: Any, round_id: str, player: str, amount: int) -> None:
         """Refuse a bet the shape does not take (before the wallet holds it)."""
@@ -203,22 +188,87 @@ class RoundMachine:
         self.ctx.wake(table_id)
 
     async def close_betting(self, table: Row, current: Row) -> None:
-        round_id, table_id = current["round_id"], current["table_id"]
+        await self.decided(table, current, cmd.Tick())
+
+    # ------------------------------------------------------------------ load, decide, save
+
+    async def decided(self, table: Row, current: Row, command: Command) -> list[Event]:
+        """One step as ``decide`` answers it: the round loaded under its row lock, the events ``decide``
+        returns for ``command`` now saved with the rows they change, in one transaction; then their
+        effects (metrics, waking the table). None saved (an empty list): the round did not take it."""
         async with self.ctx.store.transaction() as conn:
-            locked = await self.ctx.store.round(conn, round_id, lock=True)
-            if locked["phase"] != Phase.BETTING:
-                return
-            bets, total = await self.ctx.store.betting_totals(conn, round_id)
-            await self.ctx.store.set_phase(conn, round_id, Phase.DEALING)
-            closed = ev.BettingClosed(table_id=table_id, round_id=round_id, bets=bets, total_stake_minor=total)
-            await self.append(conn, table_id, "table.betting_closed", closed, round_id)
-        self.ctx.wake(table_id)
+            locked = await self.ctx.store.round(conn, current["round_id"], lock=True)
+            state = await self.load(conn, table, locked)
+            events = decide(state, command, unix_ms(self.ctx.now()))
+            await self.save(conn, state, events)
+        self.saved(state, events)
+        return events
+
+    async def load(self, conn: Conn, table: Row, current: Row) -> RoundState:
+        """The round's state: folded from its events on the table's stream (``evolve``), with its bets as the
+        store holds them (in its order; their events are on their own streams) and what the row keeps: the
+        deck or the grabs (private), when the next reveal is due, and the betting deadline as ``step`` waits
+        for it (the event's, to the millisecond)."""
+        round_id = current["round_id"]
+        start = RoundState(table["table_id"], round_id, table["variant"], tuple(sorted(current["config"].items())),
+                           limits_of(current))  # fmt: skip
+        stored = await self.ctx.store.read_round_events(conn, round_id, table_stream(table["table_id"]))
+        state = fold_round(start, [e.unpack(kind()) for e in stored if (kind := EVENT_TYPES.get(e.event_type))])
+        bets = [bet_of(b) for b in await self.ctx.store.round_bets(conn, round_id)]
+        return replace(
+            with_bets(state, bets),
+            sealed=await self.sealed(conn, current),
+            betting_closes_at_ms=unix_ms(current["betting_closes_at"]),
+            next_step_at_ms=unix_ms(current["next_step_at"]),
+        )
+
+    async def sealed(self, conn: Conn, current: Row) -> Sealed:
+        """What the round's row keeps private: its deck (a shape without one reads its own rows)."""
+        return Sealed(deck=tuple(current["deck"] or ()))
+
+    async def save(self, conn: Conn, state: RoundState, events: Sequence[Event]) -> None:
+        """Write ``events``: the rows each changes (``save_rows``), then the event on the table's stream."""
+        after = fold_round(state, events)
+        for event in events:
+            if isinstance(event, Message):
+                await self.save_rows(conn, after, event)
+                await self.append(conn, state.table_id, EVENT_NAMES[type(event)], event, state.round_id)
+
+    async def save_rows(self, conn: Conn, after: RoundState, event: Message) -> None:
+        """The rows ``event`` changes, as the round is once its events are folded (``after``)."""
+        store, round_id = self.ctx.store, after.round_id
+        if isinstance(event, ev.BettingClosed):
+            await store.set_phase(conn, round_id, after.phase)
+        elif isinstance(event, ev.Dealt | ev.EnvelopeSent):
+            await store.set_client_seed(conn, round_id, after.client_seed)
+            await store.dealt(conn, round_id, after.phase, after.sealed.deck or None, at_ms(after.next_step_at_ms))
+        elif isinstance(event, ev.HandRevealed | ev.EnvelopeGrabbed):
+            await store.revealed(conn, round_id, after.reveals_done, after.phase, at_ms(after.next_step_at_ms))
+        elif isinstance(event, ev.RoundVoided):
+            await store.refund_bets(conn, round_id)
+            await store.end_round(conn, round_id, Phase.VOIDED, self.ctx.now(), event.reason)
+        elif isinstance(event, ev.RoundSettled):
+            await store.refund_bet_ids(conn, [b.bet_id for b in after.bets if b.status == "refunded"])
+            await store.save_outcomes(conn, event.bets)
+            await store.end_round(conn, round_id, Phase.SETTLED, self.ctx.now())
+
+    def saved(self, state: RoundState, events: Sequence[Event]) -> None:
+        """After the commit: count what ended, and wake the table for its next step."""
+        if not events:
+            return
+        for event in events:
+            if isinstance(event, ev.RoundVoided):
+                ROUNDS.labels(state.variant, Phase.VOIDED).inc()
+                metrics.round_ended(state.table_id, self.ctx.now())
+        self.ctx.wake(state.table_id)
+
+    # ------------------------------------------------------------------ settling
 
     async def settle(self, table: Row, current: Row) -> float | None:
         """Check the round's holds with the wallet, then settle (``_settle``); seconds to wait when the
         wallet did not answer and the round may still wait for it (``SETTLE_CHECK_PATIENCE``)."""
         try:
-            holds: Mapping[str, WalletHold] | None = await self._read_holds(current)
+            holds: Mapping[str, WalletHold] | None = await self._read_holds(table, current)
         except Unavailable as error:
             if self.ctx.now() < settling_since(current) + SETTLE_CHECK_PATIENCE:
                 return WALLET_RETRY_S
@@ -232,106 +282,69 @@ class RoundMachine:
         )
         return None
 
-    async def _read_holds(self, current: Row) -> Mapping[str, WalletHold]:
+    async def _read_holds(self, table: Row, current: Row) -> Mapping[str, WalletHold]:
         """The wallet's view of every hold the settlement may take from (read outside any transaction:
         betting has closed, so the bets and the dealer's hold are final)."""
         async with self.ctx.store.read() as conn:
-            bets = await self.ctx.store.round_bets(conn, current["round_id"])
-            funding, _ = await self.funding(conn, current)
-        hold_ids = [b["hold_id"] for b in bets if b["status"] == "placed"]
+            state = await self.load(conn, table, current)
+        funding, _ = funding_of(state)
+        hold_ids = [b.hold_id for b in state.placed]
         return await self.ctx.wallet.read_holds(hold_ids + [funding.dealer_hold_id] * bool(funding.dealer_hold_id))
 
     async def _settle(
         self, table: Row, current: Row, reading: PoolReading | None, holds: Mapping[str, WalletHold] | None
     ) -> None:
-        round_id, table_id = current["round_id"], current["table_id"]
-        variant = variant_of(table["variant"])
-        config = variant.parse_config(current["config"])
+        """Settle as ``decide`` does (or void: the hands, or the dealer's hold, do not allow it). The wallet's
+        hold check and the jackpot pool's payable balance are read here and given to it (``Settle``)."""
         started = self.ctx.now()
         async with self.ctx.store.transaction() as conn:
-            locked = await self.ctx.store.round(conn, round_id, lock=True)
-            if locked["phase"] != Phase.SETTLING:
-                return
-            hands = await self.hands(conn, locked, variant, config)
-            void = variant.void_reason(hands, config)
-            if not void:
-                settled = await self._settle_in(conn, table_id, locked, variant, config, hands, reading, holds)
-        if void:
-            await self.redeal(table_id, round_id, void)
-            return
-        if isinstance(settled, str):  # the dealer's hold does not cover the round: nothing was written
-            await self.void_round(table_id, round_id, f"DEALER_HOLD_UNCOVERED: {settled}")
-            return
-        settlement = settled
-        SETTLEMENT_SECONDS.labels(variant.variant_id).observe((self.ctx.now() - started).total_seconds())
-        ROUNDS.labels(variant.variant_id, Phase.SETTLED).inc()
-        metrics.round_settled(table_id, variant, config, settlement, self.ctx.now())
-        self.ctx.wake(table_id)
+            locked = await self.ctx.store.round(conn, current["round_id"], lock=True)
+            state = await self.load(conn, table, locked)
+            events = decide(state, cmd.Settle(), unix_ms(started))
+            if (unchecked := settled_in(events, None)) is not None:
+                events = await self._settle_checked(conn, state, unchecked, reading, holds)
+            await self.save(conn, state, events)
+        self.saved(state, events)
+        if (settled := settled_in(events, None)) is not None:
+            variant = variant_of(state.variant)
+            SETTLEMENT_SECONDS.labels(variant.variant_id).observe((self.ctx.now() - started).total_seconds())
+            ROUNDS.labels(variant.variant_id, Phase.SETTLED).inc()
+            config = variant.parse_config(state.settings)
+            metrics.round_settled(state.table_id, variant, config, settled, self.ctx.now())
 
-    async def _settle_in(
+    async def _settle_checked(
         self,
         conn: Conn,
-        table_id: str,
-        current: Row,
-        variant: Variant[Any],
-        config: Any,
-        hands: dict[str, SeatHand],
-        reading: PoolReading | None = None,
-        holds: Mapping[str, WalletHold] | None = None,
-    ) -> Settlement | str:
-        """Settle the round in ``conn``; or, when the dealer's hold does not cover it, why (nothing written)."""
-        round_id = current["round_id"]
-        bets = await self.ctx.store.round_bets(conn, round_id)
-        live = [table_bet(b) for b in bets if b["status"] == "placed"]
-        funding, holds_besides = await self.funding(conn, current)
-        refunded: list[str] = []
+        state: RoundState,
+        unchecked: ev.RoundSettled,
+        reading: PoolReading | None,
+        holds: Mapping[str, WalletHold] | None,
+    ) -> list[Event]:
+        """What ``decide`` settles once the wallet's holds are checked (``coverage.py``) and, when the round
+        claims the jackpot pool (its unchecked settlement names the pool's balance), the pool is locked and
+        read, with the claim recorded; or the void when the dealer's hold does not cover the round."""
+        now, refunded = unix_ms(self.ctx.now()), frozenset[str]()
         if holds is not None:
-            checked = self._check_coverage(round_id, bets, live, hands, variant, config, funding, holds)
+            checked = self._check_coverage(state, holds)
             if isinstance(checked, str):
-                return checked
-            refunded = [b.bet_id for b in live if b not in checked]
-            live = checked
-        pool = None
-        if variant.claims_jackpot_pool(hands, live, config):
-            pool = await self.jackpot.lock_and_read(conn, reading)
-            funding = replace(funding, jackpot_pool_minor=pool.payable_minor)
-        settlement = variant.settle(hands, live, config, funding)
-        if pool is not None:
-            pool_delta = settlement.net_by_party().get(JACKPOT_POOL, 0)
-            await self.jackpot.record_claim(conn, table_id, round_id, pool_delta, pool)
-        await self.ctx.store.refund_bet_ids(conn, refunded)
-        await self.ctx.store.save_outcomes(conn, settlement.bets)
-        odds = variant.area_odds(hands, config)
-        settled = settlement_event(
-            table_id,
-            round_id,
-            variant.variant_id,
-            settlement,
-            [b["hold_id"] for b in bets] + holds_besides,
-            {b["bet_id"]: b["hold_id"] for b in bets},
-            odds,
-            None if pool is None else pool.payable_minor,
-        )
-        settled.area_outcomes.update(variant.area_outcomes(hands, config, settlement))
-        settled.area_odds.update(odds)
-        await self.ctx.store.end_round(conn, round_id, Phase.SETTLED, self.ctx.now())
-        await self.append(conn, table_id, "table.round_settled", settled, round_id)
-        return settlement
+                return decide(state, cmd.Void(f"DEALER_HOLD_UNCOVERED: {checked}"), now)
+            refunded = checked
+        settled = settled_in(decide(state, cmd.Settle(refunded=refunded), now)) if refunded else unchecked
+        if not settled.HasField("jackpot_pool_minor"):  # the round does not claim the pool
+            return [settled]
+        pool = await self.jackpot.lock_and_read(conn, reading)
+        settled = settled_in(decide(state, cmd.Settle(pool.payable_minor, refunded), now))
+        await self.jackpot.record_claim(conn, state.table_id, state.round_id, pool_delta(settled), pool)
+        return [settled]
 
-    def _check_coverage(
-        self,
-        round_id: str,
-        bets: Sequence[Row],
-        live: list[TableBet],
-        hands: dict[str, SeatHand],
-        variant: Variant[Any],
-        config: Any,
-        funding: Funding,
-        holds: Mapping[str, WalletHold],
-    ) -> list[TableBet] | str:
-        """The live bets the wallet's holds cover (``coverage.py``), or why the dealer's hold does not
+    def _check_coverage(self, state: RoundState, holds: Mapping[str, WalletHold]) -> frozenset[str] | str:
+        """The live bets the wallet's holds do not cover (``coverage.py``), or why the dealer's hold does not
         cover the round. Counts and logs what it leaves out."""
-        recorded = {b["hold_id"]: Need(b["player"], int(b["hold_minor"])) for b in bets if b["status"] == "placed"}
+        variant, round_id = variant_of(state.variant), state.round_id
+        config, hands = variant.parse_config(state.settings), hands_of(state)
+        funding, _ = funding_of(state)
+        recorded = {b.hold_id: Need(b.player, b.hold_minor) for b in state.placed}
+        live = live_bets(state)
         verdict = covered_settlement(
             lambda some: variant.settle(hands, some, config, funding), live, recorded, funding, holds, round_id
         )
@@ -345,30 +358,14 @@ class RoundMachine:
                       extra={"round_id": round_id, "reason": verdict.void_reason})  # fmt: skip
             return verdict.void_reason
         metrics.SETTLEMENT_CHECKS.labels("refunded" if verdict.refunded else "covered").inc()
-        return list(verdict.live)
-
-    async def redeal(self, table_id: str, round_id: str, reason: str) -> None:
-        """Void a round the hands cannot settle (a shape that re-deals opens the next one at once)."""
-        await self.void_round(table_id, round_id, reason)
+        return frozenset(b.bet_id for b in live if b not in verdict.live)
 
     async def void_round(self, table_id: str, round_id: str, reason: str) -> None:
-        """End the round with every hold released and nothing else moved."""
-        async with self.ctx.store.transaction() as conn:
+        """End the round with every hold released and nothing else moved (``decide``'s ``Void``)."""
+        async with self.ctx.store.read() as conn:
             table = await self.ctx.store.table(conn, table_id)
-            locked = await self.ctx.store.round(conn, round_id, lock=True)
-            if locked["phase"] in Phase.ENDED:
-                return
-            bets = await self.ctx.store.round_bets(conn, round_id)
-            _, holds = await self.funding(conn, locked)
-            await self.ctx.store.refund_bets(conn, round_id)
-            await self.ctx.store.end_round(conn, round_id, Phase.VOIDED, self.ctx.now(), reason)
-            voided = ev.RoundVoided(
-                table_id=table_id, round_id=round_id, reason=reason, hold_ids=[b["hold_id"] for b in bets] + holds
-            )
-            await self.append(conn, table_id, "table.round_voided", voided, round_id)
-        ROUNDS.labels(table["variant"], Phase.VOIDED).inc()
-        metrics.round_ended(table_id, self.ctx.now())
-        self.ctx.wake(table_id)
+            current = await self.ctx.store.round(conn, round_id)
+        await self.decided(table, current, cmd.Void(reason))
 
     async def void_rejected(self, table_id: str, round_id: str, reason: str) -> ev.RoundVoided | None:
         """Void a settled round whose settlement the wallet refused: the operator's repair (``repair.py``).
@@ -386,16 +383,13 @@ class RoundMachine:
                 return None
             if locked["phase"] != Phase.SETTLED:
                 raise FailedPrecondition("ROUND_NOT_SETTLED", f"round {round_id} is {locked['phase']}, not settled")
-            bets = await self.ctx.store.round_bets(conn, round_id)
-            _, holds = await self.funding(conn, locked)
+            table = await self.ctx.store.table(conn, table_id)
+            event = voided(await self.load(conn, table, locked), reason)
             await self.ctx.store.refund_settled_round(conn, round_id)
             await self.ctx.store.end_round(conn, round_id, Phase.VOIDED, self.ctx.now(), reason)
-            voided = ev.RoundVoided(
-                table_id=table_id, round_id=round_id, reason=reason, hold_ids=[b["hold_id"] for b in bets] + holds
-            )
-            await self.append(conn, table_id, "table.round_voided", voided, round_id)
+            await self.append(conn, table_id, "table.round_voided", event, round_id)
         self.ctx.wake(table_id)
-        return voided
+        return event
 
     async def append(self, conn: Conn, table_id: str, event_type: str, payload: Any, round_id: str) -> None:
         """An event on the table's stream; the round (or table) row lock orders the appends.
@@ -408,5 +402,25 @@ class RoundMachine:
         await self.ctx.store.append(conn, table_stream(table_id), event_type, payload, correlation_id=round_id)
 
 
-def table_bet(row: Mapping[str, Any]) -> TableBet:
-    return TableBet(row["bet_id"], row["player"], row["area"], int(row["stake_minor"]), row["hold_id"])
+def bet_of(row: Mapping[str, Any]) -> Bet:
+    return Bet(row["bet_id"], row["player"], row["area"], int(row["stake_minor"]), int(row["hold_minor"]),
+               row["hold_id"], row["client_seed"] or "", row["status"])  # fmt: skip
+
+
+def at_ms(moment_ms: int) -> datetime:
+    """A unix-ms instant as the rows store it."""
+    return EPOCH + timedelta(milliseconds=moment_ms)
+
+
+def settled_in(events: Sequence[Event], default: Any = NotImplemented) -> Any:
+    """The RoundSettled among ``events`` (``default`` when there is none; without one, there must be)."""
+    found = next((e for e in events if isinstance(e, ev.RoundSettled)), default)
+    assert found is not NotImplemented, "decide settles a round it settled before"
+    return found
+
+
+def pool_delta(settled: ev.RoundSettled) -> int:
+    """What the settlement moves into the jackpot pool (negative: it pays out of it)."""
+    return sum(t.amount_minor for t in settled.transfers if t.payee == JACKPOT_POOL) - sum(
+        t.amount_minor for t in settled.transfers if t.payer == JACKPOT_POOL
+    )

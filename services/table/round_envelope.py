@@ -6,6 +6,9 @@
     dealing: the rng fails or its split is not one share each -> voided and re-dealt (ENVELOPE_ERROR);
     settling: the dealer grabbed 0.01 -> voided and re-dealt (the variant's void reason)
 
+Each arrow is a step that asks ``decide`` (``round_base.RoundMachine.decided``); this shape adds
+what its rows keep (the dealer seated, the grabs, the re-deal mark) to what ``decide`` returns.
+
 1. **Bidding** (``bidding.seconds``, 18 s): players bid for the dealer seat
    (``bidding.py``); each bid is held with the dealer's three fees.
 2. At the deadline the highest bid wins (``DealerChosen``): the bid is the dealer
@@ -26,61 +29,36 @@
 from __future__ import annotations
 
 import logging
+from collections.abc import Sequence
 from datetime import datetime, timedelta
 from typing import Any
 
+from google.protobuf.message import Message
 from niuniu.table.v1 import events_pb2 as ev
 
 from backbone.errors import DomainError, FailedPrecondition, Unavailable
-from bull.rules import red_envelope as re_
-from bull.variants import EnvelopeSplit, Funding, SeatHand, Variant
-from bull.variants.red_envelope_bull import DEALER_SEAT, MIN_SHARE_MINOR, EnvelopeTableConfig
-from services.table.common import REDEALS, Phase, round_client_seed, unix_ms, variant_of
-from services.table.envelope_store import Grab
-from services.table.round_base import (
-    RNG_RETRY_S,
-    Opening,
-    RoundMachine,
-    Step,
-    limits_of,
-    reveal_interval,
-    rng_patience_left,
-)
+from bull.variants.red_envelope_bull import DEALER_VOID, MIN_SHARE_MINOR, EnvelopeTableConfig
+from services.table.common import REDEALS, Phase, unix_ms
+from services.table.core.commands import Command, RngFailed, Split, Tick
+from services.table.core.decide import ENVELOPE_ERROR, client_seed_of
+from services.table.core.evolve import Event
+from services.table.core.state import RoundState, Sealed
+from services.table.round_base import RNG_RETRY_S, Opening, RoundMachine, Step, at_ms, limits_of
 from services.table.store import Conn, Row
 
 log = logging.getLogger(__name__)
+
+REDEAL_CAUSES = (ENVELOPE_ERROR.partition(":")[0], DEALER_VOID)
+"""The voids after which the next round re-deals this one (``RoundOpened.redeal_of``): the envelope could
+not be sent, or the dealer grabbed 0.01 (the variant's void reason)."""
 
 
 def envelope_config(settings: Any) -> EnvelopeTableConfig:
     return EnvelopeTableConfig.from_settings(settings)
 
 
-def grab_event(table_id: str, round_id: str, grab: Grab, config: EnvelopeTableConfig) -> ev.EnvelopeGrabbed:
-    hand = re_.evaluate(grab.amount_minor)
-    return ev.EnvelopeGrabbed(
-        table_id=table_id,
-        round_id=round_id,
-        grab_no=grab.grab_no,
-        position=grab.position,
-        participant=grab.participant,
-        amount_minor=grab.amount_minor,
-        amount_text=hand.text,
-        category=hand.category,
-        points=hand.points,
-        multiplier=config.rules.multiplier(hand.category),
-        bet_id=grab.bet_id,
-        dealer=grab.position == 0,
-    )
-
-
-def split_of(grabs: list[Grab]) -> EnvelopeSplit:
-    """The stored grabs as the variant's deal input."""
-    seats = {g.position: g.bet_id or DEALER_SEAT for g in grabs}
-    return EnvelopeSplit(
-        tuple(seats[p] for p in range(len(grabs))),
-        tuple(g.amount_minor for g in grabs),
-        tuple(g.position for g in grabs),
-    )
+def redeals(voided: ev.RoundVoided) -> bool:
+    return voided.reason.partition(":")[0] in REDEAL_CAUSES
 
 
 class BiddingDealerRound(RoundMachine):
@@ -124,37 +102,7 @@ class BiddingDealerRound(RoundMachine):
 
     async def close_bidding(self, table: Row, current: Row) -> None:
         """The bidding deadline passed: the highest bid deals (or, with no bid, the round is voided)."""
-        round_id, table_id = current["round_id"], current["table_id"]
-        envelopes = self.ctx.envelopes
-        async with self.ctx.store.transaction() as conn:
-            locked = await self.ctx.store.round(conn, round_id, lock=True)
-            if locked["phase"] != Phase.BIDDING:
-                return
-            row = await envelopes.row(conn, round_id, lock=True)
-            if self.ctx.now() < row["bidding_closes_at"]:
-                return
-            leader = await envelopes.bid(conn, row["leading_bid_id"]) if row["leading_bid_id"] else None
-            if leader is not None:
-                closes = self.ctx.now() + timedelta(seconds=limits_of(current).betting_seconds)
-                bids = await envelopes.bid_count(conn, round_id)
-                await envelopes.seat_dealer(conn, round_id, leader)
-                await self.ctx.store.open_betting(conn, round_id, closes)
-                chosen = ev.DealerChosen(
-                    table_id=table_id,
-                    round_id=round_id,
-                    dealer=leader["player"],
-                    bid_id=leader["bid_id"],
-                    dealer_pool_minor=leader["amount_minor"],
-                    hold_id=leader["hold_id"],
-                    hold_minor=leader["hold_minor"],
-                    betting_closes_at_unix_ms=unix_ms(closes),
-                    bids=bids,
-                )
-                await self.append(conn, table_id, "table.dealer_chosen", chosen, round_id)
-        if leader is None:
-            await self.void_round(table_id, round_id, "NO_DEALER: nobody bid for the dealer seat")
-            return
-        self.ctx.wake(table_id)
+        await self.decided(table, current, Tick())
 
     # ------------------------------------------------------------------ bets
 
@@ -167,124 +115,61 @@ class BiddingDealerRound(RoundMachine):
     # ------------------------------------------------------------------ the envelope
 
     async def send(self, table: Row, current: Row) -> float | None:
-        """Betting closed: split the envelope among the dealer and the bettors, or void the round."""
-        round_id, table_id = current["round_id"], current["table_id"]
-        variant = variant_of(table["variant"])
-        config = envelope_config(current["config"])
-        async with self.ctx.store.read() as conn:
-            row = await self.ctx.envelopes.row(conn, round_id)
-            bets = [b for b in await self.ctx.store.round_bets(conn, round_id) if b["status"] == "placed"]
-        if not bets:
-            await self.void_round(table_id, round_id, "NO_BETS: nobody bet against the dealer")
+        """Betting closed: the round is voided without a bet (``decide``: a ``Tick`` in ``dealing``); else the
+        rng splits the envelope among the dealer and the bettors (one try a step) and ``decide`` sends it
+        (``Split``), or, when the rng failed, waits for it or voids the round (``RngFailed``)."""
+        if await self.decided(table, current, Tick()):
             return None
-        participants = [row["dealer"], *(b["player"] for b in bets)]
-        seats = (DEALER_SEAT, *(b["bet_id"] for b in bets))
-        client_seed, contributions = round_client_seed(bets)
-        try:  # one try per step: the next step tries again, so the envelope goes as soon as the rng answers
-            hands = await self._split(variant, config, round_id, client_seed, seats, contributions)
-        except Unavailable as error:
-            log.warning("rng split failed", extra={"round_id": round_id, "error": str(error)})
-            if rng_patience_left(current, self.ctx.now()):
-                return RNG_RETRY_S
-            hands = None
-        if hands is None:
-            await self.redeal(table_id, round_id, "ENVELOPE_ERROR: the red envelope could not be sent")
-            return None
-        grabs = [
-            Grab(k, seats.index(seat), participants[seats.index(seat)], "" if seat == DEALER_SEAT else seat,
-                 hands[seat].amount_minor)
-            for k, (seat, _) in enumerate(variant.reveal_plan(hands))
-        ]  # fmt: skip
-        async with self.ctx.store.transaction() as conn:
-            locked = await self.ctx.store.round(conn, round_id, lock=True)
-            if locked["phase"] != Phase.DEALING:
-                return None
-            await self.ctx.envelopes.insert_grabs(conn, round_id, grabs)
-            await self.ctx.store.set_client_seed(conn, round_id, client_seed)
-            await self.ctx.store.dealt(conn, round_id, Phase.REVEALING, None, self.ctx.now() + reveal_interval(current))
-            sent = ev.EnvelopeSent(
-                table_id=table_id,
-                round_id=round_id,
-                total_minor=config.rules.envelope_total_minor,
-                shares=len(participants),
-                min_minor=MIN_SHARE_MINOR,
-                client_seed=client_seed,
-                participants=participants,
-            )
-            await self.append(conn, table_id, "table.envelope_sent", sent, round_id)
-        self.ctx.wake(table_id)
+        async with self.ctx.store.read() as conn:  # betting has closed: the bets are final
+            state = await self.load(conn, table, current)
+        command = await self._split(state)
+        if not await self.decided(table, current, command) and isinstance(command, RngFailed):
+            return RNG_RETRY_S
         return None
 
-    async def _split(
-        self,
-        variant: Variant[Any],
-        config: EnvelopeTableConfig,
-        round_id: str,
-        client_seed: str,
-        seats: tuple[str, ...],
-        contributions: list[str],
-    ) -> dict[str, SeatHand] | None:
-        """The envelope dealt by the variant; None for an envelope error (the rng refusing, or a bad split).
-
-        ``client_seed`` combines the players' ``contributions`` (docs/fairness.md, section 10).
-        Raises ``Unavailable`` when the rng did not answer (the step tries again).
-        """
-        total = config.rules.envelope_total_minor
+    async def _split(self, state: RoundState) -> Command:
+        """The rng's split of the envelope for the dealer and the round's bettors, or how it failed: it did not
+        answer (the step tries again), or it refused (an envelope error). Its client seed combines the
+        players' contributions (docs/fairness.md, section 10)."""
+        total = envelope_config(state.settings).rules.envelope_total_minor
+        client_seed, contributions = client_seed_of(state)
         try:
             amounts, order = await self.ctx.rng.split_envelope(
-                round_id, total, len(seats), MIN_SHARE_MINOR, client_seed, client_seeds=contributions
+                state.round_id, total, 1 + len(state.placed), MIN_SHARE_MINOR, client_seed, client_seeds=contributions
             )
-            return variant.deal(EnvelopeSplit(seats, tuple(amounts), tuple(order)), config)
-        except ValueError as error:
-            log.error("envelope error", extra={"round_id": round_id, "error": str(error)})
-            return None
-        except Unavailable:
-            raise
-        except DomainError as error:
-            log.warning("rng refused the split", extra={"round_id": round_id, "error": str(error)})
-            return None
+        except Unavailable as error:
+            log.warning("rng split failed", extra={"round_id": state.round_id, "error": str(error)})
+            return RngFailed()
+        except (ValueError, DomainError) as error:
+            log.warning("rng refused the split", extra={"round_id": state.round_id, "error": str(error)})
+            return RngFailed(refused=True)
+        return Split(tuple(amounts), tuple(order))
 
     async def grab_next(self, table: Row, current: Row) -> None:
-        """Reveal the next grab; after the last one the round settles."""
-        round_id, table_id = current["round_id"], current["table_id"]
-        config = envelope_config(current["config"])
-        async with self.ctx.store.transaction() as conn:
-            locked = await self.ctx.store.round(conn, round_id, lock=True)
-            if locked["phase"] != Phase.REVEALING:
-                return
-            grabs = await self.ctx.envelopes.grabs(conn, round_id)
-            done = locked["reveals_done"]
-            if done >= len(grabs):
-                return
-            last = done + 1 == len(grabs)
-            next_at = self.ctx.now() + reveal_interval(current)
-            await self.ctx.store.revealed(
-                conn, round_id, done + 1, Phase.SETTLING if last else Phase.REVEALING, next_at
-            )
-            grabbed = grab_event(table_id, round_id, grabs[done], config)
-            await self.append(conn, table_id, "table.envelope_grabbed", grabbed, round_id)
-        self.ctx.wake(table_id)
+        """Reveal the next grab (``decide``: a ``Tick`` in ``revealing``); after the last one the round settles."""
+        await self.decided(table, current, Tick())
 
-    # ------------------------------------------------------------------ settlement
+    # ------------------------------------------------------------------ load and save
 
-    async def hands(self, conn: Conn, current: Row, variant: Variant[Any], config: Any) -> dict[str, SeatHand]:
-        return variant.deal(split_of(await self.ctx.envelopes.grabs(conn, current["round_id"])), config)
+    async def sealed(self, conn: Conn, current: Row) -> Sealed:
+        return Sealed(grabs=tuple(await self.ctx.envelopes.grabs(conn, current["round_id"])))
 
-    async def funding(self, conn: Conn, current: Row) -> tuple[Funding, list[str]]:
-        round_id = current["round_id"]
-        row = await self.ctx.envelopes.row(conn, round_id)
-        holds = await self.ctx.envelopes.bid_holds(conn, round_id)  # every bid's hold, the dealer's included
-        if row["dealer"] is None:
-            return Funding(), holds
-        funding = Funding(
-            dealer=row["dealer"],
-            dealer_hold_id=row["dealer_hold_id"],
-            dealer_hold_minor=int(row["dealer_hold_minor"]),
-            dealer_pool_minor=int(row["dealer_pool_minor"]),
-        )
-        return funding, holds
+    async def save_rows(self, conn: Conn, after: RoundState, event: Message) -> None:
+        """Besides the round's row: the dealer seated, the grabs stored, a re-deal marked."""
+        envelopes, round_id = self.ctx.envelopes, after.round_id
+        if isinstance(event, ev.DealerChosen):
+            leader = {"bid_id": event.bid_id, "player": event.dealer, "amount_minor": event.dealer_pool_minor,
+                      "hold_id": event.hold_id, "hold_minor": event.hold_minor}  # fmt: skip
+            await envelopes.seat_dealer(conn, round_id, leader)
+            await self.ctx.store.open_betting(conn, round_id, at_ms(event.betting_closes_at_unix_ms))
+        elif isinstance(event, ev.EnvelopeSent):
+            await envelopes.insert_grabs(conn, round_id, after.sealed.grabs)
+        elif isinstance(event, ev.RoundVoided) and redeals(event):
+            await envelopes.mark_redeal(conn, round_id)
+        await super().save_rows(conn, after, event)
 
-    async def redeal(self, table_id: str, round_id: str, reason: str) -> None:
-        REDEALS.labels(reason.partition(":")[0]).inc()
-        await self.ctx.envelopes.mark_redeal(round_id)
-        await self.void_round(table_id, round_id, reason)
+    def saved(self, state: RoundState, events: Sequence[Event]) -> None:
+        for event in events:
+            if isinstance(event, ev.RoundVoided) and redeals(event):
+                REDEALS.labels(event.reason.partition(":")[0]).inc()
+        super().saved(state, events)

@@ -16,14 +16,14 @@ from typing import Any, NamedTuple
 
 import psycopg
 from google.protobuf.message import Message
+from niuniu.table.v1 import events_pb2 as ev
 from psycopg.rows import dict_row
 from psycopg_pool import AsyncConnectionPool
 
 from backbone.db import each_by_key, sent_together
 from backbone.errors import NotFound, clip
 from backbone.eventreads import read_correlated_many
-from backbone.eventstore import ORDER_AFTER_LOCKS, EventStore, NewEvent, StoredEvent, ordering_domain
-from bull.money import BetResult
+from backbone.eventstore import ORDER_AFTER_LOCKS, EventStore, NewEvent, StoredEvent, ordering_domain, stored_event
 
 Conn = psycopg.AsyncConnection
 Row = dict[str, Any]
@@ -100,6 +100,14 @@ class TableStore:
 
     async def read_correlated(self, conn: Conn, correlation_id: str) -> list[StoredEvent]:
         return list(await self.events.read_correlated(conn, correlation_id))
+
+    async def read_round_events(self, conn: Conn, round_id: str, stream: str) -> list[StoredEvent]:
+        """The events of one round on one stream (the table's: not its bets'), in position order."""
+        cur = await conn.execute(
+            "SELECT position, envelope FROM events WHERE correlation_id = %s AND stream_id = %s ORDER BY position",
+            (round_id, stream),
+        )
+        return [stored_event(row) for row in await cur.fetchall()]
 
     async def read_rounds_events(self, conn: Conn, round_ids: Sequence[str]) -> list[StoredEvent]:
         """The events of several rounds (correlated with their ids) in one read, in position order."""
@@ -439,7 +447,7 @@ class TableStore:
             (round_id,),
         )
 
-    async def save_outcomes(self, conn: Conn, results: Sequence[BetResult]) -> None:
+    async def save_outcomes(self, conn: Conn, results: Sequence[ev.BetOutcome]) -> None:
         """The settled bets' outcomes, in one statement whatever their number."""
         if not results:
             return

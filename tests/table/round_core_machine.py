@@ -11,6 +11,7 @@ pays more than it holds, a bet's net is what its transfers move). No database, n
 from __future__ import annotations
 
 from collections import defaultdict
+from dataclasses import replace
 from typing import ClassVar
 
 from google.protobuf.message import Message
@@ -22,7 +23,7 @@ from bull.cards import deck
 from bull.variants import RoundShape, get
 from services.table.core import commands as cmd
 from services.table.core.decide import decide
-from services.table.core.evolve import Event, evolve
+from services.table.core.evolve import Event, evolve, with_bets
 from services.table.core.settlement import hands_of
 from services.table.core.state import PHASE_ORDER, Bet, Bid, Phase, RoundState
 
@@ -171,10 +172,10 @@ class RoundCore(RuleBasedStateMachine):
         order = tuple(data.draw(st.permutations(range(shares))))
         self.send(cmd.Split(amounts, order))
 
-    @rule(ms=st.integers(0, 8_000))
-    def rng_fails(self, ms: int) -> None:
+    @rule(ms=st.integers(0, 8_000), refused=st.sampled_from((False, False, False, True)))
+    def rng_fails(self, ms: int, refused: bool) -> None:
         self.now += ms
-        self.send(cmd.RngFailed())
+        self.send(cmd.RngFailed(refused=refused))  # refused: an envelope error at once (a card round waits)
 
     @rule(pool=st.integers(0, 10**9))
     def settle(self, pool: int) -> None:
@@ -241,13 +242,16 @@ class RoundCore(RuleBasedStateMachine):
 
     @invariant()
     def the_kept_area_stakes_add_up(self) -> None:
-        """``staked`` and ``live_bets``, kept by ``evolve`` as bets move, are what the bets add up to."""
+        """``staked`` and ``live_bets``, kept by ``evolve`` as bets move, are what the bets add up to, as
+        ``with_bets`` counts them."""
         state, totals = self.state, dict[str, int]()
         for bet in state.bets:
             totals.setdefault(bet.area, 0)
             totals[bet.area] += bet.stake_minor if bet.status != "cancelled" else 0
         assert dict(state.staked) == totals
         assert state.live_bets == sum(bet.status != "cancelled" for bet in state.bets)
+        rebuilt = with_bets(replace(state, staked=(), live_bets=0), state.bets)  # as a machine loads its bets
+        assert (rebuilt.staked, rebuilt.live_bets) == (state.staked, state.live_bets)
 
     @invariant()
     def a_settled_round_balances(self) -> None:

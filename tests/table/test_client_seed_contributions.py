@@ -1,7 +1,7 @@
 """The test vector of docs/fairness.md ("Cancelled and changed bets") against the table's code.
 
 The table combines, when betting closes, the contributions of the bets still placed
-(``round_client_seed``), and after the deal tells which contributions counted
+(``core.decide.client_seed_of``, which the deal's step asks), and after the deal tells which contributions counted
 (``contribution_counted``, ``counted_contributions``: GetRound and ``seed_revealed``).
 Both must give the vector's values, and the specification must state them.
 """
@@ -10,7 +10,9 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from services.table.common import contribution_counted, counted_contributions, round_client_seed
+from services.table.common import contribution_counted, counted_contributions
+from services.table.core.decide import client_seed_of
+from services.table.core.state import Bet, RoundState
 
 SPEC = Path(__file__).resolve().parents[2] / "docs" / "fairness.md"
 COMBINED = "a957abbc44428c00c405d6f59e65944b7416f82fc944ae5918a35d39323d6568"
@@ -20,6 +22,16 @@ CANCELLED_AND_PLACED_AGAIN = "30187d6167233dba97467fc39d354177f455f4e29766008193
 
 def bet(n: int, client_seed: str, status: str, stake_minor: int = 500) -> dict[str, object]:
     return {"bet_id": f"bet-{n}", "client_seed": client_seed, "status": status, "stake_minor": stake_minor}
+
+
+def round_client_seed(rows: list[dict[str, object]]) -> tuple[str, list[str]]:
+    """The client seed (and its contributions) of a round whose bets are ``rows`` when betting closes."""
+    bets = tuple(
+        Bet(str(b["bet_id"]), "player:p", "banker", int(str(b["stake_minor"])), 0, "", str(b["client_seed"]),
+            str(b["status"]))
+        for b in rows
+    )  # fmt: skip
+    return client_seed_of(RoundState("t", "t-r1", "golden_bull", bets=bets))
 
 
 def at_close() -> list[dict[str, object]]:

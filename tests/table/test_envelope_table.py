@@ -14,8 +14,8 @@ from bull.rules.config import ConfigError
 from bull.variants import VARIANTS, EnvelopeSplit, Funding, TableBet
 from bull.variants.red_envelope_bull import RED_ENVELOPE_BULL, EnvelopeTableConfig
 from services.table.common import check_limits
-from services.table.envelope_store import Grab
-from services.table.round_envelope import grab_event
+from services.table.core.decide import grab_event
+from services.table.core.state import Grab, RoundState
 
 DEALER = "player:dealer"
 
@@ -87,10 +87,10 @@ def test_an_envelope_that_is_not_one_share_each_is_an_error(
 
 
 def test_a_grab_shows_its_hand() -> None:
-    config = EnvelopeTableConfig.from_settings({})
-    grabbed = grab_event("t", "t-r1", Grab(0, 2, "player:p", "b1", 111), config)
+    state = RoundState("t", "t-r1", RED_ENVELOPE_BULL.variant_id)
+    grabbed = grab_event(state, Grab(0, 2, "player:p", "b1", 111))
     assert (grabbed.amount_text, grabbed.category, grabbed.multiplier, grabbed.dealer) == ("1.11", "baozi", 18, False)
-    assert grab_event("t", "t-r1", Grab(1, 0, DEALER, "", 342), config).dealer
+    assert grab_event(state, Grab(1, 0, DEALER, "", 342)).dealer
 
 
 def round_with(pool: int, dealer_amount: int, bets: list[tuple[int, int]]) -> re_.EnvelopeRound:

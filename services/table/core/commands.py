@@ -61,7 +61,10 @@ class Split:
 
 @dataclass(frozen=True, slots=True)
 class RngFailed:
-    """The rng did not deal (or split) this time."""
+    """The rng did not deal (or split) this time; ``refused``: it refused the envelope's split outright
+    (an envelope error at once, where a round otherwise waits ``RNG_PATIENCE_MS`` for the rng)."""
+
+    refused: bool = False
 
 
 @dataclass(frozen=True, slots=True)
@@ -73,4 +76,12 @@ class Settle:
     refunded: frozenset[str] = frozenset()
 
 
-Command = Tick | PlaceBet | CancelBet | ChangeBet | PlaceBid | Deal | Split | RngFailed | Settle
+@dataclass(frozen=True, slots=True)
+class Void:
+    """End the round now, every hold released: an admin closing the table, or a dealer's hold the
+    wallet says does not cover the settlement (``coverage.py``)."""
+
+    reason: str
+
+
+Command = Tick | PlaceBet | CancelBet | ChangeBet | PlaceBid | Deal | Split | RngFailed | Settle | Void

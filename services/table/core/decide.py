@@ -5,6 +5,12 @@ out; a command the round's phase does not take causes none. The wire events are 
 machines append to the table's stream; ``Sealed`` and ``Scheduled`` are what they store with
 the round's row. The Variant (``bull.variants``) decides the game (the deal, the reveal plan,
 whether the hands void the round, the settlement); ``decide`` decides when.
+
+The live machines (``round_base.RoundMachine.decided``) call it for every step of a round once
+it has opened: ``Tick``, ``Deal``, ``Split``, ``RngFailed``, ``Settle`` and ``Void``. The players'
+commands (``PlaceBet``, ``CancelBet``, ``ChangeBet``, ``PlaceBid``) are not yet sent here by the
+table: ``bets.py`` and ``envelope_commands.py`` admit and record them under the same rules,
+which these handlers state for the Hypothesis tests (tests/table/test_round_core.py).
 """
 
 from __future__ import annotations
@@ -31,6 +37,7 @@ from services.table.core.commands import (
     Settle,
     Split,
     Tick,
+    Void,
 )
 from services.table.core.evolve import Event
 from services.table.core.settlement import funding_of, hands_of, settled_event
@@ -241,9 +248,16 @@ def _split(state: RoundState, command: Split, now: int) -> list[Event]:
 
 
 def _rng_failed(state: RoundState, command: RngFailed, now: int) -> list[Event]:
-    if state.phase != Phase.DEALING or now < state.betting_closes_at_ms + RNG_PATIENCE_MS:
+    deals = bool(get(state.variant).deck_size)
+    if state.phase != Phase.DEALING:
         return []
-    return [voided(state, RNG_DOWN if get(state.variant).deck_size else ENVELOPE_ERROR)]
+    if now < state.betting_closes_at_ms + RNG_PATIENCE_MS and (deals or not command.refused):
+        return []
+    return [voided(state, RNG_DOWN if deals else ENVELOPE_ERROR)]
+
+
+def _void(state: RoundState, command: Void, now: int) -> list[Event]:
+    return [voided(state, command.reason)]
 
 
 def _reveal_next(state: RoundState, now: int) -> list[Event]:
@@ -295,4 +309,5 @@ _HANDLERS: dict[type, Callable[[RoundState, Any, int], list[Event]]] = {
     Split: _split,
     RngFailed: _rng_failed,
     Settle: _settle,
+    Void: _void,
 }

@@ -112,6 +112,17 @@ def _bet(state: RoundState, e: ev.BetPlaced) -> RoundState:
     return replace(state, bets=(*state.bets, bet), staked=staked, live_bets=state.live_bets + 1)
 
 
+def with_bets(state: RoundState, bets: Iterable[Bet]) -> RoundState:
+    """``state`` with ``bets`` as another record holds them (the store's rows, in its order), its area stakes
+    and live bets counted from them."""
+    bets = tuple(bets)
+    staked: tuple[tuple[str, int], ...] = ()
+    for bet in bets:
+        staked = _restaked(staked, bet.area, bet.stake_minor if bet.status != "cancelled" else 0)
+    live = sum(bet.status != "cancelled" for bet in bets)
+    return replace(state, bets=bets, staked=staked, live_bets=live)
+
+
 def _restaked(staked: tuple[tuple[str, int], ...], area: str, delta: int) -> tuple[tuple[str, int], ...]:
     totals = dict(staked)
     totals[area] = totals.get(area, 0) + delta
