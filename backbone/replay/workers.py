@@ -20,9 +20,11 @@ import dataclasses
 import itertools
 import multiprocessing
 import multiprocessing.connection
+import sys
 import time
+import types
 import uuid
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from multiprocessing.connection import Connection
 from typing import Any
@@ -201,7 +203,8 @@ class _WorkerRun:
         stack.callback(_stop, procs, reports)
         tag = uuid.uuid4().hex[:6]
         for i, proc in enumerate(procs, start=1):
-            proc.start()
+            with _main_left_out():
+                proc.start()
             if groups is not None and proc.pid is not None:
                 groups.cap(f"{tag}-worker-{i}", proc.pid, cpu_per_worker)
         total = sum(self.end.values())
@@ -217,6 +220,20 @@ class _WorkerRun:
 
     def _parts(self, share: list[TopicPartition]) -> list[tuple[str, int, int, int]]:
         return [(tp.topic, tp.partition, self.starts.get(tp, 0), self.end[tp]) for tp in share]
+
+
+@contextlib.contextmanager
+def _main_left_out() -> Iterator[None]:
+    """While a worker is started: a blank main module, so that the worker does not import this process's
+    again (``spawn`` does, for what its arguments may name there; a worker's may name nothing of it):
+    ``niuniu-audit``'s, the whole command line, took 0.3 s of CPU, 1 s at 0.3 of a core, and a worker runs
+    none of it."""
+    main = sys.modules["__main__"]
+    sys.modules["__main__"] = types.ModuleType("__main__")
+    try:
+        yield
+    finally:
+        sys.modules["__main__"] = main
 
 
 def _progress(progress: Callable[[int, int], None] | None, counters: Sequence[Any], total: int) -> None:
