@@ -44,8 +44,8 @@ import zstandard
 from kafka import TopicPartition
 from niuniu.v1 import events_pb2
 
-from backbone.consumer import Tracked
 from backbone.eventstore import wait_for_appends
+from backbone.handlers import Tracked
 from backbone.kafka import make_consumer
 
 FORMAT = "niuniu-archive/1"

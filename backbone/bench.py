@@ -8,7 +8,7 @@ more as appends of 10 events each (``append_10_per_call``, 10 appends per transa
 a round's settlement appends several events to one stream), publishes all 3N with the
 relay, and applies them with an exactly-once consumer (batches of 500) twice: with a
 handler of one statement per event (pipelined), and with a batch handler (one statement
-per batch, ``backbone.consumer.batched``), printing events/s for each stage. It uses a
+per batch, ``backbone.handlers.batched``), printing events/s for each stage. It uses a
 scratch schema and topic. It also prints, measured in the same run with the components' own
 tools (``backbone.limits``), pgbench's one-row INSERT commits on 16 connections and Kafka's
 own producer and consumer on the same topic and record size, so each figure reads as a share
@@ -32,9 +32,10 @@ from niuniu.v1 import events_pb2
 from psycopg import sql
 from psycopg_pool import AsyncConnectionPool
 
-from backbone.consumer import BatchHandler, ExactlyOnceConsumer, Handler, Tracked, batched
+from backbone.consumer import ExactlyOnceConsumer
 from backbone.db import open_pool, run_ddl
 from backbone.eventstore import EventStore, NewEvent
+from backbone.handlers import BatchHandler, Handler, Tracked, batched
 from backbone.kafka import TopicSpec, ensure_topics, make_admin, make_consumer, make_producer
 from backbone.limits import Limit, kafka_consumer_rate, kafka_producer_rate, pgbench_commits
 from backbone.relay import OutboxRelay

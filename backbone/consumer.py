@@ -35,79 +35,10 @@ from psycopg_pool import AsyncConnectionPool
 
 from backbone import logs, metrics, tracing
 from backbone.db import framed, run_ddl
+from backbone.handlers import TRACKING_SCHEMA, ApplyMany, BatchHandler, Handler, SelectiveHandler, Tracked
 from backbone.lease import PartitionLeases, StalePartitions
 
 log = logging.getLogger(__name__)
-
-Handler = Callable[[psycopg.AsyncConnection, events_pb2.EventEnvelope], Awaitable[None]]
-
-
-@dataclass(frozen=True, slots=True)
-class SelectiveHandler:
-    """A handler that acts on ``event_types`` only: the consumer skips the others without a transaction."""
-
-    event_types: frozenset[str]
-    handler: Handler
-
-    async def __call__(self, conn: psycopg.AsyncConnection, envelope: events_pb2.EventEnvelope) -> None:
-        if envelope.event_type in self.event_types:
-            await self.handler(conn, envelope)
-
-
-def handling(event_types: Collection[str], handler: Handler) -> SelectiveHandler:
-    return SelectiveHandler(frozenset(event_types), handler)
-
-
-@dataclass(frozen=True, slots=True)
-class Tracked:
-    """An event with the Kafka position it was read from."""
-
-    envelope: events_pb2.EventEnvelope
-    topic: str
-    partition: int
-    offset: int
-
-
-ApplyMany = Callable[[psycopg.AsyncConnection, Sequence[Tracked]], Awaitable[None]]
-
-
-@dataclass(frozen=True, slots=True)
-class BatchHandler:
-    """A handler that applies a batch's new events in one call, in order, with the effects of
-    applying each in turn (one statement for many events instead of one each).
-
-    ``event_types``: as ``SelectiveHandler``'s (None: every event)."""
-
-    apply_many: ApplyMany
-    event_types: frozenset[str] | None = None
-
-
-def batched(apply_many: ApplyMany, event_types: Collection[str] | None = None) -> BatchHandler:
-    return BatchHandler(apply_many, None if event_types is None else frozenset(event_types))
-
-
-TRACKING_SCHEMA = (
-    """
-    CREATE TABLE IF NOT EXISTS consumer_positions (
-        consumer     TEXT NOT NULL,
-        topic        TEXT NOT NULL,
-        partition    INT NOT NULL,
-        next_offset  BIGINT NOT NULL,
-        PRIMARY KEY (consumer, topic, partition)
-    )
-    """,
-    """
-    CREATE TABLE IF NOT EXISTS processed_events (
-        consumer    TEXT NOT NULL,
-        event_id    UUID NOT NULL,
-        topic       TEXT NOT NULL,
-        partition   INT NOT NULL,
-        "offset"    BIGINT NOT NULL,
-        applied_at  TIMESTAMPTZ NOT NULL DEFAULT now(),
-        PRIMARY KEY (consumer, event_id)
-    )
-    """,
-)
 
 RETRY_SLEEP_S = 0.5
 MAX_BATCH_SIZE = 500

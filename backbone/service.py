@@ -25,10 +25,11 @@ from redis.asyncio import Redis
 from backbone import logs, restorecheck, tls, tracing
 from backbone.auth import Tokens
 from backbone.config import ConfigError, Settings
-from backbone.consumer import BatchHandler, ExactlyOnceConsumer, Handler
+from backbone.consumer import ExactlyOnceConsumer
 from backbone.db import open_pool
 from backbone.eventstore import EventStore
 from backbone.grpcserver import BackgroundTask, RunningServer, serve_forever, start_server
+from backbone.handlers import BatchHandler, Handler
 from backbone.healthcheck import DependencyMonitor, KafkaProbe, PostgresProbe, Probe, RedisProbe
 from backbone.kafka import ensure_topics, make_consumer, make_producer, use_identity
 from backbone.kafka import ssl_context as kafka_ssl_context

@@ -10,7 +10,7 @@ from typing import Protocol
 import psycopg
 from kafka import TopicPartition
 
-from backbone.consumer import ApplyMany, Handler, Tracked
+from backbone.handlers import ApplyMany, Handler, Tracked
 
 
 class StagedBatch(Protocol):

@@ -11,7 +11,7 @@ from typing import Any
 from kafka import KafkaConsumer, TopicPartition
 from niuniu.v1 import events_pb2
 
-from backbone.consumer import Tracked
+from backbone.handlers import Tracked
 from backbone.kafka import make_consumer
 from backbone.replay.model import Observer, Projection, ReplayGap, StagedBatch, copy_text
 

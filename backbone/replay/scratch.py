@@ -11,8 +11,8 @@ from dataclasses import dataclass
 import psycopg
 from psycopg import sql
 
-from backbone.consumer import TRACKING_SCHEMA
 from backbone.db import create_schema, run_ddl
+from backbone.handlers import TRACKING_SCHEMA
 from backbone.replay.model import Projection
 
 # Connections building the deferred indexes and constraints at the end of a replay, a table each.

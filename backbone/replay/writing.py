@@ -11,7 +11,7 @@ from collections.abc import Callable, Iterable, Sequence
 import psycopg
 from kafka import TopicPartition
 
-from backbone.consumer import Tracked
+from backbone.handlers import Tracked
 from backbone.replay.model import FRESH_STAGE, Observer, Projection, copy_text
 from backbone.replay.reading import Poll, archived_poll, poll_and_stage
 

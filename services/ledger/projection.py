@@ -27,7 +27,7 @@ from typing import Any
 import psycopg
 from niuniu.v1 import events_pb2
 
-from backbone.consumer import BatchHandler, Tracked, batched
+from backbone.handlers import BatchHandler, Tracked, batched
 from backbone.replay.model import Projection, fresh_stage
 from services.ledger import metrics
 from services.ledger.accounts import account_type

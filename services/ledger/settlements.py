@@ -32,7 +32,7 @@ from niuniu.table.v1 import events_pb2 as table_pb2
 from niuniu.v1 import events_pb2
 from niuniu.wallet.v1 import events_pb2 as wallet_pb2
 
-from backbone.consumer import Tracked
+from backbone.handlers import Tracked
 from backbone.replay.model import StagedBatch, Stager
 from services.ledger.journal import Line, journal_rows
 from services.ledger.queries import EntryRecord, RejectRecord, RoundRecord

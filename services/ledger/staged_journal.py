@@ -13,7 +13,7 @@ import psycopg
 from niuniu.v1 import events_pb2
 from psycopg import sql
 
-from backbone.consumer import Tracked
+from backbone.handlers import Tracked
 from backbone.replay.model import copy_text
 from services.ledger import metrics
 from services.ledger.accounts import account_type

@@ -16,7 +16,7 @@ from niuniu.v1 import events_pb2
 from backbone import service
 from backbone.auth import DEVELOPMENT, ENV_MODE, development_mode
 from backbone.config import ConfigError
-from backbone.consumer import Handler, handling
+from backbone.handlers import Handler, handling
 from backbone.migrations import store_migrations
 from backbone.service import ConsumerSpec, ServiceContext, ServiceSpec
 from services.rng.api import RngServicer

@@ -13,9 +13,9 @@ from niuniu.wallet.v1 import wallet_pb2, wallet_pb2_grpc
 
 from backbone import service
 from backbone.auth import Tokens
-from backbone.consumer import Handler, handling
 from backbone.eventstore import utc_now
 from backbone.grpcserver import BackgroundTask
+from backbone.handlers import Handler, handling
 from backbone.migrations import store_migrations
 from backbone.service import ConsumerSpec, ServiceContext, ServiceSpec
 from services.wallet.api import WalletServicer

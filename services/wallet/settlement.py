@@ -16,7 +16,7 @@ from google.protobuf.message import DecodeError
 from niuniu.table.v1 import events_pb2 as table_pb
 from niuniu.v1 import events_pb2
 
-from backbone.consumer import Handler
+from backbone.handlers import Handler
 from services.wallet.app import WalletApp
 from services.wallet.domain_settlement import SettlementCommand, SettlementTransfer
 from services.wallet.metrics import SETTLEMENT_LAG_SECONDS

@@ -8,8 +8,8 @@ import psycopg
 from google.protobuf import struct_pb2
 from niuniu.v1 import events_pb2
 
-from backbone.consumer import Tracked
 from backbone.eventstore import NewEvent
+from backbone.handlers import Tracked
 from backbone.replay.model import Projection
 
 CREDITS_DDL = (

@@ -20,9 +20,10 @@ from kafka.errors import KafkaTimeoutError, MessageSizeTooLargeError
 from psycopg_pool import AsyncConnectionPool
 from redis.asyncio import Redis
 
-from backbone.consumer import ExactlyOnceConsumer, batched, handling
+from backbone.consumer import ExactlyOnceConsumer
 from backbone.db import open_pool, run_ddl
 from backbone.eventstore import MAX_PAYLOAD_BYTES, EventStore, NewEvent
+from backbone.handlers import batched, handling
 from backbone.kafka import TopicSpec, ensure_topics, make_consumer, make_producer
 from backbone.lease import PartitionLeases, PgFence
 from backbone.relay import RENEW_PRODUCER_AFTER, OutboxRelay, PendingRecord

@@ -12,9 +12,10 @@ from datetime import UTC, datetime
 import psycopg
 import pytest
 
-from backbone.consumer import ExactlyOnceConsumer, Tracked
+from backbone.consumer import ExactlyOnceConsumer
 from backbone.db import open_pool, run_ddl
 from backbone.eventstore import build_envelope
+from backbone.handlers import Tracked
 from services.ledger import projection
 from services.ledger.projection import DDL, apply_batch
 from services.ledger.synthetic import deposited

@@ -13,7 +13,7 @@ from kafka import TopicPartition
 from psycopg import sql
 from test_replay_staged import ORDER, _publish, _rows
 
-from backbone.consumer import Tracked
+from backbone.handlers import Tracked
 from backbone.replay import replay
 from backbone.replay.workers import ReplayWorkerFailed, divide
 from backbone.topics import Topics

@@ -123,6 +123,12 @@ INJECTIONS = [
         "layers", "backbone.errors", "import services.ledger.accounts", "backbone is not allowed to import services"
     ),
     Injection(
+        "light-replay",
+        "backbone.replay.writing",
+        "from backbone.consumer import ExactlyOnceConsumer",
+        "backbone.replay is not allowed to import backbone.consumer",
+    ),
+    Injection(
         "private-modules", "tools.rules.cli", "from bull.rules import _bull", "tools.rules.cli -> bull.rules._bull"
     ),
 ]

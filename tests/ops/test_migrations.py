@@ -16,9 +16,9 @@ import pytest
 from psycopg import sql
 
 from backbone.auth import development_env
-from backbone.consumer import TRACKING_SCHEMA
 from backbone.eventreads import FAMILY_SCHEMA
 from backbone.eventstore import SCHEMA as STORE_SCHEMA
+from backbone.handlers import TRACKING_SCHEMA
 from backbone.healthcheck import wait
 from backbone.lease import FENCE_SCHEMA
 from backbone.localports import free_port
