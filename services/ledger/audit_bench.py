@@ -21,6 +21,7 @@ from backbone.replay import replay
 from backbone.replay.model import ReplayReport
 from backbone.replay.reading import replay_consumer
 from backbone.replay.scratch import build_indexes, plain_indexes
+from backbone.replay.workers import ready_workers
 from backbone.topics import Topics
 from services.ledger.audit_scratch import connect, drop_schema
 from services.ledger.projection import JOURNAL
@@ -62,6 +63,8 @@ async def bench_replay(
     ensure_topics(kafka, specs)
     schema = f"ledger_bench_{tag}"
     names = [topics.wallet_events, topics.table_events]
+    if workers:
+        ready_workers(JOURNAL)  # started once, before the runs: none of them pays for it
     try:
         produced = _produce_synthetic(kafka, topics, events)
         by_workers = tuple([await _bench_workers(dsn, kafka, names, schema, n, cpu_per_worker) for n in workers])
