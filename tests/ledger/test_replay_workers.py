@@ -4,8 +4,10 @@ process, and shows its observer every record once; its partitions are divided ev
 from __future__ import annotations
 
 import dataclasses
+import time
 from collections import Counter
 from collections.abc import Sequence
+from pathlib import Path
 
 import psycopg
 import pytest
@@ -15,7 +17,7 @@ from test_replay_staged import ORDER, _publish, _rows
 
 from backbone.handlers import Tracked
 from backbone.replay import replay
-from backbone.replay.workers import ReplayWorkerFailed, divide
+from backbone.replay.workers import ReplayWorkerFailed, divide, ready_workers
 from backbone.topics import Topics
 from services.ledger.projection import JOURNAL
 
@@ -91,3 +93,19 @@ def test_the_shares_are_evened_out_beyond_the_largest_first() -> None:
     assert sorted(tp.partition for share in shares for tp in share) == list(range(len(sizes)))
     halves = divide(end, 2)
     assert sorted(sum(end[tp] for tp in share) for share in halves) == [99719, 100282]
+
+
+def test_a_worker_starts_with_the_replays_code_already_loaded() -> None:
+    """Workers are forked from a server that imported the replay's code (psycopg's C library among it), so
+    a worker does not import it again under its CPU quota: the library is mapped in a worker whose own
+    target (``time.sleep``) needs none of it. A worker of a fresh interpreter would not have it."""
+    context = ready_workers(JOURNAL)
+    worker = context.Process(target=time.sleep, args=(30,), daemon=True)
+    worker.start()
+    try:
+        assert worker.pid is not None
+        maps = Path(f"/proc/{worker.pid}/maps").read_text()
+        assert "psycopg_binary" in maps
+    finally:
+        worker.terminate()
+        worker.join()
