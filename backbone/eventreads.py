@@ -77,18 +77,6 @@ async def last_position(conn: psycopg.AsyncConnection) -> int:
     return int(row[0]) if row else 0
 
 
-async def read_correlated_on_stream(
-    conn: psycopg.AsyncConnection, correlation_id: str, stream_id: str
-) -> list[StoredEvent]:
-    """The events of one correlation id on one stream (a round's on its table's, not its bets'), in position
-    order."""
-    cur = await conn.execute(
-        "SELECT position, envelope FROM events WHERE correlation_id = %s AND stream_id = %s ORDER BY position",
-        (correlation_id, stream_id),
-    )
-    return [stored_event(row) for row in await cur.fetchall()]
-
-
 async def read_correlated_many(conn: psycopg.AsyncConnection, correlation_ids: Sequence[str]) -> list[StoredEvent]:
     """The events of several correlation ids (a table's rounds, say) in one read, in position order."""
     cur = await conn.execute(

@@ -43,6 +43,7 @@ from niuniu.v1 import events_pb2
 
 from backbone import tracing
 from backbone.db import run_ddl
+from backbone.keyhash import key_hash
 
 TRACE_CONTEXT_DEFAULT = "nullif(current_setting('niuniu.trace_context', true), '')"
 SET_TRACE_CONTEXT = "SELECT set_config('niuniu.trace_context', %s, true)"
@@ -227,35 +228,6 @@ _STORE_POSITION_TAG = b"\x48"  # EventEnvelope.store_position: field 9, varint
 def ordering_domain(stream_id: str) -> str:
     """The streams whose appends commit in position order: the stream id up to its first '.'."""
     return stream_id.split(".", 1)[0]
-
-
-def murmur2(data: bytes) -> int:
-    """Kafka's murmur2 of a record key (its Java client's ``Utils.murmur2``), as an unsigned 32-bit int.
-
-    Written out here rather than taken from kafka-python (whose ``DefaultPartitioner`` computes the
-    same; ``tests/backbone/test_partitions.py`` holds the two together) so the store, which the
-    gateway imports for its errors, does not load the Kafka client."""
-    m, mask = 0x5BD1E995, 0xFFFFFFFF
-    h = (0x9747B28C ^ len(data)) & mask
-    whole = len(data) - len(data) % 4
-    for i in range(0, whole, 4):
-        k = int.from_bytes(data[i : i + 4], "little") * m & mask
-        k = (k ^ (k >> 24)) * m & mask
-        h = (h * m & mask) ^ k
-    tail = data[whole:]
-    if tail:
-        for i in reversed(range(len(tail))):
-            h ^= tail[i] << (8 * i)
-        h = h * m & mask
-    h ^= h >> 13
-    h = h * m & mask
-    return h ^ (h >> 15)
-
-
-def key_hash(record_key: str) -> int:
-    """The outbox row's ``key_hash``: its partition on a topic of N partitions is ``key_hash % N``, the
-    partition Kafka's default partitioner gives the key (``murmur2(key) & 0x7fffffff``, modulo N)."""
-    return murmur2(record_key.encode()) & 0x7FFFFFFF
 
 
 def with_store_position(envelope: bytes, position: int) -> bytes:
@@ -518,10 +490,20 @@ class EventStore:
             )
             return [_stored(row) for row in await cur.fetchall()]
 
-    async def read_correlated(self, conn: psycopg.AsyncConnection, correlation_id: str) -> list[StoredEvent]:
-        cur = await conn.execute(
-            "SELECT position, envelope FROM events WHERE correlation_id = %s ORDER BY position", (correlation_id,)
-        )
+    async def read_correlated(
+        self, conn: psycopg.AsyncConnection, correlation_id: str, stream_id: str | None = None
+    ) -> list[StoredEvent]:
+        """The events of one correlation id, in position order; with ``stream_id``, those on that stream only
+        (a round's on its table's stream, not its bets')."""
+        if stream_id is None:
+            cur = await conn.execute(
+                "SELECT position, envelope FROM events WHERE correlation_id = %s ORDER BY position", (correlation_id,)
+            )
+        else:
+            cur = await conn.execute(
+                "SELECT position, envelope FROM events WHERE correlation_id = %s AND stream_id = %s ORDER BY position",
+                (correlation_id, stream_id),
+            )
         return [_stored(row) for row in await cur.fetchall()]
 
     async def stream_version(self, conn: psycopg.AsyncConnection, stream_id: str) -> int:

@@ -2,7 +2,7 @@
 
 The outbox is divided by partition: a row's ``key_hash`` (of its record key, the
 stream id) gives its partition on its topic as Kafka's default partitioner would
-(``backbone.eventstore.key_hash``), and the relays of a service share the
+(``backbone.keyhash.key_hash``), and the relays of a service share the
 partitions out among themselves (``backbone.lease.PartitionLeases``), each
 publishing only its own partitions' rows, in position order, to those partitions.
 One relay at a time publishes a partition, so a stream's events reach it in
@@ -31,8 +31,9 @@ from psycopg_pool import AsyncConnectionPool
 from backbone import metrics
 from backbone.db import framed
 from backbone.eventreads import last_position
-from backbone.eventstore import key_hash, with_store_position
+from backbone.eventstore import with_store_position
 from backbone.kafka import MAX_RECORD_BYTES
+from backbone.keyhash import key_hash
 from backbone.lease import Part, PartitionLeases, StalePartitions
 from backbone.tracing import TRACEPARENT
 

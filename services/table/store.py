@@ -22,7 +22,7 @@ from psycopg_pool import AsyncConnectionPool
 
 from backbone.db import each_by_key, sent_together
 from backbone.errors import NotFound, clip
-from backbone.eventreads import read_correlated_many, read_correlated_on_stream
+from backbone.eventreads import read_correlated_many
 from backbone.eventstore import ORDER_AFTER_LOCKS, EventStore, NewEvent, StoredEvent, ordering_domain
 
 Conn = psycopg.AsyncConnection
@@ -103,7 +103,7 @@ class TableStore:
 
     async def read_round_events(self, conn: Conn, round_id: str, stream: str) -> list[StoredEvent]:
         """The events of one round on one stream (the table's: not its bets'), in position order."""
-        return await read_correlated_on_stream(conn, round_id, stream)
+        return await self.events.read_correlated(conn, round_id, stream)
 
     async def read_rounds_events(self, conn: Conn, round_ids: Sequence[str]) -> list[StoredEvent]:
         """The events of several rounds (correlated with their ids) in one read, in position order."""

@@ -25,8 +25,9 @@ from redis.asyncio import Redis
 
 from backbone.consumer import ExactlyOnceConsumer
 from backbone.db import open_pool, run_ddl
-from backbone.eventstore import EventStore, key_hash, murmur2
+from backbone.eventstore import EventStore
 from backbone.kafka import TopicSpec, ensure_topics, make_consumer, make_producer
+from backbone.keyhash import key_hash, murmur2
 from backbone.lease import PartitionLeases, PgFence, StalePartitions, share
 from backbone.relay import OutboxRelay, PendingRecord
 

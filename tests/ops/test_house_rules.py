@@ -20,7 +20,7 @@ MAX_FILE_LINES = 500
 
 KNOWN_OVER: dict[str, int] = {
     "backbone/consumer.py": 591,
-    "backbone/eventstore.py": 578,
+    "backbone/eventstore.py": 558,
 }
 
 
