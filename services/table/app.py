@@ -65,7 +65,7 @@ class TableApp:
         rng: RngPort,
         *,
         clock: Callable[[], datetime] = utc_now,
-        notify: Callable[[str], Any] | None = None,
+        notify: Callable[[str, bool], Any] | None = None,
         sleep: Callable[[float], Awaitable[None]] | None = None,
     ) -> None:
         self.pool = pool
@@ -257,7 +257,7 @@ class TableApp:
             closed = ev.TableClosed(table_id=table_id, last_round_id=last["round_id"] if last else "")
             await self.store.append(conn, table_stream(table_id), "table.closed", closed, correlation_id=table_id)
         log.info("table closed", extra={"table_id": table_id})
-        self.ctx.wake(table_id)
+        self.ctx.wake(table_id, stepped=True)
 
     async def void_round(self, table_id: str, round_id: str, reason: str) -> None:
         async with self.store.read() as conn:
@@ -302,7 +302,7 @@ class TableApp:
             await self.store.append(
                 conn, table_stream(table_id), "table.seed_revealed", revealed, correlation_id=round_id
             )
-        self.ctx.wake(table_id)
+        self.ctx.wake(table_id, stepped=True)
         return True
 
     # ------------------------------------------------------------------ reads

@@ -24,7 +24,8 @@ class TableContext:
     wallet: WalletPort
     rng: RngPort
     clock: Callable[[], datetime] = utc_now
-    notify: Callable[[str], Any] | None = None
+    notify: Callable[[str, bool], Any] | None = None
+    """``notify(table_id, stepped)``: announce a move of the table; ``stepped`` when its round runner made it."""
     # Pauses between retries of another service; tests pass one that does not wait.
     sleep: Callable[[float], Awaitable[None]] = asyncio.sleep
     envelopes: EnvelopeStore = field(init=False)
@@ -37,7 +38,8 @@ class TableContext:
     def now(self) -> datetime:
         return self.clock()
 
-    def wake(self, table_id: str) -> None:
-        """Tell watchers (and the round runner) the table moved."""
+    def wake(self, table_id: str, *, stepped: bool = False) -> None:
+        """Tell watchers the table moved, and its round runner unless the move is the runner's own step
+        (``stepped``: it steps again when that step said, with no need to be woken)."""
         if self.notify is not None:
-            self.notify(table_id)
+            self.notify(table_id, stepped)

@@ -185,7 +185,7 @@ class RoundMachine:
                 await opening.record(conn)
             await self.append(conn, table_id, "table.round_opened", opened, round_id)
         metrics.round_opened(locked, variant)
-        self.ctx.wake(table_id)
+        self.ctx.wake(table_id, stepped=True)
 
     async def close_betting(self, table: Row, current: Row) -> None:
         await self.decided(table, current, cmd.Tick())
@@ -260,7 +260,7 @@ class RoundMachine:
             if isinstance(event, ev.RoundVoided):
                 ROUNDS.labels(state.variant, Phase.VOIDED).inc()
                 metrics.round_ended(state.table_id, self.ctx.now())
-        self.ctx.wake(state.table_id)
+        self.ctx.wake(state.table_id, stepped=True)
 
     # ------------------------------------------------------------------ settling
 
@@ -366,6 +366,7 @@ class RoundMachine:
             table = await self.ctx.store.table(conn, table_id)
             current = await self.ctx.store.round(conn, round_id)
         await self.decided(table, current, cmd.Void(reason))
+        self.ctx.wake(table_id)  # not the runner's step: it opens the next round sooner
 
     async def void_rejected(self, table_id: str, round_id: str, reason: str) -> ev.RoundVoided | None:
         """Void a settled round whose settlement the wallet refused: the operator's repair (``repair.py``).

@@ -21,6 +21,13 @@ running on while Redis forgot it) has its writes refused and stops.
 Every step is bounded (the calls it makes have deadlines, ``ports.CALL_TIMEOUT_S``,
 and retry once per step), and a step still running when the lease is lost is
 cancelled.
+
+Between steps a table's loop sleeps until its next step is due, or until the table moves: every
+change of a table, on any replica, is announced on Redis (``watch.Notifier``), and a move wakes
+the loop at most ``MOVE_STEP_S`` after its last step (a bet, a bid, a seat taken, a closing asked
+for are all seen within that, as the watchers see them). Redis only hurries the loop: with no
+announcement a loop still steps every ``MAX_REST_S``, so a move Redis lost waits that long at
+most; without a notifier (``moves`` None) it steps every ``MOVE_STEP_S``.
 """
 
 from __future__ import annotations
@@ -28,7 +35,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-from collections.abc import Coroutine
+from collections.abc import Callable, Coroutine
 from typing import Any
 
 from redis.asyncio import Redis
@@ -45,7 +52,10 @@ LEASE_TTL_MS = 5_000
 RENEW_EVERY_S = 1.5
 """The keeper renews the lease this often: three tries inside its time to live."""
 SUPERVISE_EVERY_S = 1.0
-MAX_STEP_SLEEP_S = 0.5
+MOVE_STEP_S = 0.5
+"""A table's loop steps at most this long after a move of its table (or, with no notifier, this often)."""
+MAX_REST_S = 2.0
+"""With a notifier, a table's loop steps at least this often, announced moves or not."""
 ERROR_BACKOFF_S = 0.5
 """After a failed step (e.g. the rng unreachable): short, so a round opens as soon as the rng answers again."""
 
@@ -59,9 +69,24 @@ def member_group(prefix: str) -> str:
     return f"table:{prefix}"
 
 
+Moves = Callable[[str], asyncio.Event]
+"""``moves(table_id)``: an event set at the table's next move announced after the call."""
+
+
 class TableSupervisor:
-    def __init__(self, app: TableApp, redis: Redis, owner: str, *, lease_prefix: str = "") -> None:
+    def __init__(
+        self,
+        app: TableApp,
+        redis: Redis,
+        owner: str,
+        *,
+        lease_prefix: str = "",
+        moves: Moves | None = None,
+        max_rest_s: float = MAX_REST_S,
+    ) -> None:
         self._app = app
+        self._moves = moves
+        self._max_rest_s = max_rest_s
         self._redis = redis
         self._owner = owner
         self._lease_prefix = lease_prefix
@@ -122,6 +147,7 @@ class TableSupervisor:
         try:
             with fenced(lease.fence, token):
                 while not (stop.is_set() or lost.is_set() or handover.is_set()):
+                    moved = self._moves(table_id) if self._moves is not None else None  # before the step reads
                     try:
                         delay = await _unless(lost, self._app.step(table_id, token))
                     except StaleOwner as error:
@@ -138,7 +164,7 @@ class TableSupervisor:
                         metrics.table_closed(table_id)
                         return
                     if delay > 0:
-                        await _first(stop, handover, timeout_s=min(delay, MAX_STEP_SLEEP_S))
+                        await self._rest(delay, moved, stop, handover)
             if lost.is_set():
                 log.warning("lost table lease", extra={"table_id": table_id})
         finally:
@@ -147,6 +173,21 @@ class TableSupervisor:
                 await keeper
             with contextlib.suppress(Exception):
                 await lease.release()
+
+    async def _rest(
+        self, delay: float, moved: asyncio.Event | None, stop: asyncio.Event, handover: asyncio.Event
+    ) -> None:
+        """Until the next step: ``delay`` seconds (when it is due), or ``MOVE_STEP_S`` after the last step
+        once the table moved (``moved``), and at most ``max_rest_s`` (``MOVE_STEP_S`` without a notifier)."""
+        if moved is None:
+            await _first(stop, handover, timeout_s=min(delay, MOVE_STEP_S))
+            return
+        loop = asyncio.get_running_loop()
+        rested_at = loop.time()
+        await _first(stop, handover, moved, timeout_s=min(delay, self._max_rest_s))
+        left = min(delay, MOVE_STEP_S) - (loop.time() - rested_at)
+        if moved.is_set() and left > 0:
+            await _first(stop, handover, timeout_s=left)
 
 
 async def _first(*events: asyncio.Event, timeout_s: float) -> None:

@@ -54,7 +54,9 @@ def register(server: grpc.aio.Server, ctx: ServiceContext) -> Sequence[str]:
 
 def supervisor(ctx: ServiceContext) -> BackgroundTask:
     owner = f"{socket.gethostname()}-{os.getpid()}-{id(ctx)}"
-    return TableSupervisor(app_for(ctx), ctx.redis, owner, lease_prefix=ctx.topics.prefix).run
+    app = app_for(ctx)
+    moves = ctx.extras["notifier"].next_move
+    return TableSupervisor(app, ctx.redis, owner, lease_prefix=ctx.topics.prefix, moves=moves).run
 
 
 def notifier(ctx: ServiceContext) -> BackgroundTask:

@@ -58,6 +58,8 @@ log = logging.getLogger(__name__)
 POLL_FALLBACK_S = 1.0
 READ_BATCH = 500
 CHANNEL_PREFIX = "niuniu:table-events:"
+MOVED, STEPPED = "1", "step"
+"""An announcement's message: a move (a bet, a bid, a seat, a closing...), or only the round runner's own step."""
 SLOTS = 16
 """Positions per event: an event gives one watcher at most a handful of updates (asserted)."""
 HEARTBEAT_S = 5.0
@@ -72,21 +74,27 @@ class OutOfRange(DomainError):
 
 
 class Notifier:
-    """One Redis subscription per process; wakes every watcher of a table when it moves."""
+    """One Redis subscription per process; wakes every watcher of a table when it moves, and the table's
+    round runner when the move is not the runner's own step (an announcement says which: ``STEPPED``)."""
 
     def __init__(self, redis: Redis, prefix: str = "") -> None:
         self._redis = redis
         self._prefix = f"{CHANNEL_PREFIX}{prefix}"
         self._events: dict[str, asyncio.Event] = defaultdict(asyncio.Event)
+        self._moves: dict[str, asyncio.Event] = defaultdict(asyncio.Event)
         self._sending: dict[str, asyncio.Task[None]] = {}
         self._again: set[str] = set()
+        self._moved: set[str] = set()
 
-    def publish(self, table_id: str) -> None:
+    def publish(self, table_id: str, stepped: bool = False) -> None:
         """Wake the table's watchers: one PUBLISH in flight per table, the moves meanwhile folded into one more.
 
         A watcher re-reads the table from the database when woken, so one wake-up sent after a move
         covers every move before it: a busy table costs a PUBLISH per Redis round trip, not one per bet.
+        An announcement is ``STEPPED`` only when every move it covers is the round runner's own step.
         """
+        if not stepped:
+            self._moved.add(table_id)
         if table_id in self._sending:
             self._again.add(table_id)
             return
@@ -96,13 +104,20 @@ class Notifier:
         try:
             while True:
                 self._again.discard(table_id)
-                # A lost wake-up only delays watchers until their next poll.
+                kind = MOVED if table_id in self._moved else STEPPED
+                self._moved.discard(table_id)
+                # A lost wake-up only delays watchers until their next poll, a runner until its next rest.
                 with contextlib.suppress(Exception):
-                    await self._redis.publish(self._prefix + table_id, "1")
+                    await self._redis.publish(self._prefix + table_id, kind)
                 if table_id not in self._again:
                     return
         finally:
             self._sending.pop(table_id, None)
+
+    def next_move(self, table_id: str) -> asyncio.Event:
+        """An event set when a move of the table that is not its runner's step is announced (after this
+        call): the round runner takes it before it reads the table, so a move during its step wakes it."""
+        return self._moves[table_id]
 
     async def wait(self, table_id: str, timeout_s: float) -> None:
         event = self._events[table_id]
@@ -121,9 +136,12 @@ class Notifier:
                         channel = message["channel"]
                         name = channel.decode() if isinstance(channel, bytes) else str(channel)
                         table_id = name.removeprefix(self._prefix)
-                        event = self._events.pop(table_id, None)
-                        if event is not None:
-                            event.set()
+                        woken = [self._events.pop(table_id, None)]
+                        if message["data"] not in (STEPPED, STEPPED.encode()):
+                            woken.append(self._moves.pop(table_id, None))
+                        for event in woken:
+                            if event is not None:
+                                event.set()
             except Exception:
                 log.warning("table notifier lost Redis; watchers fall back to polling", exc_info=True)
                 with contextlib.suppress(TimeoutError):
