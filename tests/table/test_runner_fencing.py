@@ -32,13 +32,6 @@ async def pool(dsn: str, schema: str) -> AsyncIterator[AsyncConnectionPool]:
     await pool.close()
 
 
-@pytest.fixture
-async def redis(redis_url: str) -> AsyncIterator[Redis]:
-    client = Redis.from_url(redis_url)
-    yield client
-    await client.aclose()
-
-
 async def test_a_superseded_owner_cannot_step_the_round(pool: AsyncConnectionPool, redis: Redis, unique: str) -> None:
     rig = Rig(pool, await setup_schema(pool), BALANCES)
     await rig.create("ft", "golden_bull")

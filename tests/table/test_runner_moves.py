@@ -9,13 +9,12 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import Awaitable, Callable
 
 import pytest
 from psycopg_pool import AsyncConnectionPool
 from redis.asyncio import Redis
 
-from backbone.db import open_pool
 from services.table.common import Phase
 from services.table.runner import TableSupervisor
 from services.table.watch import Notifier
@@ -24,20 +23,6 @@ from tests.table.table_rig import Rig, setup_schema
 pytestmark = pytest.mark.integration
 
 BETTING_SECONDS = 60
-
-
-@pytest.fixture
-async def pool(dsn: str, schema: str) -> AsyncIterator[AsyncConnectionPool]:
-    pool = await open_pool(dsn, schema=schema, max_size=8)
-    yield pool
-    await pool.close()
-
-
-@pytest.fixture
-async def redis(redis_url: str) -> AsyncIterator[Redis]:
-    client = Redis.from_url(redis_url)
-    yield client
-    await client.aclose()
 
 
 class Counted:

@@ -62,13 +62,6 @@ def test_no_member_no_owner() -> None:
 # ------------------------------------------------------------------------------ on the real Redis and PostgreSQL
 
 
-@pytest.fixture
-async def redis(redis_url: str) -> AsyncIterator[Redis]:
-    client = Redis.from_url(redis_url)
-    yield client
-    await client.aclose()
-
-
 @pytest.mark.integration
 async def test_membership_is_the_live_keys_and_comes_back_when_redis_forgets_it(redis: Redis, unique: str) -> None:
     a = Membership(redis, f"g{unique}", "a", 300)
