@@ -36,9 +36,9 @@ DASHBOARDS = HERE / "dashboards"
 
 # Series Prometheus makes itself, and labels it (or the ServiceMonitor) attaches to targets.
 PROMETHEUS_SERIES = {"up", "scrape_duration_seconds", "scrape_samples_scraped"}
-# Series of the stateful tier's exporters (deploy/k8s/components/stateful-monitoring) and
-# the kubelet, with the labels the rules use: CloudNativePG's instance exporter (its
-# PodMonitor adds `cluster`), Strimzi's Kafka exporter, redis_exporter.
+# Series of the stateful tier's exporters (deploy/k8s/components/stateful-monitoring), the
+# kubelet and kube-state-metrics, with the labels the rules use: CloudNativePG's instance
+# exporter (its PodMonitor adds `cluster`), Strimzi's Kafka exporter, redis_exporter.
 EXPORTER_SERIES: dict[str, set[str]] = {
     "cnpg_collector_up": {"cluster"},
     "cnpg_pg_replication_lag": {"cluster"},
@@ -51,6 +51,10 @@ EXPORTER_SERIES: dict[str, set[str]] = {
     "redis_memory_max_bytes": set(),
     "kubelet_volume_stats_available_bytes": {"persistentvolumeclaim"},
     "kubelet_volume_stats_capacity_bytes": {"persistentvolumeclaim"},
+    "kube_job_status_failed": {"job_name"},
+    "kube_job_owner": {"job_name", "owner_kind", "owner_name"},
+    "kube_cronjob_created": {"cronjob"},
+    "kube_cronjob_status_last_successful_time": {"cronjob"},
 }
 TARGET_LABELS = {"job", "instance", "namespace", "pod", "service", "container", "endpoint", "__name__"}
 SUFFIXES = {
