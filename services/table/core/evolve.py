@@ -116,11 +116,11 @@ def with_bets(state: RoundState, bets: Iterable[Bet]) -> RoundState:
     """``state`` with ``bets`` as another record holds them (the store's rows, in its order), its area stakes
     and live bets counted from them."""
     bets = tuple(bets)
-    staked: tuple[tuple[str, int], ...] = ()
+    totals: dict[str, int] = {}
     for bet in bets:
-        staked = _restaked(staked, bet.area, bet.stake_minor if bet.status != "cancelled" else 0)
+        totals[bet.area] = totals.get(bet.area, 0) + (bet.stake_minor if bet.status != "cancelled" else 0)
     live = sum(bet.status != "cancelled" for bet in bets)
-    return replace(state, bets=bets, staked=staked, live_bets=live)
+    return replace(state, bets=bets, staked=tuple(totals.items()), live_bets=live)
 
 
 def _restaked(staked: tuple[tuple[str, int], ...], area: str, delta: int) -> tuple[tuple[str, int], ...]:
