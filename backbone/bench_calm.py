@@ -11,10 +11,11 @@ not the one before ended: open loop) and in a crowd (64 calls in flight, 8 trans
   the table's bet check), on ``DATABASE_URL``; CPU of this process and of the PostgreSQL backend serving
   it (read from ``/proc``; "n/a" when the server is not a process of this machine).
 
-Each figure is milliseconds of CPU per operation, min/median/max of the runs. The last line adds the
-calm figures up as a bet's path takes them (two calls: the client's to the table and the table's to the
-wallet; three transactions: the table's check, the wallet's hold, the table's recording) — a floor
-before any of the bet's own work, its events' relays and consumers, or the load generator.
+Each figure is milliseconds of CPU per operation, min/median/max of the runs, then pgbench's commits on
+the same server right after (``backbone.limits``). The last line adds the figures up as a bet's path
+takes them (two calls: the client's to the table and the table's to the wallet; three transactions: the
+table's check, the wallet's hold, the table's recording), calm and in a crowd: a floor before any of the
+bet's own work, its events' relays and consumers, or the load generator.
 """
 
 from __future__ import annotations
@@ -38,6 +39,7 @@ import uvloop
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 
 from backbone.db import sent_together
+from backbone.limits import pgbench_commits
 from backbone.localports import free_port
 
 CALLS_IN_CROWD = 64
@@ -211,6 +213,7 @@ async def run(dsn: str, rate: float, seconds: float, runs: int) -> list[str]:
     ]
     calm = PATH_CALLS * _median_total(call_calm) + PATH_TRANSACTIONS * _median_total(tx_calm)
     crowd = PATH_CALLS * _median_total(call_crowd) + PATH_TRANSACTIONS * _median_total(tx_crowd)
+    lines.append(f"PostgreSQL underneath, right after: {await pgbench_commits(dsn)}")
     lines.append(
         f"a bet's path ({PATH_CALLS} calls, {PATH_TRANSACTIONS} transactions), medians, both sides:"
         f" calm {calm:.2f} ms, crowd {crowd:.2f} ms ({calm / crowd:.2f}x)"

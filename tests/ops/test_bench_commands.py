@@ -107,8 +107,8 @@ def test_niuniu_bench_prints_each_stage_beside_postgresql_and_kafka(infra: dict[
 
 
 def test_bench_calm_prints_each_step_calm_and_in_a_crowd_and_a_bets_path(infra: dict[str, str]) -> None:
-    text = _run(infra, "python", "-m", "backbone.bench_calm", "--seconds", "1", "--runs", "2", "--rate", "50")
-    assert "min / median / max of 2 runs of 1 s (calm: 50 a second, open loop" in text, text[-3000:]
+    text = _run(infra, "python", "-m", "backbone.bench_calm", "--seconds", "0.5", "--runs", "2", "--rate", "50")
+    assert "min / median / max of 2 runs of 0.5 s (calm: 50 a second, open loop" in text, text[-3000:]
     number = r"([0-9.]+) / ([0-9.]+) / ([0-9.]+)"
     for step, far in (("call", "server"), ("transaction", "backend")):
         for kind in ("calm", "crowd"):
@@ -117,6 +117,7 @@ def test_bench_calm_prints_each_step_calm_and_in_a_crowd_and_a_bets_path(infra: 
             rate_min, rate_median, rate_max, *cpu = (float(g) for g in line.groups())
             assert 0 < rate_min <= rate_median <= rate_max, line.group(0)
             assert cpu[0] <= cpu[1] <= cpu[2] and cpu[3] <= cpu[4] <= cpu[5] and cpu[0] > 0, line.group(0)
+    assert re.search(r"^PostgreSQL underneath, right after: \d+/s \(pgbench", text, re.M), text[-3000:]
     path = re.search(
         r"^a bet's path \(2 calls, 3 transactions\), .*: calm ([0-9.]+) ms, crowd ([0-9.]+) ms", text, re.M
     )
