@@ -27,10 +27,8 @@ from kafka import KafkaAdminClient, KafkaConsumer, KafkaProducer
 from kafka.errors import TopicAlreadyExistsError, TopicAuthorizationFailedError, for_code
 
 from backbone.config import ConfigError
-from backbone.kafkafix import patch_request_update
 
 log = logging.getLogger(__name__)
-patch_request_update()  # no producer spinning while its brokers are away (backbone/kafkafix.py)
 # kafka-python warns "Exchanging credentials in the clear" on every SCRAM login without TLS;
 # SCRAM never sends the password (a salted proof), so the warning is noise in every log.
 logging.getLogger("kafka.net.sasl.scram").setLevel(logging.ERROR)
